@@ -1,0 +1,149 @@
+//! Newline-delimited framing (SPEC.md §4.1), pure: bytes in, lines out. The
+//! tokio shell and the fuzzers use this same code.
+
+use super::error::FrameError;
+
+/// Cuts a byte stream into lines of at most `max` bytes (not counting `\n`).
+///
+/// Feed it whatever the socket returned with [`LineReader::push`], then take
+/// lines with [`LineReader::next_line`] until it returns `None`. A partial
+/// line is never held beyond `max` bytes: the push that would exceed it fails,
+/// and so does every push after it. Complete lines that one chunk delivered at
+/// once are held until taken, so the buffer stays below `max` plus one chunk.
+#[derive(Debug)]
+pub struct LineReader {
+    buffer: Vec<u8>,
+    /// Start of the first line not yet taken.
+    start: usize,
+    /// Bytes from `start` up to here are known to hold no `\n`.
+    scanned: usize,
+    max: usize,
+    failed: bool,
+}
+
+impl LineReader {
+    pub fn new(max: usize) -> LineReader {
+        LineReader {
+            buffer: Vec::new(),
+            start: 0,
+            scanned: 0,
+            max,
+            failed: false,
+        }
+    }
+
+    /// Appends bytes read from the stream.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), FrameError> {
+        if self.failed {
+            return Err(FrameError::LineTooLong { max: self.max });
+        }
+        // The tail of the buffer after the last newline in it, plus the part
+        // of `chunk` after the last newline in `chunk`, is the partial line
+        // that would be held; it must stay within `max`.
+        let partial = match chunk.iter().rposition(|&b| b == b'\n') {
+            Some(last) => chunk.len() - last - 1,
+            None => self.partial_len() + chunk.len(),
+        };
+        if partial > self.max || self.longest_complete_line_exceeds(chunk) {
+            self.failed = true;
+            self.buffer = Vec::new();
+            return Err(FrameError::LineTooLong { max: self.max });
+        }
+        self.compact();
+        self.buffer.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    /// The next complete line, without its `\n`.
+    pub fn next_line(&mut self) -> Option<Vec<u8>> {
+        let unscanned = &self.buffer[self.scanned..];
+        match unscanned.iter().position(|&b| b == b'\n') {
+            Some(offset) => {
+                let end = self.scanned + offset;
+                let line = self.buffer[self.start..end].to_vec();
+                self.start = end + 1;
+                self.scanned = self.start;
+                Some(line)
+            }
+            None => {
+                self.scanned = self.buffer.len();
+                None
+            }
+        }
+    }
+
+    /// Bytes of a line that has begun but not ended: at the end of the stream
+    /// these are a message without its newline.
+    pub fn partial_len(&self) -> usize {
+        let pending = &self.buffer[self.start..];
+        match pending.iter().rposition(|&b| b == b'\n') {
+            Some(last) => pending.len() - last - 1,
+            None => pending.len(),
+        }
+    }
+
+    /// Whether a line that `chunk` completes would be longer than `max`. Only
+    /// the first newline of `chunk` can complete a line begun before it; the
+    /// lines wholly inside `chunk` are checked as well.
+    fn longest_complete_line_exceeds(&self, chunk: &[u8]) -> bool {
+        let mut held = self.partial_len();
+        for piece in chunk.split(|&b| b == b'\n') {
+            if held + piece.len() > self.max {
+                return true;
+            }
+            held = 0;
+        }
+        false
+    }
+
+    /// Drops the lines already taken once they are most of the buffer, so
+    /// that a long-lived connection does not grow its buffer forever.
+    fn compact(&mut self) {
+        if self.start > 0 && self.start * 2 >= self.buffer.len() {
+            self.buffer.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(reader: &mut LineReader) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| reader.next_line()).collect()
+    }
+
+    /// §4.1: lines split at any point come out whole.
+    #[test]
+    fn joins_split_lines() {
+        let mut reader = LineReader::new(16);
+        reader.push(b"{\"a\"").unwrap();
+        assert!(lines(&mut reader).is_empty());
+        reader.push(b":1}\n{}\n{").unwrap();
+        assert_eq!(
+            lines(&mut reader),
+            vec![b"{\"a\":1}".to_vec(), b"{}".to_vec()]
+        );
+        assert_eq!(reader.partial_len(), 1);
+        reader.push(b"}\n").unwrap();
+        assert_eq!(lines(&mut reader), vec![b"{}".to_vec()]);
+        assert_eq!(reader.partial_len(), 0);
+    }
+
+    /// §4.1: a line of exactly the limit passes; one byte more fails, and the
+    /// reader stays failed.
+    #[test]
+    fn refuses_lines_over_the_limit() {
+        let mut reader = LineReader::new(4);
+        reader.push(b"abcd\n").unwrap();
+        assert_eq!(lines(&mut reader), vec![b"abcd".to_vec()]);
+        reader.push(b"abc").unwrap();
+        assert_eq!(reader.push(b"de"), Err(FrameError::LineTooLong { max: 4 }));
+        assert_eq!(reader.push(b"\n"), Err(FrameError::LineTooLong { max: 4 }));
+
+        let mut reader = LineReader::new(4);
+        assert!(reader.push(b"ab\nabcdef\nab\n").is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! The wire protocol (SPEC.md §3–§6): messages, framing, handshake, limits and
+//! the fencing token. It knows nothing of the coordinator or of sockets.
+
+mod error;
+mod framing;
+mod handshake;
+pub mod limits;
+mod message;
+mod token;
+
+pub use error::{DecodeError, FrameError};
+pub use framing::LineReader;
+pub use handshake::{
+    ClientHello, CoordinatorHello, HandshakeError, PROTOCOL_NAME, PROTOCOL_VERSION,
+    ProtocolVersionError, decode_client_hello, decode_coordinator_hello,
+};
+pub use message::{
+    Failure, FailureCode, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
+    decode_request, decode_response, encode,
+};
+pub use token::{Epoch, FencingToken, TokenError};
