@@ -1,0 +1,59 @@
+//! What goes into the client state machine and what comes out (SPEC.md §9.1).
+
+use crate::protocol::{FencingToken, Key, Outcome, Request, Response};
+
+/// One call of this process, numbered by the shell; its decimal text is the
+/// request id on the wire (SPEC.md §3.1). Never reused within a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(pub u64);
+
+/// A fact the shell reports, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// The caller started a call for `key`.
+    CallStarted { call: CallId, key: Key },
+    /// A response arrived on the current connection.
+    ResponseReceived { response: Response },
+    /// The work that `call` leads finished with `outcome`.
+    WorkFinished { call: CallId, outcome: Outcome },
+    /// The caller gave up on `call` (dropped it, or its deadline passed).
+    CallCancelled { call: CallId },
+    /// The connection to the coordinator is gone.
+    ConnectionLost,
+    /// A connection to a coordinator (perhaps a new one) finished its
+    /// handshake and can carry requests.
+    ConnectionReady,
+}
+
+/// A command for the shell, to be carried out in the order given.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Write `request` on the current connection.
+    Send(Request),
+    /// `call` leads: start its work under `token`.
+    StartWork { call: CallId, token: FencingToken },
+    /// `call` is over; tell its caller.
+    Resolve {
+        call: CallId,
+        resolution: Resolution,
+    },
+}
+
+/// How a call ended (SPEC.md §9.3).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Resolution {
+    /// The call led the flight `token` and its work finished: the caller's
+    /// result is its own work's.
+    Led { token: FencingToken },
+    /// The call joined the flight `flight`, which landed with `outcome`.
+    Joined {
+        flight: FencingToken,
+        outcome: Outcome,
+    },
+    /// The flight ended without an outcome for this caller (SPEC.md §3.3):
+    /// its leader stopped, cancelled or lost it. The work is not rerun.
+    Interrupted,
+    /// The coordinator answered `unsupported` to a request every version
+    /// knows: it does not speak this protocol correctly.
+    Unsupported,
+}

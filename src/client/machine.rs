@@ -1,0 +1,239 @@
+//! The client's rules (SPEC.md §9).
+
+use std::collections::BTreeMap;
+
+use super::io::{CallId, Effect, Event, Resolution};
+use crate::protocol::{FencingToken, Key, Outcome, Request, RequestId, Response};
+
+/// The client side of one process: its calls and what it has told the
+/// coordinator about them.
+///
+/// # Driving contract
+///
+/// Feed every fact as an [`Event`] through [`Client::step`], in order, and
+/// carry out the returned [`Effect`]s in the order given: `Send`s go on the
+/// current connection in that order. After [`Event::ConnectionLost`], deliver
+/// no response until [`Event::ConnectionReady`] for a new connection; the
+/// client then replays what the new coordinator must know (SPEC.md §9.4).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Client {
+    connected: bool,
+    calls: BTreeMap<CallId, Call>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Call {
+    key: Key,
+    state: CallState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum CallState {
+    /// `run` sent (or to be sent on the next connection), no answer yet.
+    Asked,
+    /// Told `joined`: waits for `landed` or `interrupted`.
+    Joined { flight: FencingToken },
+    /// Told `lead`: the work runs.
+    Leading { token: FencingToken },
+    /// The work finished and the caller has its result; the `land` is kept
+    /// until `ack` or `rejected` (SPEC.md §9.3).
+    Landing {
+        token: FencingToken,
+        outcome: Outcome,
+    },
+    /// The coordinator refused the reassert: the flight is no longer this
+    /// call's. The work still runs (it cannot be taken back, and its token
+    /// fences it); its result goes to the caller alone.
+    Orphaned { token: FencingToken },
+}
+
+impl Client {
+    pub fn new() -> Client {
+        Client::default()
+    }
+
+    /// Whether the client has anything left to do: calls in progress or
+    /// lands not yet acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.calls.is_empty()
+    }
+
+    /// Takes one event and returns what the shell must do (SPEC.md §9.1).
+    pub fn step(&mut self, event: Event) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        match event {
+            Event::CallStarted { call, key } => {
+                if self.calls.contains_key(&call) {
+                    return effects;
+                }
+                if self.connected {
+                    effects.push(Effect::Send(run(call, &key, None)));
+                }
+                let state = CallState::Asked;
+                self.calls.insert(call, Call { key, state });
+            }
+            Event::ResponseReceived { response } => self.response(response, &mut effects),
+            Event::WorkFinished { call, outcome } => self.finished(call, outcome, &mut effects),
+            Event::CallCancelled { call } => self.cancel(call, &mut effects),
+            Event::ConnectionLost => self.connected = false,
+            Event::ConnectionReady => {
+                self.connected = true;
+                self.replay(&mut effects);
+            }
+        }
+        effects
+    }
+
+    /// §9.2: the coordinator's answers.
+    fn response(&mut self, response: Response, effects: &mut Vec<Effect>) {
+        let Some(call) = call_of(response.id()) else {
+            return;
+        };
+        let Some(entry) = self.calls.get_mut(&call) else {
+            // A call cancelled while its answer was on the way.
+            return;
+        };
+        let resolution = match (&entry.state, response) {
+            (CallState::Asked, Response::Lead { token, .. }) => {
+                entry.state = CallState::Leading { token };
+                effects.push(Effect::StartWork { call, token });
+                return;
+            }
+            (CallState::Asked | CallState::Joined { .. }, Response::Joined { flight, .. }) => {
+                entry.state = CallState::Joined { flight };
+                return;
+            }
+            (CallState::Joined { flight }, Response::Landed { outcome, .. }) => {
+                Resolution::Joined {
+                    flight: *flight,
+                    outcome,
+                }
+            }
+            // A coordinator only sends `landed` after `joined`; without it
+            // the outcome cannot be tied to a flight, so the call ends as if
+            // interrupted rather than trusting it or waiting forever.
+            (CallState::Asked, Response::Landed { .. })
+            | (CallState::Asked | CallState::Joined { .. }, Response::Interrupted { .. }) => {
+                Resolution::Interrupted
+            }
+            (CallState::Landing { .. }, Response::Ack { .. } | Response::Rejected { .. }) => {
+                // The land is settled; the caller had its result already.
+                self.calls.remove(&call);
+                return;
+            }
+            (CallState::Leading { token }, Response::Rejected { .. }) => {
+                entry.state = CallState::Orphaned { token: *token };
+                return;
+            }
+            (_, Response::Unsupported { .. }) => Resolution::Unsupported,
+            // Anything else does not fit the call's state; ignoring it keeps
+            // the call's own protocol on track.
+            _ => return,
+        };
+        self.calls.remove(&call);
+        effects.push(Effect::Resolve { call, resolution });
+    }
+
+    /// §9.3: the leader's work finished.
+    fn finished(&mut self, call: CallId, outcome: Outcome, effects: &mut Vec<Effect>) {
+        let Some(entry) = self.calls.get_mut(&call) else {
+            return;
+        };
+        match entry.state {
+            CallState::Leading { token } => {
+                effects.push(Effect::Resolve {
+                    call,
+                    resolution: Resolution::Led { token },
+                });
+                if self.connected {
+                    effects.push(Effect::Send(Request::Land {
+                        id: request_id(call),
+                        outcome: outcome.clone(),
+                    }));
+                }
+                entry.state = CallState::Landing { token, outcome };
+            }
+            CallState::Orphaned { token } => {
+                self.calls.remove(&call);
+                effects.push(Effect::Resolve {
+                    call,
+                    resolution: Resolution::Led { token },
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// §9.5: the caller gave up. A landing call is already resolved; its
+    /// land still goes to the joiners.
+    fn cancel(&mut self, call: CallId, effects: &mut Vec<Effect>) {
+        let Some(entry) = self.calls.get(&call) else {
+            return;
+        };
+        if matches!(entry.state, CallState::Landing { .. }) {
+            return;
+        }
+        let told_coordinator = !matches!(entry.state, CallState::Orphaned { .. });
+        self.calls.remove(&call);
+        if self.connected && told_coordinator {
+            effects.push(Effect::Send(Request::Cancel {
+                id: request_id(call),
+            }));
+        }
+    }
+
+    /// §9.4: what a new connection must learn, in call order.
+    fn replay(&mut self, effects: &mut Vec<Effect>) {
+        for (&call, entry) in &self.calls {
+            let id = request_id(call);
+            let key = entry.key.clone();
+            match &entry.state {
+                CallState::Asked => effects.push(Effect::Send(run(call, &key, None))),
+                CallState::Joined { flight } => {
+                    effects.push(Effect::Send(run(call, &key, Some(*flight))))
+                }
+                CallState::Leading { token } => {
+                    effects.push(Effect::Send(Request::Reassert {
+                        id,
+                        key,
+                        token: *token,
+                    }));
+                }
+                CallState::Landing { token, outcome } => {
+                    effects.push(Effect::Send(Request::Reassert {
+                        id: id.clone(),
+                        key,
+                        token: *token,
+                    }));
+                    effects.push(Effect::Send(Request::Land {
+                        id,
+                        outcome: outcome.clone(),
+                    }));
+                }
+                CallState::Orphaned { .. } => {}
+            }
+        }
+    }
+}
+
+fn run(call: CallId, key: &Key, flight: Option<FencingToken>) -> Request {
+    Request::Run {
+        id: request_id(call),
+        key: key.clone(),
+        flight,
+    }
+}
+
+/// The wire id of a call: its number in decimal (SPEC.md §3.1).
+pub(crate) fn request_id(call: CallId) -> RequestId {
+    RequestId::new(call.0.to_string()).expect("a decimal u64 is a valid id")
+}
+
+/// The call a response is for; `None` for ids this client never sends.
+fn call_of(id: &RequestId) -> Option<CallId> {
+    let text = id.as_str();
+    // Only the canonical decimal text of a number names a call, so that "01"
+    // cannot alias call 1.
+    let number: u64 = text.parse().ok()?;
+    (number.to_string() == text).then_some(CallId(number))
+}

@@ -1,0 +1,346 @@
+//! The client's rules, one test per rule of SPEC.md §9, comparing the exact
+//! effects.
+
+use super::*;
+use crate::protocol::{Epoch, FencingToken, Key, Outcome, Request, RequestId, Response};
+
+fn id(n: u64) -> RequestId {
+    RequestId::new(n.to_string()).unwrap()
+}
+
+fn key() -> Key {
+    Key::new("k").unwrap()
+}
+
+fn token(sequence: u32) -> FencingToken {
+    FencingToken::new(Epoch::FIRST, sequence).unwrap()
+}
+
+fn value() -> Outcome {
+    Outcome::Value("v".into())
+}
+
+fn start(client: &mut Client, call: u64) -> Vec<Effect> {
+    client.step(Event::CallStarted {
+        call: CallId(call),
+        key: key(),
+    })
+}
+
+fn receive(client: &mut Client, response: Response) -> Vec<Effect> {
+    client.step(Event::ResponseReceived { response })
+}
+
+fn run(call: u64, flight: Option<FencingToken>) -> Effect {
+    Effect::Send(Request::Run {
+        id: id(call),
+        key: key(),
+        flight,
+    })
+}
+
+fn connected() -> Client {
+    let mut client = Client::new();
+    assert_eq!(client.step(Event::ConnectionReady), vec![]);
+    client
+}
+
+/// §9.2: a call sends `run`; `lead` starts the work; when it finishes the
+/// caller has its own result at once and the land goes out.
+#[test]
+fn leader_runs_work_and_lands() {
+    let mut client = connected();
+    assert_eq!(start(&mut client, 1), vec![run(1, None)]);
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Lead {
+                id: id(1),
+                token: token(1)
+            }
+        ),
+        vec![Effect::StartWork {
+            call: CallId(1),
+            token: token(1)
+        }]
+    );
+    let finished = Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    };
+    assert_eq!(
+        client.step(finished),
+        vec![
+            Effect::Resolve {
+                call: CallId(1),
+                resolution: Resolution::Led { token: token(1) }
+            },
+            Effect::Send(Request::Land {
+                id: id(1),
+                outcome: value()
+            }),
+        ]
+    );
+    assert!(
+        !client.is_idle(),
+        "§9.3: the land is kept until acknowledged"
+    );
+    assert_eq!(receive(&mut client, Response::Ack { id: id(1) }), vec![]);
+    assert!(client.is_idle());
+}
+
+/// §9.2: a joiner resolves with the flight's outcome, or as interrupted.
+#[test]
+fn joiner_resolves_with_outcome_or_interruption() {
+    let mut client = connected();
+    start(&mut client, 1);
+    start(&mut client, 2);
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Joined {
+                id: id(1),
+                flight: token(4)
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Joined {
+                id: id(2),
+                flight: token(4)
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Landed {
+                id: id(1),
+                outcome: value()
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Joined {
+                flight: token(4),
+                outcome: value()
+            }
+        }]
+    );
+    assert_eq!(
+        receive(&mut client, Response::Interrupted { id: id(2) }),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Interrupted
+        }]
+    );
+    assert!(client.is_idle());
+}
+
+/// §9.4: on a new connection the client reasserts what it leads (and lands
+/// again what was not acknowledged), rejoins what it joined, and runs again
+/// what got no answer; calls started while disconnected wait for it.
+#[test]
+fn replay_after_lost_connection() {
+    let mut client = connected();
+    start(&mut client, 1);
+    start(&mut client, 2);
+    start(&mut client, 3);
+    start(&mut client, 4);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(2),
+            token: token(2),
+        },
+    );
+    receive(
+        &mut client,
+        Response::Joined {
+            id: id(3),
+            flight: token(7),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    let finished = Event::WorkFinished {
+        call: CallId(2),
+        outcome: value(),
+    };
+    assert_eq!(
+        client.step(finished),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Led { token: token(2) }
+        }]
+    );
+    assert_eq!(start(&mut client, 5), vec![]);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![
+            Effect::Send(Request::Reassert {
+                id: id(1),
+                key: key(),
+                token: token(1)
+            }),
+            Effect::Send(Request::Reassert {
+                id: id(2),
+                key: key(),
+                token: token(2)
+            }),
+            Effect::Send(Request::Land {
+                id: id(2),
+                outcome: value()
+            }),
+            run(3, Some(token(7))),
+            run(4, None),
+            run(5, None),
+        ]
+    );
+}
+
+/// §9.3: a rejected reassert orphans the call: the work goes on, its result
+/// is the caller's alone, and no land is sent for it.
+#[test]
+fn rejected_reassert_orphans_the_leader() {
+    let mut client = connected();
+    start(&mut client, 1);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    client.step(Event::ConnectionReady);
+    assert_eq!(
+        receive(&mut client, Response::Rejected { id: id(1) }),
+        vec![]
+    );
+    let finished = Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    };
+    assert_eq!(
+        client.step(finished),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Led { token: token(1) }
+        }]
+    );
+    assert!(client.is_idle());
+    client.step(Event::ConnectionLost);
+    assert_eq!(client.step(Event::ConnectionReady), vec![]);
+}
+
+/// §9.3: a land that is rejected (reassert too late) is dropped.
+#[test]
+fn rejected_land_is_dropped() {
+    let mut client = connected();
+    start(&mut client, 1);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    client.step(Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    });
+    client.step(Event::ConnectionReady);
+    assert_eq!(
+        receive(&mut client, Response::Rejected { id: id(1) }),
+        vec![]
+    );
+    assert!(client.is_idle());
+    assert_eq!(
+        receive(&mut client, Response::Rejected { id: id(1) }),
+        vec![]
+    );
+}
+
+/// §9.5: cancelling sends `cancel` for anything the coordinator knows, and
+/// nothing while disconnected; answers that arrive later are ignored.
+#[test]
+fn cancel_withdraws() {
+    let mut client = connected();
+    start(&mut client, 1);
+    let cancel = |call| Event::CallCancelled { call: CallId(call) };
+    assert_eq!(
+        client.step(cancel(1)),
+        vec![Effect::Send(Request::Cancel { id: id(1) })]
+    );
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Lead {
+                id: id(1),
+                token: token(1)
+            }
+        ),
+        vec![]
+    );
+    start(&mut client, 2);
+    client.step(Event::ConnectionLost);
+    assert_eq!(client.step(cancel(2)), vec![]);
+    assert_eq!(client.step(Event::ConnectionReady), vec![]);
+    assert!(client.is_idle());
+}
+
+/// §9.5: cancelling a call that already has its result changes nothing: its
+/// land still reaches the joiners.
+#[test]
+fn cancel_after_result_keeps_the_land() {
+    let mut client = connected();
+    start(&mut client, 1);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client.step(Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    });
+    assert_eq!(
+        client.step(Event::CallCancelled { call: CallId(1) }),
+        vec![]
+    );
+    assert!(!client.is_idle());
+}
+
+/// §9.2: answers for ids the client never used, or that do not fit the
+/// call's state, are ignored; `unsupported` ends the call.
+#[test]
+fn odd_answers() {
+    let mut client = connected();
+    start(&mut client, 1);
+    let stray = Response::Ack {
+        id: RequestId::new("01").unwrap(),
+    };
+    assert_eq!(receive(&mut client, stray), vec![]);
+    assert_eq!(receive(&mut client, Response::Ack { id: id(1) }), vec![]);
+    assert_eq!(
+        receive(&mut client, Response::Unsupported { id: id(1) }),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Unsupported
+        }]
+    );
+}

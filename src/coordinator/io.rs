@@ -1,0 +1,67 @@
+//! What goes into the coordinator and what comes out (SPEC.md §8.1): plain
+//! data, so that tests and the model checker can compare it.
+
+use crate::protocol::{Incoming, Response};
+
+/// A connection, named by the shell. The shell never reuses a number within
+/// one term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectionId(pub u64);
+
+/// How a term begins (SPEC.md §8.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Term {
+    /// The directory's first term, or one whose predecessor resigned with no
+    /// flight in progress: no grace window.
+    First,
+    /// A term after another: it opens with a grace window, which the shell
+    /// ends with [`Event::GraceWindowEnded`].
+    AfterFailover,
+}
+
+/// A fact the shell reports, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// A client finished the handshake (SPEC.md §4.2) on a new connection.
+    ConnectionOpened { connection: ConnectionId },
+    /// A line of an open connection decoded to a request (SPEC.md §3).
+    RequestReceived {
+        connection: ConnectionId,
+        request: Incoming,
+    },
+    /// The connection is gone: its peer closed it, it failed, or the shell
+    /// closed it (also after an [`Effect::Close`]).
+    ConnectionClosed { connection: ConnectionId },
+    /// The grace window of a [`Term::AfterFailover`] is over (SPEC.md §8.4).
+    GraceWindowEnded,
+}
+
+/// A command for the shell, to be carried out in the order given.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Effect {
+    /// Write `response` as one line on `connection`.
+    Send {
+        connection: ConnectionId,
+        response: Response,
+    },
+    /// Close `connection`. The coordinator has already withdrawn its parties;
+    /// events that still arrive for it are ignored.
+    Close {
+        connection: ConnectionId,
+        reason: CloseReason,
+    },
+    /// This term cannot go on (SPEC.md §8.9): resign the claim and close
+    /// every connection, so that the next term takes over with a greater
+    /// epoch. The coordinator ignores every event after this.
+    EndTerm,
+}
+
+/// Why the coordinator closes a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// The connection has [`MAX_OPEN_REQUESTS_PER_CONNECTION`] open requests
+    /// and sent one more (SPEC.md §8.9).
+    ///
+    /// [`MAX_OPEN_REQUESTS_PER_CONNECTION`]: super::MAX_OPEN_REQUESTS_PER_CONNECTION
+    TooManyOpenRequests,
+}

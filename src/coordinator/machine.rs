@@ -1,0 +1,561 @@
+//! The coordinator's rules (SPEC.md §8).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
+#[cfg(feature = "mutants")]
+use super::mutant::Mutant;
+use crate::protocol::{
+    Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
+};
+
+/// Open requests one connection may have at once (SPEC.md §8.9). A process
+/// has one connection, so this bounds its concurrent calls; it is far above
+/// what a real process runs at once and keeps a runaway client from growing
+/// the coordinator's memory without bound.
+pub const MAX_OPEN_REQUESTS_PER_CONNECTION: usize = 65_536;
+
+/// One request of one connection, as the coordinator names it.
+type PartyRef = (ConnectionId, RequestId);
+
+/// The coordinator of one term.
+///
+/// # Driving contract
+///
+/// - Create one per term with [`Coordinator::new`], with the term's epoch
+///   from the election. For [`Term::AfterFailover`], the shell delivers
+///   [`Event::GraceWindowEnded`] once, after the grace window.
+/// - Feed every fact as an [`Event`] through [`Coordinator::step`], in the
+///   order it happened, and carry out the returned [`Effect`]s in the order
+///   given before feeding the next event: the order of `Send`s on one
+///   connection is the order the client must see.
+/// - Report [`Event::ConnectionOpened`] after the handshake and before any
+///   request of that connection; report [`Event::ConnectionClosed`] once the
+///   connection is gone (also after carrying out an [`Effect::Close`]). Never
+///   reuse a [`ConnectionId`] within a term. Events for connections that are
+///   not open are ignored, so a late event is harmless.
+/// - After [`Effect::EndTerm`], resign and close everything; the coordinator
+///   ignores all further events.
+///
+/// The coordinator never reads a clock, sleeps or does I/O; the same code
+/// runs in the tokio shell and in the model checker.
+///
+/// ```no_run
+/// use single_flight::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
+/// use single_flight::Epoch;
+///
+/// # fn next_event() -> Event { unimplemented!() }
+/// # fn write_line(_: ConnectionId, _: String) {}
+/// # fn close(_: ConnectionId) {}
+/// # fn resign() {}
+/// let mut coordinator = Coordinator::new(Epoch::FIRST, Term::First);
+/// loop {
+///     for effect in coordinator.step(next_event()) {
+///         match effect {
+///             Effect::Send { connection, response } => {
+///                 write_line(connection, single_flight::protocol::encode(&response))
+///             }
+///             Effect::Close { connection, .. } => close(connection),
+///             Effect::EndTerm => return resign(),
+///         }
+///     }
+/// }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Coordinator {
+    epoch: Epoch,
+    /// The sequence of the next token; `None` once the term has minted its
+    /// last one (SPEC.md §6).
+    next_sequence: Option<u32>,
+    in_grace: bool,
+    /// Set by [`Effect::EndTerm`].
+    ended: bool,
+    connections: BTreeMap<ConnectionId, BTreeMap<RequestId, Party>>,
+    flights: BTreeMap<Key, Flight>,
+    /// Runs waiting for the grace window to end or for their flight to be
+    /// reasserted, in arrival order (SPEC.md §8.4).
+    waiting: Vec<PartyRef>,
+    /// Flights of earlier terms that ended during this grace window, with
+    /// their outcome (`None`: interrupted), for rejoins that arrive after
+    /// the end (SPEC.md §8.4). Emptied when the window ends.
+    ended_in_grace: BTreeMap<FencingToken, Option<Outcome>>,
+    /// Effects of the step in progress; always empty between steps.
+    effects: Vec<Effect>,
+    #[cfg(feature = "mutants")]
+    mutant: Option<Mutant>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Party {
+    key: Key,
+    role: Role,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Role {
+    /// Waits for the grace window to end (`flight: None`) or for the flight
+    /// `flight` to be reasserted (a rejoin).
+    Waiting {
+        flight: Option<FencingToken>,
+    },
+    Leading {
+        token: FencingToken,
+    },
+    Joining {
+        token: FencingToken,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Flight {
+    token: FencingToken,
+    leader: PartyRef,
+    joiners: BTreeSet<PartyRef>,
+}
+
+impl Coordinator {
+    /// The coordinator of the term `epoch`.
+    pub fn new(epoch: Epoch, term: Term) -> Coordinator {
+        Coordinator {
+            epoch,
+            next_sequence: Some(1),
+            in_grace: term == Term::AfterFailover,
+            ended: false,
+            connections: BTreeMap::new(),
+            flights: BTreeMap::new(),
+            waiting: Vec::new(),
+            ended_in_grace: BTreeMap::new(),
+            effects: Vec::new(),
+            #[cfg(feature = "mutants")]
+            mutant: None,
+        }
+    }
+
+    /// Starts minting at `sequence` instead of 1, to test the end of a
+    /// term's tokens (SPEC.md §8.9) without minting four billion of them.
+    #[doc(hidden)]
+    pub fn with_next_sequence(mut self, sequence: u32) -> Coordinator {
+        self.next_sequence = Some(sequence);
+        self
+    }
+
+    /// This coordinator with one seeded bug (SPEC.md §12.3).
+    #[cfg(feature = "mutants")]
+    pub fn with_mutant(mut self, mutant: Option<Mutant>) -> Coordinator {
+        self.mutant = mutant;
+        self
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    pub fn in_grace(&self) -> bool {
+        self.in_grace
+    }
+
+    /// The flights in progress, by key, with their tokens.
+    pub fn flights(&self) -> impl Iterator<Item = (&Key, FencingToken)> {
+        self.flights.iter().map(|(key, flight)| (key, flight.token))
+    }
+
+    /// Whether `connection` is open as far as the coordinator knows.
+    pub fn is_open(&self, connection: ConnectionId) -> bool {
+        self.connections.contains_key(&connection)
+    }
+
+    /// Takes one event and returns what the shell must do (SPEC.md §8.1).
+    pub fn step(&mut self, event: Event) -> Vec<Effect> {
+        if self.ended {
+            return Vec::new();
+        }
+        match event {
+            Event::ConnectionOpened { connection } => {
+                self.connections.entry(connection).or_default();
+            }
+            Event::RequestReceived {
+                connection,
+                request,
+            } => {
+                if self.is_open(connection) {
+                    self.request(connection, request);
+                }
+            }
+            Event::ConnectionClosed { connection } => self.close(connection),
+            Event::GraceWindowEnded => self.end_grace(),
+        }
+        std::mem::take(&mut self.effects)
+    }
+
+    fn request(&mut self, connection: ConnectionId, incoming: Incoming) {
+        let request = match incoming {
+            // §3.6: answered, and the connection keeps everything it has.
+            Incoming::Unknown { id, .. } => {
+                return self.send(connection, Response::Unsupported { id });
+            }
+            Incoming::Request(request) => request,
+        };
+        match request {
+            Request::Run { id, key, flight } => {
+                if self.open(connection, &id, &key) {
+                    match flight {
+                        None => self.run((connection, id), key),
+                        Some(token) => self.rejoin((connection, id), key, token),
+                    }
+                }
+            }
+            Request::Land { id, outcome } => self.land((connection, id), outcome),
+            Request::Cancel { id } => self.withdraw(&(connection, id), Withdrawal::Cancel),
+            Request::Reassert { id, key, token } => {
+                if self.open(connection, &id, &key) {
+                    self.reassert((connection, id), key, token);
+                }
+            }
+            Request::Status { id } => {
+                let flights = self
+                    .flights
+                    .iter()
+                    .map(|(key, flight)| FlightStatus {
+                        key: key.clone(),
+                        token: flight.token,
+                        joiners: flight.joiners.len() as u64,
+                    })
+                    .collect();
+                self.send(connection, Response::Status { id, flights });
+            }
+        }
+    }
+
+    /// Opens a party for `id` in the role `Waiting`; `false` when the id is
+    /// already open (§8.8: ignored) or the connection is over its limit
+    /// (§8.9: closed).
+    fn open(&mut self, connection: ConnectionId, id: &RequestId, key: &Key) -> bool {
+        let Some(parties) = self.connections.get_mut(&connection) else {
+            return false;
+        };
+        if parties.contains_key(id) {
+            return false;
+        }
+        if parties.len() >= MAX_OPEN_REQUESTS_PER_CONNECTION {
+            self.close(connection);
+            self.effects.push(Effect::Close {
+                connection,
+                reason: CloseReason::TooManyOpenRequests,
+            });
+            return false;
+        }
+        let party = Party {
+            key: key.clone(),
+            role: Role::Waiting { flight: None },
+        };
+        parties.insert(id.clone(), party);
+        true
+    }
+
+    /// §8.2: a plain run leads or joins; during the grace window it waits.
+    fn run(&mut self, party: PartyRef, key: Key) {
+        if self.in_grace && !self.mutant(Mutant::GraceLetsRunsLead) {
+            self.waiting.push(party);
+        } else {
+            self.lead_or_join(party, key);
+        }
+    }
+
+    fn lead_or_join(&mut self, party: PartyRef, key: Key) {
+        match self.flights.get(&key) {
+            Some(flight) if !self.mutant(Mutant::SecondLeaderWhileInProgress) => {
+                let token = flight.token;
+                self.join(party, &key, token);
+            }
+            _ => self.lead(party, key),
+        }
+    }
+
+    fn lead(&mut self, party: PartyRef, key: Key) {
+        let Some(token) = self.mint() else {
+            // §8.9: the term has no tokens left. The party stays waiting; the
+            // shell closes every connection and the next term takes over.
+            self.ended = true;
+            self.effects.push(Effect::EndTerm);
+            return;
+        };
+        self.set_role(&party, Role::Leading { token });
+        let flight = Flight {
+            token,
+            leader: party.clone(),
+            joiners: BTreeSet::new(),
+        };
+        self.flights.insert(key, flight);
+        let (connection, id) = party;
+        self.send(connection, Response::Lead { id, token });
+    }
+
+    fn join(&mut self, party: PartyRef, key: &Key, token: FencingToken) {
+        self.set_role(&party, Role::Joining { token });
+        if let Some(flight) = self.flights.get_mut(key) {
+            flight.joiners.insert(party.clone());
+        }
+        let (connection, id) = party;
+        self.send(connection, Response::Joined { id, flight: token });
+    }
+
+    /// §8.2: a rejoin joins its flight if it is in progress, waits during the
+    /// grace window if that flight may still be reasserted, and is otherwise
+    /// interrupted. It never leads.
+    fn rejoin(&mut self, party: PartyRef, key: Key, token: FencingToken) {
+        if self.flights.get(&key).is_some_and(|f| f.token == token) {
+            return self.join(party, &key, token);
+        }
+        if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
+            return self.finish(&party, outcome);
+        }
+        if self.in_grace && token.epoch() < self.epoch {
+            self.set_role(
+                &party,
+                Role::Waiting {
+                    flight: Some(token),
+                },
+            );
+            return self.waiting.push(party);
+        }
+        if self.mutant(Mutant::RejoinMayLead) && !self.flights.contains_key(&key) {
+            return self.lead(party, key);
+        }
+        self.finish(&party, None);
+    }
+
+    /// §8.3: a leader of an earlier term claims its flight again.
+    fn reassert(&mut self, party: PartyRef, key: Key, token: FencingToken) {
+        let in_window = self.in_grace || self.mutant(Mutant::ReassertAfterGrace);
+        let accepted = in_window
+            && token.epoch() < self.epoch
+            && !self.flights.contains_key(&key)
+            && !self.ended_in_grace.contains_key(&token);
+        if !accepted {
+            self.remove_party(&party);
+            let (connection, id) = party;
+            return self.send(connection, Response::Rejected { id });
+        }
+        self.set_role(&party, Role::Leading { token });
+        let flight = Flight {
+            token,
+            leader: party,
+            joiners: BTreeSet::new(),
+        };
+        self.flights.insert(key.clone(), flight);
+        // Runs of this key that waited for the window now have a flight:
+        // plain runs and rejoins of this flight join it; rejoins of another
+        // flight of this key are interrupted, since a key with a flight in
+        // progress cannot have another reasserted (§8.4).
+        let (ready, still_waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|waiting| self.party(waiting).is_some_and(|p| p.key == key));
+        self.waiting = still_waiting;
+        for waiting in ready {
+            match self.party(&waiting).map(|p| p.role.clone()) {
+                Some(Role::Waiting { flight: None }) => self.join(waiting, &key, token),
+                Some(Role::Waiting { flight: Some(t) }) if t == token => {
+                    self.join(waiting, &key, token)
+                }
+                Some(Role::Waiting { flight: Some(_) }) => self.finish(&waiting, None),
+                _ => {}
+            }
+        }
+    }
+
+    /// §8.5: the leader ends its flight; anyone else is rejected.
+    fn land(&mut self, party: PartyRef, outcome: Outcome) {
+        let leading = match self.party(&party) {
+            Some(Party {
+                key,
+                role: Role::Leading { token },
+            }) => Some((key.clone(), *token)),
+            _ => None,
+        };
+        let landed =
+            leading.is_some_and(|(key, token)| self.end_flight(&key, token, Some(outcome)));
+        let (connection, id) = party;
+        if landed {
+            self.send(connection, Response::Ack { id });
+        } else {
+            self.send(connection, Response::Rejected { id });
+        }
+    }
+
+    /// §8.6: a waiting run or a joiner leaves silently; a leader's flight is
+    /// interrupted.
+    fn withdraw(&mut self, party: &PartyRef, why: Withdrawal) {
+        let (connection, id) = party;
+        let removed = self
+            .connections
+            .get_mut(connection)
+            .and_then(|parties| parties.remove(id));
+        if let Some(removed) = removed {
+            self.withdrawn(party, removed, why);
+        }
+    }
+
+    /// Undoes what `party`, already removed from its connection, was doing.
+    fn withdrawn(&mut self, party: &PartyRef, Party { key, role }: Party, why: Withdrawal) {
+        match role {
+            Role::Waiting { .. } => self.waiting.retain(|waiting| waiting != party),
+            Role::Joining { token } => {
+                if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
+                    flight.joiners.remove(party);
+                }
+            }
+            Role::Leading { token } => {
+                if why == Withdrawal::Close && self.mutant(Mutant::LeaderCloseStrandsJoiners) {
+                    self.flights.remove(&key);
+                } else {
+                    self.end_flight(&key, token, None);
+                }
+            }
+        }
+    }
+
+    /// §8.7: the connection is forgotten first, so that nothing more is sent
+    /// on it, then everything it had is withdrawn.
+    fn close(&mut self, connection: ConnectionId) {
+        let Some(parties) = self.connections.remove(&connection) else {
+            return;
+        };
+        for (id, party) in parties {
+            self.withdrawn(&(connection, id), party, Withdrawal::Close);
+        }
+    }
+
+    /// Ends the flight `token` of `key`, if it is in progress: every joiner is
+    /// answered with the outcome (`None`: interrupted) and the leader's party
+    /// is closed. Returns whether the flight was in progress.
+    fn end_flight(&mut self, key: &Key, token: FencingToken, outcome: Option<Outcome>) -> bool {
+        if self.flights.get(key).is_none_or(|f| f.token != token) {
+            return false;
+        }
+        let Some(flight) = self.flights.remove(key) else {
+            return false;
+        };
+        for joiner in &flight.joiners {
+            self.finish(joiner, outcome.clone());
+        }
+        if self.in_grace
+            && flight.token.epoch() < self.epoch
+            && !self.mutant(Mutant::ForgetsLandingsInGrace)
+        {
+            self.ended_in_grace.insert(flight.token, outcome);
+        }
+        self.remove_party(&flight.leader);
+        true
+    }
+
+    /// §8.4: waiting plain runs lead or join, one leader per key, in arrival
+    /// order; rejoins still waiting are interrupted.
+    fn end_grace(&mut self) {
+        if !self.in_grace {
+            return;
+        }
+        self.in_grace = false;
+        self.ended_in_grace.clear();
+        for waiting in std::mem::take(&mut self.waiting) {
+            match self.party(&waiting).cloned() {
+                Some(Party {
+                    key,
+                    role: Role::Waiting { flight: None },
+                }) => self.lead_or_join(waiting, key),
+                Some(Party {
+                    role: Role::Waiting { flight: Some(_) },
+                    ..
+                }) => self.finish(&waiting, None),
+                _ => {}
+            }
+            if self.ended {
+                return;
+            }
+        }
+    }
+
+    /// Answers a joiner or a rejoin for good: `landed` with the outcome, or
+    /// `interrupted`; its party is closed (§8.10).
+    fn finish(&mut self, party: &PartyRef, outcome: Option<Outcome>) {
+        self.remove_party(party);
+        let (connection, id) = party.clone();
+        let response = match outcome {
+            Some(outcome) => Response::Landed { id, outcome },
+            None => Response::Interrupted { id },
+        };
+        self.send(connection, response);
+    }
+
+    /// The one place that sends: never on a closed connection (§8.10).
+    fn send(&mut self, connection: ConnectionId, response: Response) {
+        if self.is_open(connection) {
+            self.effects.push(Effect::Send {
+                connection,
+                response,
+            });
+        }
+    }
+
+    fn mint(&mut self) -> Option<FencingToken> {
+        let sequence = self.next_sequence?;
+        self.next_sequence = sequence.checked_add(1);
+        let epoch = if self.mutant(Mutant::TokenIgnoresEpoch) {
+            Epoch::FIRST
+        } else {
+            self.epoch
+        };
+        FencingToken::new(epoch, sequence)
+    }
+
+    fn party(&self, (connection, id): &PartyRef) -> Option<&Party> {
+        self.connections.get(connection)?.get(id)
+    }
+
+    fn set_role(&mut self, (connection, id): &PartyRef, role: Role) {
+        if let Some(party) = self
+            .connections
+            .get_mut(connection)
+            .and_then(|parties| parties.get_mut(id))
+        {
+            party.role = role;
+        }
+    }
+
+    fn remove_party(&mut self, (connection, id): &PartyRef) {
+        if let Some(parties) = self.connections.get_mut(connection) {
+            parties.remove(id);
+        }
+    }
+
+    #[cfg(feature = "mutants")]
+    fn mutant(&self, mutant: Mutant) -> bool {
+        self.mutant == Some(mutant)
+    }
+
+    #[cfg(not(feature = "mutants"))]
+    #[inline(always)]
+    fn mutant(&self, _: Mutant) -> bool {
+        false
+    }
+}
+
+/// Why a party is withdrawn; the two differ only for a seeded bug.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Withdrawal {
+    Cancel,
+    Close,
+}
+
+/// Without the `mutants` feature the seeded bugs do not exist; this stand-in
+/// keeps the call sites readable and compiles to nothing.
+#[cfg(not(feature = "mutants"))]
+#[derive(Clone, Copy)]
+enum Mutant {
+    RejoinMayLead,
+    ReassertAfterGrace,
+    GraceLetsRunsLead,
+    LeaderCloseStrandsJoiners,
+    TokenIgnoresEpoch,
+    SecondLeaderWhileInProgress,
+    ForgetsLandingsInGrace,
+}

@@ -1,0 +1,16 @@
+//! The pure coordinator (SPEC.md §8): who leads, who joins, what a failover
+//! keeps. No I/O, no clock, no threads, no randomness: the shell feeds it
+//! [`Event`]s and carries out the [`Effect`]s it returns.
+
+mod io;
+mod machine;
+#[cfg(feature = "mutants")]
+mod mutant;
+
+pub use io::{CloseReason, ConnectionId, Effect, Event, Term};
+pub use machine::{Coordinator, MAX_OPEN_REQUESTS_PER_CONNECTION};
+#[cfg(feature = "mutants")]
+pub use mutant::Mutant;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,485 @@
+//! The coordinator's rules, one test per rule of SPEC.md §8, each comparing
+//! the exact effects; and property tests over long random event sequences.
+
+use super::*;
+use crate::protocol::{Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
+
+mod properties;
+
+fn c(n: u64) -> ConnectionId {
+    ConnectionId(n)
+}
+
+fn id(text: &str) -> RequestId {
+    RequestId::new(text).unwrap()
+}
+
+fn key(text: &str) -> Key {
+    Key::new(text).unwrap()
+}
+
+fn token(epoch: u64, sequence: u32) -> FencingToken {
+    FencingToken::new(Epoch::new(epoch).unwrap(), sequence).unwrap()
+}
+
+fn value(text: &str) -> Outcome {
+    Outcome::Value(text.to_owned())
+}
+
+fn request(connection: ConnectionId, request: Request) -> Event {
+    Event::RequestReceived {
+        connection,
+        request: Incoming::Request(request),
+    }
+}
+
+fn run(connection: u64, i: &str, k: &str) -> Event {
+    request(
+        c(connection),
+        Request::Run {
+            id: id(i),
+            key: key(k),
+            flight: None,
+        },
+    )
+}
+
+fn rejoin(connection: u64, i: &str, k: &str, flight: FencingToken) -> Event {
+    request(
+        c(connection),
+        Request::Run {
+            id: id(i),
+            key: key(k),
+            flight: Some(flight),
+        },
+    )
+}
+
+fn land(connection: u64, i: &str, outcome: Outcome) -> Event {
+    request(c(connection), Request::Land { id: id(i), outcome })
+}
+
+fn cancel(connection: u64, i: &str) -> Event {
+    request(c(connection), Request::Cancel { id: id(i) })
+}
+
+fn reassert(connection: u64, i: &str, k: &str, t: FencingToken) -> Event {
+    request(
+        c(connection),
+        Request::Reassert {
+            id: id(i),
+            key: key(k),
+            token: t,
+        },
+    )
+}
+
+fn send(connection: u64, response: Response) -> Effect {
+    Effect::Send {
+        connection: c(connection),
+        response,
+    }
+}
+
+fn lead(connection: u64, i: &str, t: FencingToken) -> Effect {
+    send(
+        connection,
+        Response::Lead {
+            id: id(i),
+            token: t,
+        },
+    )
+}
+
+fn joined(connection: u64, i: &str, t: FencingToken) -> Effect {
+    send(
+        connection,
+        Response::Joined {
+            id: id(i),
+            flight: t,
+        },
+    )
+}
+
+fn landed(connection: u64, i: &str, outcome: Outcome) -> Effect {
+    send(connection, Response::Landed { id: id(i), outcome })
+}
+
+fn interrupted(connection: u64, i: &str) -> Effect {
+    send(connection, Response::Interrupted { id: id(i) })
+}
+
+fn ack(connection: u64, i: &str) -> Effect {
+    send(connection, Response::Ack { id: id(i) })
+}
+
+fn rejected(connection: u64, i: &str) -> Effect {
+    send(connection, Response::Rejected { id: id(i) })
+}
+
+/// A coordinator of `epoch` with connections 1..=`connections` open.
+fn coordinator(epoch: u64, term: Term, connections: u64) -> Coordinator {
+    let mut coordinator = Coordinator::new(Epoch::new(epoch).unwrap(), term);
+    for n in 1..=connections {
+        assert_eq!(
+            coordinator.step(Event::ConnectionOpened { connection: c(n) }),
+            vec![]
+        );
+    }
+    coordinator
+}
+
+/// §8.2: a plain run leads when no flight of its key is in progress, with a
+/// fresh token; a later run of the same key joins; another key leads its own.
+#[test]
+fn run_leads_then_joins() {
+    let mut co = coordinator(1, Term::First, 3);
+    assert_eq!(co.step(run(1, "1", "k")), vec![lead(1, "1", token(1, 1))]);
+    assert_eq!(co.step(run(2, "1", "k")), vec![joined(2, "1", token(1, 1))]);
+    assert_eq!(co.step(run(3, "7", "k")), vec![joined(3, "7", token(1, 1))]);
+    assert_eq!(
+        co.step(run(3, "8", "other")),
+        vec![lead(3, "8", token(1, 2))]
+    );
+}
+
+/// §8.2: after a flight ends, the next run leads a new flight with a greater token.
+#[test]
+fn run_after_landing_leads_a_new_flight() {
+    let mut co = coordinator(2, Term::First, 1);
+    co.step(run(1, "1", "k"));
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
+    assert_eq!(co.step(run(1, "2", "k")), vec![lead(1, "2", token(2, 2))]);
+}
+
+/// §8.2: a rejoin joins its flight while it is in progress.
+#[test]
+fn rejoin_joins_flight_in_progress() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    assert_eq!(
+        co.step(rejoin(2, "5", "k", token(1, 1))),
+        vec![joined(2, "5", token(1, 1))]
+    );
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![landed(2, "5", value("v")), ack(1, "1")]
+    );
+}
+
+/// §8.2: a rejoin of a flight that is not in progress is interrupted and
+/// never leads, outside the grace window or for a flight of this term.
+#[test]
+fn rejoin_of_gone_flight_is_interrupted_never_leads() {
+    let mut co = coordinator(3, Term::First, 1);
+    assert_eq!(
+        co.step(rejoin(1, "1", "k", token(2, 9))),
+        vec![interrupted(1, "1")]
+    );
+    let mut co = coordinator(3, Term::AfterFailover, 1);
+    assert_eq!(
+        co.step(rejoin(1, "1", "k", token(3, 9))),
+        vec![interrupted(1, "1")]
+    );
+    // The key is free, yet nothing leads: the next plain run mints sequence 1.
+    co.step(Event::GraceWindowEnded);
+    assert_eq!(co.step(run(1, "2", "k")), vec![lead(1, "2", token(3, 1))]);
+}
+
+/// §8.2: a rejoin naming a token of another flight of the key is interrupted.
+#[test]
+fn rejoin_of_another_flight_of_the_key_is_interrupted() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    assert_eq!(
+        co.step(rejoin(2, "1", "k", token(1, 5))),
+        vec![interrupted(2, "1")]
+    );
+}
+
+/// §8.3: a reassert during the grace window makes its party lead its flight
+/// again, with its old token and no answer; its joiners rejoin it.
+#[test]
+fn reassert_in_grace_leads_again_silently() {
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let old = token(1, 4);
+    assert_eq!(co.step(reassert(1, "1", "k", old)), vec![]);
+    assert_eq!(co.step(rejoin(2, "3", "k", old)), vec![joined(2, "3", old)]);
+    assert_eq!(co.step(run(2, "4", "k")), vec![]);
+    co.step(Event::GraceWindowEnded);
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![
+            landed(2, "3", value("v")),
+            landed(2, "4", value("v")),
+            ack(1, "1")
+        ]
+    );
+}
+
+/// §8.3: a reassert after the grace window, without one, of this term's
+/// token, or for a key that has a flight, is rejected.
+#[test]
+fn reassert_rejected_when_too_late_or_taken() {
+    let mut co = coordinator(2, Term::First, 1);
+    assert_eq!(
+        co.step(reassert(1, "1", "k", token(1, 1))),
+        vec![rejected(1, "1")]
+    );
+
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    assert_eq!(
+        co.step(reassert(1, "1", "k", token(2, 1))),
+        vec![rejected(1, "1")]
+    );
+    assert_eq!(co.step(reassert(1, "2", "k", token(1, 1))), vec![]);
+    assert_eq!(
+        co.step(reassert(2, "2", "k", token(1, 2))),
+        vec![rejected(2, "2")]
+    );
+    co.step(Event::GraceWindowEnded);
+    assert_eq!(
+        co.step(reassert(2, "3", "j", token(1, 3))),
+        vec![rejected(2, "3")]
+    );
+    // The rejected ids are not open: they can be used again.
+    assert_eq!(co.step(run(2, "3", "j")), vec![lead(2, "3", token(2, 1))]);
+}
+
+/// §8.4: plain runs wait during the grace window; when it ends each waiting
+/// key gets one leader, the first to arrive, and the others join.
+#[test]
+fn grace_window_holds_plain_runs() {
+    let mut co = coordinator(5, Term::AfterFailover, 3);
+    assert_eq!(co.step(run(1, "1", "a")), vec![]);
+    assert_eq!(co.step(run(2, "1", "b")), vec![]);
+    assert_eq!(co.step(run(3, "1", "a")), vec![]);
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![
+            lead(1, "1", token(5, 1)),
+            lead(2, "1", token(5, 2)),
+            joined(3, "1", token(5, 1)),
+        ]
+    );
+    assert!(!co.in_grace());
+    assert_eq!(co.step(Event::GraceWindowEnded), vec![]);
+}
+
+/// §8.4: rejoins still waiting when the window ends are interrupted.
+#[test]
+fn waiting_rejoins_interrupted_at_end_of_grace() {
+    let mut co = coordinator(2, Term::AfterFailover, 1);
+    assert_eq!(co.step(rejoin(1, "1", "k", token(1, 1))), vec![]);
+    assert_eq!(co.step(Event::GraceWindowEnded), vec![interrupted(1, "1")]);
+}
+
+/// §8.4: a reassert hands the waiting runs of its key to the flight: plain
+/// runs and its rejoins join, rejoins of another flight are interrupted.
+#[test]
+fn reassert_releases_waiting_runs_of_its_key() {
+    let mut co = coordinator(3, Term::AfterFailover, 2);
+    co.step(run(2, "1", "k"));
+    co.step(rejoin(2, "2", "k", token(2, 1)));
+    co.step(rejoin(2, "3", "k", token(1, 1)));
+    co.step(run(2, "4", "other"));
+    assert_eq!(
+        co.step(reassert(1, "1", "k", token(2, 1))),
+        vec![
+            joined(2, "1", token(2, 1)),
+            joined(2, "2", token(2, 1)),
+            interrupted(2, "3"),
+        ]
+    );
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![lead(2, "4", token(3, 1))]
+    );
+}
+
+/// §8.4: a rejoin that arrives after its reasserted flight ended in this
+/// grace window gets that flight's ending.
+#[test]
+fn late_rejoin_in_grace_gets_the_ending() {
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    co.step(reassert(1, "1", "k", token(1, 1)));
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
+    assert_eq!(
+        co.step(rejoin(2, "1", "k", token(1, 1))),
+        vec![landed(2, "1", value("v"))]
+    );
+    co.step(reassert(1, "2", "j", token(1, 2)));
+    co.step(cancel(1, "2"));
+    assert_eq!(
+        co.step(rejoin(2, "2", "j", token(1, 2))),
+        vec![interrupted(2, "2")]
+    );
+    // A flight that ended cannot be reasserted again.
+    assert_eq!(
+        co.step(reassert(1, "3", "k", token(1, 1))),
+        vec![rejected(1, "3")]
+    );
+}
+
+/// §8.5: `land` from anyone but the leader is rejected and changes nothing.
+#[test]
+fn land_from_non_leader_rejected() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    assert_eq!(co.step(land(2, "1", value("x"))), vec![rejected(2, "1")]);
+    assert_eq!(co.step(land(2, "9", value("x"))), vec![rejected(2, "9")]);
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![landed(2, "1", value("v")), ack(1, "1")]
+    );
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![rejected(1, "1")]);
+}
+
+/// §8.6: cancel withdraws a waiting run or a joiner silently, and a
+/// leader's cancel interrupts its joiners.
+#[test]
+fn cancel_rules() {
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    co.step(run(1, "1", "k"));
+    assert_eq!(co.step(cancel(1, "1")), vec![]);
+    assert_eq!(co.step(cancel(1, "404")), vec![]);
+    co.step(run(2, "1", "k"));
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![lead(2, "1", token(2, 1))]
+    );
+    co.step(run(3, "1", "k"));
+    co.step(run(3, "2", "k"));
+    assert_eq!(co.step(cancel(3, "1")), vec![]);
+    assert_eq!(co.step(cancel(2, "1")), vec![interrupted(3, "2")]);
+    assert_eq!(co.flights().count(), 0);
+}
+
+/// §8.7: a closed connection withdraws all its parties; nothing is sent on
+/// it, even to a joiner of its own leader.
+#[test]
+fn closed_connection_withdraws_everything() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "a"));
+    co.step(run(1, "2", "a"));
+    co.step(run(2, "1", "a"));
+    co.step(run(2, "2", "b"));
+    co.step(run(1, "3", "b"));
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(1) }),
+        vec![interrupted(2, "1")]
+    );
+    assert!(!co.is_open(c(1)));
+    assert_eq!(co.step(run(1, "4", "a")), vec![]);
+    assert_eq!(co.step(land(2, "2", value("v"))), vec![ack(2, "2")]);
+}
+
+/// §8.8: an unknown op is answered `unsupported` and the connection keeps its
+/// parties; a second request with an open id is ignored.
+#[test]
+fn unknown_ops_and_duplicate_ids() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    let unknown = Event::RequestReceived {
+        connection: c(1),
+        request: Incoming::Unknown {
+            op: "teleport".into(),
+            id: id("2"),
+        },
+    };
+    assert_eq!(
+        co.step(unknown),
+        vec![send(1, Response::Unsupported { id: id("2") })]
+    );
+    assert_eq!(co.step(run(1, "1", "k")), vec![]);
+    assert_eq!(co.step(reassert(1, "1", "k", token(1, 1))), vec![]);
+    co.step(run(2, "1", "k"));
+    assert_eq!(co.step(run(2, "1", "other")), vec![]);
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![landed(2, "1", value("v")), ack(1, "1")]
+    );
+}
+
+/// §3.5: `status` lists the flights in progress in key order.
+#[test]
+fn status_lists_flights() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "b"));
+    co.step(run(1, "2", "a"));
+    co.step(run(2, "1", "b"));
+    let status = request(c(2), Request::Status { id: id("9") });
+    let flights = vec![
+        crate::protocol::FlightStatus {
+            key: key("a"),
+            token: token(1, 2),
+            joiners: 0,
+        },
+        crate::protocol::FlightStatus {
+            key: key("b"),
+            token: token(1, 1),
+            joiners: 1,
+        },
+    ];
+    assert_eq!(
+        co.step(status),
+        vec![send(
+            2,
+            Response::Status {
+                id: id("9"),
+                flights
+            }
+        )]
+    );
+}
+
+/// §8.9: when a term's sequence is used up the coordinator ends its term
+/// instead of minting a token that is not greater.
+#[test]
+fn exhausted_sequence_ends_the_term() {
+    let mut co = coordinator(1, Term::First, 0).with_next_sequence(u32::MAX);
+    co.step(Event::ConnectionOpened { connection: c(1) });
+    assert_eq!(
+        co.step(run(1, "1", "a")),
+        vec![lead(1, "1", token(1, u32::MAX))]
+    );
+    assert_eq!(co.step(run(1, "2", "b")), vec![Effect::EndTerm]);
+    assert_eq!(co.step(run(1, "3", "c")), vec![]);
+}
+
+/// §8.9: a connection with too many open requests is closed, and its
+/// parties withdrawn.
+#[test]
+fn too_many_open_requests_closes_the_connection() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(2, "leader", "k"));
+    for n in 0..MAX_OPEN_REQUESTS_PER_CONNECTION {
+        let effects = co.step(run(1, &n.to_string(), "k"));
+        assert_eq!(effects.len(), 1);
+    }
+    assert_eq!(
+        co.step(run(1, "one-more", "k")),
+        vec![Effect::Close {
+            connection: c(1),
+            reason: CloseReason::TooManyOpenRequests
+        }]
+    );
+    assert_eq!(
+        co.step(land(2, "leader", value("v"))),
+        vec![ack(2, "leader")]
+    );
+}
+
+/// §8.1: events for connections that are not open change nothing.
+#[test]
+fn events_for_unknown_connections_are_ignored() {
+    let mut co = coordinator(1, Term::First, 0);
+    let before = co.clone();
+    assert_eq!(co.step(run(9, "1", "k")), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(9) }),
+        vec![]
+    );
+    assert_eq!(co, before);
+}

@@ -1,0 +1,455 @@
+//! Long random event sequences through the coordinator, with the invariants
+//! of SPEC.md §8.10 checked by an observer after every step. The observer
+//! sees only what a client could see (requests and responses), so it checks
+//! the coordinator's behaviour, not a copy of its state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+
+use super::super::*;
+use crate::protocol::{Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
+
+const KEYS: [&str; 3] = ["a", "b", "c"];
+const EPOCH: u64 = 3;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Open,
+    Close(usize),
+    Run(usize, usize),
+    Rejoin(usize, usize, usize),
+    Land(usize, usize),
+    Cancel(usize, usize),
+    Reassert(usize, usize, usize),
+    Duplicate(usize, usize),
+    Unknown(usize),
+    GraceEnds,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let n = 0..64usize;
+    prop_oneof![
+        2 => Just(Op::Open),
+        1 => n.clone().prop_map(Op::Close),
+        6 => (n.clone(), n.clone()).prop_map(|(c, k)| Op::Run(c, k)),
+        2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Rejoin(c, k, t)),
+        3 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Land(c, p)),
+        2 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Cancel(c, p)),
+        2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Reassert(c, k, t)),
+        1 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Duplicate(c, p)),
+        1 => n.clone().prop_map(Op::Unknown),
+        1 => Just(Op::GraceEnds),
+    ]
+}
+
+type Party = (ConnectionId, RequestId);
+
+/// What a perfect client-side witness knows, and the checks it makes.
+#[derive(Default)]
+struct Observer {
+    connections: Vec<ConnectionId>,
+    open: BTreeSet<ConnectionId>,
+    next_id: u64,
+    parties: BTreeMap<ConnectionId, Vec<RequestId>>,
+    /// Every response each party got, in order.
+    answers: BTreeMap<Party, Vec<Response>>,
+    /// Parties that were withdrawn by their own cancel.
+    cancelled: BTreeSet<Party>,
+    /// Leads not yet settled: party → (key, token).
+    live_leads: BTreeMap<Party, (Key, FencingToken)>,
+    /// The flight each joiner joined or rejoined.
+    flight_of: BTreeMap<Party, FencingToken>,
+    /// The outcome each flight landed with.
+    landed: BTreeMap<FencingToken, Outcome>,
+    /// The key each party asked for.
+    key_of: BTreeMap<Party, Key>,
+    last_minted: Option<FencingToken>,
+    tokens: Vec<FencingToken>,
+    values: u64,
+    /// The step being checked happens inside the grace window.
+    grace: bool,
+}
+
+impl Observer {
+    fn new() -> Observer {
+        let mut observer = Observer::default();
+        // Tokens of earlier terms, for reasserts and rejoins.
+        for epoch in 1..EPOCH {
+            for sequence in 1..=3 {
+                let token = FencingToken::new(Epoch::new(epoch).unwrap(), sequence).unwrap();
+                observer.tokens.push(token);
+            }
+        }
+        observer
+    }
+
+    fn connection(&self, n: usize) -> Option<ConnectionId> {
+        (!self.connections.is_empty()).then(|| self.connections[n % self.connections.len()])
+    }
+
+    fn new_party(&mut self, connection: ConnectionId) -> RequestId {
+        self.next_id += 1;
+        let id = RequestId::new(self.next_id.to_string()).unwrap();
+        self.parties.entry(connection).or_default().push(id.clone());
+        id
+    }
+
+    fn party(&self, connection: ConnectionId, n: usize) -> Option<RequestId> {
+        let ids = self.parties.get(&connection)?;
+        (!ids.is_empty()).then(|| ids[n % ids.len()].clone())
+    }
+
+    fn is_final(response: &Response) -> bool {
+        matches!(
+            response,
+            Response::Landed { .. } | Response::Interrupted { .. }
+        )
+    }
+
+    /// Whether the coordinator must still consider `party` open.
+    fn known_open(&self, party: &Party) -> bool {
+        let answers = self.answers.get(party).map(Vec::as_slice).unwrap_or(&[]);
+        self.open.contains(&party.0)
+            && !self.cancelled.contains(party)
+            && (self.live_leads.contains_key(party)
+                || (answers.iter().any(|r| matches!(r, Response::Joined { .. }))
+                    && !answers.iter().any(Self::is_final)))
+    }
+
+    /// Checks one step's effects and learns from them.
+    fn check(&mut self, effects: &[Effect]) {
+        let mut closed_now = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Send {
+                    connection,
+                    response,
+                } => {
+                    assert!(
+                        self.open.contains(connection),
+                        "§8.10: sent on a closed connection: {effect:?}"
+                    );
+                    let party = (*connection, response.id().clone());
+                    let earlier = self.answers.entry(party.clone()).or_default();
+                    // `rejected` answers a land of a party that is over, not the party.
+                    let answers_party = !matches!(response, Response::Rejected { .. });
+                    assert!(
+                        !answers_party || !earlier.iter().any(Self::is_final),
+                        "§8.10: answered after a final answer: {response:?} after {earlier:?}"
+                    );
+                    match response {
+                        Response::Lead { token, .. } => {
+                            assert!(
+                                !self.grace,
+                                "§8.4: a flight was led during the grace window"
+                            );
+                            assert!(
+                                !earlier.iter().any(|r| matches!(r, Response::Joined { .. })),
+                                "§8.2: a joined party led"
+                            );
+                            assert!(
+                                self.last_minted < Some(*token),
+                                "§6: token {token:?} not greater than {:?}",
+                                self.last_minted
+                            );
+                            assert_eq!(
+                                token.epoch().get() as u64,
+                                EPOCH,
+                                "§6: minted with another epoch"
+                            );
+                            self.last_minted = Some(*token);
+                            let key = self.key_of[&party].clone();
+                            self.live_leads.insert(party.clone(), (key, *token));
+                            self.tokens.push(*token);
+                        }
+                        Response::Joined { flight, .. } => {
+                            self.flight_of.insert(party.clone(), *flight);
+                        }
+                        Response::Landed { outcome, .. } => {
+                            let flight = self
+                                .flight_of
+                                .get(&party)
+                                .expect("§8.5: landed for a party that joined nothing");
+                            assert_eq!(
+                                self.landed.get(flight),
+                                Some(outcome),
+                                "§8.5: a joiner got another outcome than its flight's"
+                            );
+                        }
+                        Response::Ack { .. } | Response::Rejected { .. } => {
+                            self.live_leads.remove(&party);
+                        }
+                        _ => {}
+                    }
+                    earlier.push(response.clone());
+                }
+                Effect::Close { connection, .. } => closed_now.push(*connection),
+                Effect::EndTerm => panic!("the sequence cannot run out here"),
+            }
+        }
+        for connection in closed_now {
+            self.closed(connection);
+        }
+        // §8.10: one live leader per key.
+        let mut keys = BTreeSet::new();
+        for (key, _) in self.live_leads.values() {
+            assert!(
+                keys.insert(key.clone()),
+                "§8.10: two live leaders for {key:?}"
+            );
+        }
+    }
+
+    fn closed(&mut self, connection: ConnectionId) {
+        self.open.remove(&connection);
+        self.live_leads.retain(|(c, _), _| *c != connection);
+    }
+}
+
+fn run_sequence(after_failover: bool, ops: Vec<Op>) {
+    let term = if after_failover {
+        Term::AfterFailover
+    } else {
+        Term::First
+    };
+    let mut coordinator = Coordinator::new(Epoch::new(EPOCH).unwrap(), term);
+    let mut observer = Observer::new();
+    for op in ops {
+        // §8.4: nothing leads during the grace window, except at its end.
+        observer.grace = coordinator.in_grace() && !matches!(op, Op::GraceEnds);
+        let request = |connection, request| Event::RequestReceived {
+            connection,
+            request: Incoming::Request(request),
+        };
+        match op {
+            Op::Open => {
+                let connection = ConnectionId(observer.connections.len() as u64);
+                observer.connections.push(connection);
+                observer.open.insert(connection);
+                let effects = coordinator.step(Event::ConnectionOpened { connection });
+                assert_eq!(effects, vec![]);
+            }
+            Op::Close(n) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let was_open = observer.open.contains(&connection);
+                observer.closed(connection);
+                let effects = coordinator.step(Event::ConnectionClosed { connection });
+                if !was_open {
+                    assert_eq!(effects, vec![], "§8.1: a second close changes nothing");
+                }
+                observer.check(&effects);
+            }
+            Op::Run(n, k) | Op::Rejoin(n, k, _) | Op::Reassert(n, k, _) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let id = observer.new_party(connection);
+                let key = Key::new(KEYS[k % KEYS.len()]).unwrap();
+                observer
+                    .key_of
+                    .insert((connection, id.clone()), key.clone());
+                let token = |t: usize| observer.tokens[t % observer.tokens.len()];
+                let (event, reasserted) = match op {
+                    Op::Run(..) => (
+                        request(
+                            connection,
+                            Request::Run {
+                                id: id.clone(),
+                                key: key.clone(),
+                                flight: None,
+                            },
+                        ),
+                        None,
+                    ),
+                    Op::Rejoin(.., t) => {
+                        let flight = token(t);
+                        observer.flight_of.insert((connection, id.clone()), flight);
+                        (
+                            request(
+                                connection,
+                                Request::Run {
+                                    id: id.clone(),
+                                    key: key.clone(),
+                                    flight: Some(flight),
+                                },
+                            ),
+                            None,
+                        )
+                    }
+                    _ => {
+                        let Op::Reassert(.., t) = op else {
+                            unreachable!()
+                        };
+                        let t = token(t);
+                        (
+                            request(
+                                connection,
+                                Request::Reassert {
+                                    id: id.clone(),
+                                    key: key.clone(),
+                                    token: t,
+                                },
+                            ),
+                            Some(t),
+                        )
+                    }
+                };
+                let effects = coordinator.step(event);
+                if !observer.open.contains(&connection) {
+                    assert_eq!(
+                        effects,
+                        vec![],
+                        "§8.1: requests of closed connections are ignored"
+                    );
+                }
+                let rejected = effects.iter().any(|e| {
+                    matches!(
+                        e,
+                        Effect::Send {
+                            response: Response::Rejected { .. },
+                            ..
+                        }
+                    )
+                });
+                if let Some(token) =
+                    reasserted.filter(|_| !rejected && observer.open.contains(&connection))
+                {
+                    observer.live_leads.insert((connection, id), (key, token));
+                }
+                observer.check(&effects);
+            }
+            Op::Land(n, p) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let Some(id) = observer.party(connection, p) else {
+                    continue;
+                };
+                observer.values += 1;
+                let outcome = Outcome::Value(format!("v{}", observer.values));
+                let party = (connection, id.clone());
+                if let Some((_, token)) = observer.live_leads.get(&party) {
+                    observer.landed.insert(*token, outcome.clone());
+                }
+                let leads = observer.live_leads.contains_key(&party);
+                let effects = coordinator.step(request(
+                    connection,
+                    Request::Land {
+                        id: id.clone(),
+                        outcome,
+                    },
+                ));
+                if leads {
+                    assert_eq!(
+                        effects.last(),
+                        Some(&Effect::Send {
+                            connection,
+                            response: Response::Ack { id }
+                        }),
+                        "§8.5: the leader's land is acknowledged last"
+                    );
+                }
+                observer.check(&effects);
+            }
+            Op::Cancel(n, p) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let Some(id) = observer.party(connection, p) else {
+                    continue;
+                };
+                let party = (connection, id.clone());
+                let led = observer.live_leads.remove(&party).is_some();
+                observer.cancelled.insert(party);
+                let effects = coordinator.step(request(connection, Request::Cancel { id }));
+                if !led {
+                    assert_eq!(
+                        effects,
+                        vec![],
+                        "§8.6: only a leader's cancel answers anyone"
+                    );
+                }
+                assert!(effects.iter().all(|e| matches!(
+                    e,
+                    Effect::Send {
+                        response: Response::Interrupted { .. },
+                        ..
+                    }
+                )));
+                observer.check(&effects);
+            }
+            Op::Duplicate(n, p) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let Some(id) = observer.party(connection, p) else {
+                    continue;
+                };
+                if observer.known_open(&(connection, id.clone())) {
+                    let key = Key::new("a").unwrap();
+                    let effects = coordinator.step(request(
+                        connection,
+                        Request::Run {
+                            id,
+                            key,
+                            flight: None,
+                        },
+                    ));
+                    assert_eq!(
+                        effects,
+                        vec![],
+                        "§8.8: a second request with an open id is ignored"
+                    );
+                }
+            }
+            Op::Unknown(n) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let id = RequestId::new("probe").unwrap();
+                let before = coordinator.clone();
+                let effects = coordinator.step(Event::RequestReceived {
+                    connection,
+                    request: Incoming::Unknown {
+                        op: "probe".into(),
+                        id: id.clone(),
+                    },
+                });
+                assert_eq!(coordinator, before, "§8.8: an unknown op changes nothing");
+                if observer.open.contains(&connection) {
+                    assert_eq!(
+                        effects,
+                        vec![Effect::Send {
+                            connection,
+                            response: Response::Unsupported { id }
+                        }]
+                    );
+                } else {
+                    assert_eq!(effects, vec![]);
+                }
+            }
+            Op::GraceEnds => {
+                let effects = coordinator.step(Event::GraceWindowEnded);
+                observer.check(&effects);
+            }
+        }
+        assert!(
+            coordinator
+                .flights()
+                .all(|(_, token)| token.epoch().get() as u64 <= EPOCH)
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    /// §8.10 over random sequences, with and without a grace window.
+    #[test]
+    fn invariants_hold(after_failover in any::<bool>(), ops in prop::collection::vec(op(), 1..80)) {
+        run_sequence(after_failover, ops);
+    }
+}
