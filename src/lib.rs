@@ -9,6 +9,8 @@
 //! and the tokio shell that runs them over Unix sockets.
 #![forbid(unsafe_code)]
 
+pub mod client;
+pub mod coordinator;
 pub mod election;
 pub mod protocol;
 
