@@ -13,8 +13,13 @@ pub mod client;
 pub mod coordinator;
 pub mod election;
 pub mod protocol;
+pub mod shell;
 
-pub use protocol::{Epoch, FencingToken};
+pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
+pub use shell::{
+    Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
+    Role, RunError, SingleFlight, Unavailable,
+};
 
 #[doc(hidden)]
 pub mod fuzzing;

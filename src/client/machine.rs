@@ -58,6 +58,12 @@ impl Client {
         self.calls.is_empty()
     }
 
+    /// Calls that the coordinator may hold a party for: in progress, or
+    /// landing (SPEC.md §8.9).
+    pub fn calls_in_progress(&self) -> usize {
+        self.calls.len()
+    }
+
     /// Takes one event and returns what the shell must do (SPEC.md §9.1).
     pub fn step(&mut self, event: Event) -> Vec<Effect> {
         let mut effects = Vec::new();

@@ -1,0 +1,351 @@
+//! The client side of one process (SPEC.md §9, §10): connects to the
+//! coordinator, or campaigns when there is none, and runs the pure
+//! [`Client`] over the connection. It runs on the process's single-flight
+//! thread; calls talk to it through [`Command`]s and [`CallEvent`]s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::net::unix::OwnedReadHalf;
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, info, warn};
+
+use super::error::Unavailable;
+use super::lines::{LineError, Lines};
+use super::options::{HANDSHAKE_TIMEOUT, Options};
+use super::server::{self, Serving};
+use super::socket::{SocketDirectory, own_uid, peer_allowed};
+use crate::client::{CallId, Client, Effect, Event, Resolution};
+use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
+use crate::election::LeaderElection;
+use crate::protocol::{
+    ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
+    decode_response, encode,
+};
+
+/// How long a shutting-down process waits for its lands to be acknowledged,
+/// so that its joiners get the values it produced (SPEC.md §9.3).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a call asks of the driver.
+pub enum Command {
+    Start {
+        call: CallId,
+        key: Key,
+        events: mpsc::UnboundedSender<CallEvent>,
+    },
+    WorkFinished {
+        call: CallId,
+        outcome: Outcome,
+    },
+    Cancel {
+        call: CallId,
+    },
+    /// Finish the lands in progress, end the term if this process
+    /// coordinates, and stop.
+    Close {
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// What the driver tells a call.
+pub enum CallEvent {
+    Lead(FencingToken),
+    Resolved(Resolution),
+    Unavailable(Arc<Unavailable>),
+}
+
+pub struct Driver {
+    election: LeaderElection,
+    sockets: Arc<SocketDirectory>,
+    options: Options,
+    client: Client,
+    calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
+    /// Calls whose work runs in their caller's task.
+    leading: BTreeSet<CallId>,
+    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// The term this process serves, if it won the election.
+    serving: Option<Serving>,
+    uid: u32,
+}
+
+enum Wake {
+    Command(Option<Command>),
+    Line(Result<Vec<u8>, LineError>),
+    Retry,
+}
+
+impl Driver {
+    pub fn new(
+        election: LeaderElection,
+        sockets: Arc<SocketDirectory>,
+        options: Options,
+    ) -> Driver {
+        Driver {
+            election,
+            sockets,
+            options,
+            client: Client::new(),
+            calls: BTreeMap::new(),
+            leading: BTreeSet::new(),
+            writer: None,
+            serving: None,
+            uid: own_uid(),
+        }
+    }
+
+    /// Runs until every handle is gone or [`Command::Close`] arrives.
+    pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut lines: Option<Lines<OwnedReadHalf>> = None;
+        let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
+        let mut handles_left = true;
+        loop {
+            if lines.is_none() {
+                lines = self.connect().await;
+            }
+            if let Some((deadline, _)) = &closing {
+                #[allow(clippy::disallowed_methods)] // the shell owns time
+                let late = tokio::time::Instant::now() >= *deadline;
+                if self.client.is_idle() || late {
+                    break;
+                }
+            }
+            let wake = tokio::select! {
+                command = commands.recv(), if handles_left => Wake::Command(command),
+                line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
+                () = tokio::time::sleep(self.options.poll_interval), if lines.is_none() || closing.is_some() => Wake::Retry,
+            };
+            match wake {
+                Wake::Command(Some(Command::Close { done })) => {
+                    closing = Some((deadline_after(CLOSE_TIMEOUT), Some(done)));
+                }
+                Wake::Command(Some(command)) => self.command(command),
+                Wake::Command(None) => {
+                    if closing.is_none() {
+                        closing = Some((deadline_after(CLOSE_TIMEOUT), None));
+                    }
+                    // No handle is left to send commands; only lands remain.
+                    handles_left = false;
+                }
+                Wake::Line(Ok(line)) => match decode_response(&line) {
+                    Ok(response) => {
+                        let effects = self.client.step(Event::ResponseReceived { response });
+                        self.apply(effects);
+                    }
+                    Err(error) => {
+                        warn!(%error, "the coordinator sent a malformed response; reconnecting");
+                        lines = None;
+                        self.lost();
+                    }
+                },
+                Wake::Line(Err(error)) => {
+                    debug!(%error, "lost the coordinator");
+                    lines = None;
+                    self.lost();
+                }
+                Wake::Retry => {}
+            }
+        }
+        drop(lines);
+        self.writer = None;
+        if let Some(serving) = self.serving.take() {
+            let _ = serving.stop.send(());
+            let _ = serving.done.await;
+        }
+        if let Some((_, Some(done))) = closing {
+            let _ = done.send(());
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Start { call, key, events } => {
+                let in_progress = self.client.calls_in_progress();
+                if in_progress >= MAX_OPEN_REQUESTS_PER_CONNECTION {
+                    let _ = events.send(CallEvent::Unavailable(Arc::new(
+                        Unavailable::TooManyCalls(in_progress),
+                    )));
+                    return;
+                }
+                self.calls.insert(call, events);
+                let effects = self.client.step(Event::CallStarted { call, key });
+                self.apply(effects);
+            }
+            Command::WorkFinished { call, outcome } => {
+                self.leading.remove(&call);
+                let effects = self.client.step(Event::WorkFinished { call, outcome });
+                self.apply(effects);
+            }
+            Command::Cancel { call } => {
+                self.calls.remove(&call);
+                self.leading.remove(&call);
+                let effects = self.client.step(Event::CallCancelled { call });
+                self.apply(effects);
+            }
+            Command::Close { .. } => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn apply(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::Send(request) => {
+                    if let Some(writer) = &self.writer {
+                        let mut line = encode(&request).into_bytes();
+                        line.push(b'\n');
+                        let _ = writer.send(line);
+                    }
+                }
+                Effect::StartWork { call, token } => {
+                    debug!(call = call.0, %token, "leading");
+                    self.leading.insert(call);
+                    if let Some(events) = self.calls.get(&call) {
+                        let _ = events.send(CallEvent::Lead(token));
+                    }
+                }
+                Effect::Resolve { call, resolution } => {
+                    if let Some(events) = self.calls.remove(&call) {
+                        let _ = events.send(CallEvent::Resolved(resolution));
+                    }
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self) {
+        self.writer = None;
+        let effects = self.client.step(Event::ConnectionLost);
+        self.apply(effects);
+    }
+
+    /// One attempt to reach the coordinator, or to become it (SPEC.md §10.1).
+    async fn connect(&mut self) -> Option<Lines<OwnedReadHalf>> {
+        for _ in 0..2 {
+            match UnixStream::connect(self.sockets.socket()).await {
+                Ok(stream) => return self.handshake(stream).await,
+                Err(error) => debug!(%error, "no coordinator answers"),
+            }
+            // §7.2: a process that holds the claim never campaigns again;
+            // that would open the lock file a second time and could drop the
+            // claim. It waits for its own socket instead.
+            if self.serving.as_ref().is_some_and(|s| !s.done.is_finished()) {
+                return None;
+            }
+            self.serving = None;
+            match self.election.campaign(Duration::ZERO) {
+                Ok(Some(leadership)) => {
+                    let epoch = leadership.epoch();
+                    match server::start(leadership, self.sockets.clone(), &self.options) {
+                        Ok(serving) => self.serving = Some(serving),
+                        Err(error) => {
+                            warn!(%epoch, %error, "won the election but cannot serve; resigning");
+                            return None;
+                        }
+                    }
+                }
+                Ok(None) => return None,
+                Err(error) => {
+                    warn!(%error, "cannot elect a coordinator");
+                    self.fail_waiting(Unavailable::Election(error));
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
+    async fn handshake(&mut self, stream: UnixStream) -> Option<Lines<OwnedReadHalf>> {
+        match stream.peer_cred() {
+            Ok(credentials) if peer_allowed(credentials.uid(), self.uid) => {}
+            other => {
+                warn!(peer = ?other.map(|c| c.uid()), "the socket is served by another user; refusing it (SPEC.md §11.2)");
+                return None;
+            }
+        }
+        let (read, mut write) = stream.into_split();
+        let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
+        hello.push(b'\n');
+        if write.write_all(&hello).await.is_err() {
+            return None;
+        }
+        let mut lines = Lines::new(read);
+        let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
+            Ok(Ok(line)) => line,
+            Ok(Err(error)) => {
+                debug!(%error, "the coordinator closed during the handshake");
+                return None;
+            }
+            Err(_) => {
+                warn!(
+                    "the coordinator did not answer the handshake in time; is its process stopped?"
+                );
+                return None;
+            }
+        };
+        let hello = match decode_coordinator_hello(&answer) {
+            Ok(hello) => hello,
+            Err(error) => {
+                warn!(%error, "cannot use the coordinator");
+                let version = matches!(error, HandshakeError::Version(_));
+                self.fail_waiting(Unavailable::Handshake(error));
+                if version {
+                    // Do not hammer a coordinator of another version.
+                    tokio::time::sleep(HANDSHAKE_TIMEOUT / 4).await;
+                }
+                return None;
+            }
+        };
+        info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+        let (writer, outgoing) = mpsc::unbounded_channel();
+        tokio::spawn(write_requests(write, outgoing));
+        self.writer = Some(writer);
+        let effects = self.client.step(Event::ConnectionReady);
+        self.apply(effects);
+        Some(lines)
+    }
+
+    /// Ends every call that waits for a coordinator with `reason`; calls
+    /// whose work runs go on (their result is their own).
+    fn fail_waiting(&mut self, reason: Unavailable) {
+        let reason = Arc::new(reason);
+        let waiting: Vec<CallId> = self
+            .calls
+            .keys()
+            .filter(|call| !self.leading.contains(call))
+            .copied()
+            .collect();
+        for call in waiting {
+            if let Some(events) = self.calls.remove(&call) {
+                let _ = events.send(CallEvent::Unavailable(reason.clone()));
+            }
+            let effects = self.client.step(Event::CallCancelled { call });
+            self.apply(effects);
+        }
+    }
+}
+
+fn deadline_after(duration: Duration) -> tokio::time::Instant {
+    #[allow(clippy::disallowed_methods)] // the shell owns time
+    let now = tokio::time::Instant::now();
+    now + duration
+}
+
+async fn write_requests(
+    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    let mut batch = Vec::new();
+    while let Some(line) = outgoing.recv().await {
+        batch.clear();
+        batch.extend_from_slice(&line);
+        while let Ok(line) = outgoing.try_recv() {
+            batch.extend_from_slice(&line);
+        }
+        if write.write_all(&batch).await.is_err() {
+            return;
+        }
+    }
+}

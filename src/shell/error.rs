@@ -1,0 +1,111 @@
+//! The errors of the public API, each saying what happened and what to do.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::election::{DirectoryError, ElectionError};
+use crate::protocol::{DecodeError, Failure, HandshakeError};
+
+/// Why [`SingleFlight::open`](super::SingleFlight::open) failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The directory was refused (SPEC.md §7.4); the message says why and
+    /// what to do. A network file system is
+    /// [`DirectoryError::Network`].
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    #[error(
+        "cannot start the single-flight thread: {0}; the process may be out of threads or memory"
+    )]
+    Thread(io::Error),
+    #[error("cannot open the flight directory {path} to reach its socket: {error}")]
+    Socket { path: String, error: io::Error },
+}
+
+/// Why no coordinator could be reached or elected: the call could not take
+/// part in any flight. Shared by every call it ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The election failed (a damaged epoch file, a lost lock file, …;
+    /// SPEC.md §7). The message names the file and what to do.
+    #[error(transparent)]
+    Election(#[from] ElectionError),
+    /// The coordinator speaks another protocol version, or is not a
+    /// single-flight coordinator at all (SPEC.md §4.2).
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    /// The coordinator sent a line that is not a response (SPEC.md §3.7).
+    #[error("the coordinator sent a malformed response: {0}")]
+    Protocol(#[from] DecodeError),
+    /// The `SingleFlight` this call belongs to was shut down, or its thread
+    /// stopped.
+    #[error("this SingleFlight has shut down; open a new one")]
+    ShutDown,
+    /// The process has too many calls in progress (SPEC.md §8.9).
+    #[error(
+        "this process has {0} calls in progress, the most one connection may carry; wait for some to finish"
+    )]
+    TooManyCalls(usize),
+}
+
+/// How a call of [`SingleFlight::run`](super::SingleFlight::run) failed. `E`
+/// is the work's own error type.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError<E> {
+    /// This call led, and its own work returned this error (which its
+    /// joiners received as a [`Failure`]).
+    Work(E),
+    /// This call joined a flight whose work failed in its leader's process.
+    FlightFailed { key: String, failure: Failure },
+    /// This call joined (or was about to join) a flight that ended without
+    /// an outcome: its leader's process stopped, cancelled, or lost the
+    /// flight. The work is not rerun for this call; a new call starts a new
+    /// flight.
+    Interrupted { key: String },
+    /// The call's deadline passed first; it was withdrawn (a leader's work
+    /// was dropped and its joiners interrupted).
+    DeadlineExceeded { key: String, deadline: Duration },
+    /// The flight's value could not be decoded by this call's codec (for a
+    /// joiner), or the key is not valid (SPEC.md §5).
+    Invalid { key: String, reason: String },
+    /// No coordinator could be reached or elected.
+    Unavailable(Arc<Unavailable>),
+}
+
+impl<E: fmt::Display> fmt::Display for RunError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Work(error) => write!(f, "the work failed: {error}"),
+            RunError::FlightFailed { key, failure } => write!(
+                f,
+                "the flight of {key:?} that this call joined failed in its leader's process: {failure}"
+            ),
+            RunError::Interrupted { key } => write!(
+                f,
+                "the flight of {key:?} that this call joined ended without an outcome (its leader stopped, cancelled, or lost the flight); the work was not rerun for this call, so call again to start a new flight"
+            ),
+            RunError::DeadlineExceeded { key, deadline } => write!(
+                f,
+                "the call for {key:?} did not finish within its deadline of {deadline:?}; it was withdrawn"
+            ),
+            RunError::Invalid { key, reason } => write!(f, "the call for {key:?} failed: {reason}"),
+            RunError::Unavailable(reason) => write!(f, "no single-flight coordinator: {reason}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for RunError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Work(error) => Some(error),
+            RunError::FlightFailed { failure, .. } => Some(failure),
+            RunError::Unavailable(reason) => Some(&**reason),
+            _ => None,
+        }
+    }
+}

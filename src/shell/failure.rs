@@ -1,0 +1,76 @@
+//! How a leader's error crosses to its joiners (SPEC.md §3.4): as a
+//! [`Failure`] with a name, a message and an optional code.
+
+use std::error::Error;
+use std::fmt;
+use std::io;
+
+use crate::protocol::{Failure, FailureCode};
+
+/// The parts of an error that cross to the joiners. Implemented for every
+/// `std::error::Error`; an [`io::Error`] keeps its OS error number as the
+/// code, and a [`Failure`] crosses as it is.
+pub trait IntoFailure {
+    fn to_failure(&self) -> Failure;
+}
+
+impl<E: Error + 'static> IntoFailure for E {
+    fn to_failure(&self) -> Failure {
+        let error: &(dyn Error + 'static) = self;
+        if let Some(failure) = error.downcast_ref::<Failure>() {
+            return failure.clone();
+        }
+        let code = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+            .map(|errno| FailureCode::Number(i64::from(errno)));
+        Failure {
+            name: short_type_name::<E>().to_owned(),
+            message: self.to_string(),
+            code,
+        }
+    }
+}
+
+/// `std::io::Error` → `Error`: the last path segment, without generics.
+fn short_type_name<E>() -> &'static str {
+    let full = std::any::type_name::<E>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.message)?;
+        match &self.code {
+            Some(FailureCode::Text(code)) => write!(f, " ({code})"),
+            Some(FailureCode::Number(code)) => write!(f, " (code {code})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_keep_their_errno() {
+        let failure = io::Error::from_raw_os_error(28).to_failure();
+        assert_eq!(failure.name, "Error");
+        assert_eq!(failure.code, Some(FailureCode::Number(28)));
+    }
+
+    #[test]
+    fn failures_cross_unchanged() {
+        let failure = Failure {
+            name: "Busy".into(),
+            message: "try later".into(),
+            code: Some(FailureCode::Text("EBUSY".into())),
+        };
+        assert_eq!(failure.to_failure(), failure);
+        assert_eq!(failure.to_string(), "Busy: try later (EBUSY)");
+    }
+}

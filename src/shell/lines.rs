@@ -1,0 +1,68 @@
+//! Lines over an async byte stream, through the pure framer of the protocol
+//! (SPEC.md §4.1).
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
+
+/// Bytes asked of the socket per read. Larger reads save system calls when a
+/// big value arrives; 64 KiB is the kernel's default socket buffer.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Reads lines of at most [`MAX_FRAME_BYTES`].
+pub struct Lines<R> {
+    stream: R,
+    reader: LineReader,
+    chunk: Box<[u8]>,
+}
+
+/// Why no further line can be read.
+#[derive(Debug)]
+pub enum LineError {
+    /// The stream ended (the bytes of an unfinished line are discarded,
+    /// SPEC.md §4.1).
+    Closed,
+    Io(std::io::Error),
+    Frame(FrameError),
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    pub fn new(stream: R) -> Lines<R> {
+        Lines {
+            stream,
+            reader: LineReader::new(MAX_FRAME_BYTES),
+            chunk: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
+        }
+    }
+
+    /// The next line, without its newline. Cancel-safe: a line is only
+    /// taken out of the buffer when it is returned.
+    pub async fn next(&mut self) -> Result<Vec<u8>, LineError> {
+        loop {
+            if let Some(line) = self.reader.next_line() {
+                return Ok(line);
+            }
+            let read = self
+                .stream
+                .read(&mut self.chunk)
+                .await
+                .map_err(LineError::Io)?;
+            if read == 0 {
+                return Err(LineError::Closed);
+            }
+            self.reader
+                .push(&self.chunk[..read])
+                .map_err(LineError::Frame)?;
+        }
+    }
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineError::Closed => f.write_str("the peer closed the connection"),
+            LineError::Io(error) => write!(f, "{error}"),
+            LineError::Frame(error) => write!(f, "{error}"),
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! The tokio shell (SPEC.md §10, §11): sockets, timers and the thread that
+//! drive the pure coordinator and client, and the public API.
+
+mod api;
+mod codec;
+mod driver;
+mod error;
+mod failure;
+mod lines;
+mod options;
+mod server;
+mod socket;
+
+pub use api::{Builder, Call, Landed, Role, SingleFlight};
+pub use codec::{Codec, Json};
+pub use error::{OpenError, RunError, Unavailable};
+pub use failure::IntoFailure;
+pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
+pub use server::{CLEAN_FILE, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+pub use socket::SOCKET_FILE;

@@ -1,0 +1,148 @@
+//! The coordinator's Unix socket in the flight directory (SPEC.md §11):
+//! where it is, how it is replaced, who may use it.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// The socket's name in the flight directory (SPEC.md §7.1).
+pub const SOCKET_FILE: &str = "flight.sock";
+
+/// Prefix of the temporary names a new coordinator binds before renaming
+/// over [`SOCKET_FILE`] (SPEC.md §11.1).
+const SOCKET_TEMP_PREFIX: &str = "flight.sock.tmp.";
+
+/// The longest path a Unix socket address holds on Linux (`sun_path` is 108
+/// bytes with its terminating NUL).
+const MAX_SOCKET_PATH_BYTES: usize = 107;
+
+/// Longest temporary name this module makes: prefix, pid, a counter.
+const TEMP_NAME_BYTES: usize = SOCKET_TEMP_PREFIX.len() + 10 + 1 + 20;
+
+/// Where the socket and its temporary names are, as this process reaches
+/// them. When the directory's path is too long for a socket address, they are
+/// reached through `/proc/self/fd/<n>` of a descriptor on the directory, which
+/// this value keeps open (SPEC.md §11.1).
+#[derive(Debug)]
+pub struct SocketDirectory {
+    base: PathBuf,
+    _handle: Option<File>,
+}
+
+impl SocketDirectory {
+    pub fn new(directory: &Path) -> io::Result<SocketDirectory> {
+        let longest = directory.as_os_str().len() + 1 + TEMP_NAME_BYTES;
+        if longest <= MAX_SOCKET_PATH_BYTES {
+            return Ok(SocketDirectory {
+                base: directory.to_owned(),
+                _handle: None,
+            });
+        }
+        let handle = File::open(directory)?;
+        let base = PathBuf::from(format!("/proc/self/fd/{}", handle.as_raw_fd()));
+        if !base.is_dir() {
+            return Err(io::Error::other(format!(
+                "the path is longer than the {MAX_SOCKET_PATH_BYTES} bytes a Unix socket address holds, and /proc is not mounted to reach it another way; use a shorter directory path"
+            )));
+        }
+        Ok(SocketDirectory {
+            base,
+            _handle: Some(handle),
+        })
+    }
+
+    /// The path to connect to.
+    pub fn socket(&self) -> PathBuf {
+        self.base.join(SOCKET_FILE)
+    }
+
+    /// Binds and listens on a temporary name with mode 0600, then renames it
+    /// over the socket, so that the socket path always either refuses
+    /// connections of a dead coordinator or reaches a listening one; never a
+    /// bound socket that does not listen yet (SPEC.md §11.1). Only the holder
+    /// of the claim may call this.
+    pub fn bind(&self, attempt: u64) -> io::Result<(std::os::unix::net::UnixListener, u64)> {
+        let temp = self.base.join(format!(
+            "{SOCKET_TEMP_PREFIX}{}.{attempt}",
+            std::process::id()
+        ));
+        let _ = fs::remove_file(&temp);
+        let listener = std::os::unix::net::UnixListener::bind(&temp)?;
+        let renamed = fs::set_permissions(&temp, fs::Permissions::from_mode(0o600))
+            .and_then(|()| fs::rename(&temp, self.socket()));
+        if let Err(error) = renamed {
+            let _ = fs::remove_file(&temp);
+            return Err(error);
+        }
+        let inode = fs::symlink_metadata(self.socket())?.ino();
+        Ok((listener, inode))
+    }
+
+    /// Whether the socket path still names the socket bound with `inode`:
+    /// a cleaner or a person may have removed or replaced it (SPEC.md §11.1).
+    pub fn still_bound(&self, inode: u64) -> bool {
+        fs::symlink_metadata(self.socket()).is_ok_and(|m| m.ino() == inode)
+    }
+
+    /// Removes temporary socket names that earlier coordinators left behind
+    /// when they died between bind and rename. Only the holder of the claim
+    /// may call this: no other process is binding then.
+    pub fn remove_stale_temporaries(&self) {
+        let Ok(entries) = fs::read_dir(&self.base) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(SOCKET_TEMP_PREFIX)
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Whether a peer with user id `peer` may use the socket of a process
+/// running as `own` (SPEC.md §11.2): the same user only, as ssh-agent and
+/// tmux decide. The directory's mode already keeps others out; this check
+/// holds even if the mode is changed later.
+pub fn peer_allowed(peer: u32, own: u32) -> bool {
+    peer == own
+}
+
+/// This process's user id.
+pub fn own_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// §11.2: only the same user.
+    #[test]
+    fn peers_of_other_users_are_refused() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(!peer_allowed(0, 1000));
+        assert!(!peer_allowed(1001, 1000));
+    }
+
+    /// §11.1: a directory whose path is too long for a socket address is
+    /// reached through a descriptor.
+    #[test]
+    fn long_directories_go_through_proc() {
+        let short = SocketDirectory::new(Path::new("/tmp")).unwrap();
+        assert_eq!(short.socket(), Path::new("/tmp/flight.sock"));
+        let temp = std::env::temp_dir().join("x".repeat(120));
+        fs::create_dir_all(&temp).unwrap();
+        let long = SocketDirectory::new(&temp).unwrap();
+        assert!(long.socket().starts_with("/proc/self/fd/"));
+        let (_listener, inode) = long.bind(1).unwrap();
+        assert!(long.still_bound(inode));
+        assert!(temp.join(SOCKET_FILE).exists());
+        fs::remove_dir_all(&temp).unwrap();
+    }
+}
