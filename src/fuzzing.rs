@@ -45,6 +45,10 @@ pub fn framer(bytes: &[u8], cuts: &[u16], max: usize) {
         rest = tail;
         if reader.push(chunk).is_err() {
             failed = true;
+            // A failed reader must stay safe to use.
+            assert_eq!(reader.next_line(), None);
+            assert_eq!(reader.partial_len(), 0);
+            assert!(reader.push(b"\n").is_err());
             break;
         }
         got.extend(std::iter::from_fn(|| reader.next_line()));

@@ -8,7 +8,7 @@
 // Tests are the shell's peers: they poll with real clocks and sleeps.
 #![allow(clippy::disallowed_methods)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -303,7 +303,6 @@ fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
     reader.read_line(&mut text).ok()?; // the coordinator's hello
     text.clear();
     reader.read_line(&mut text).ok()?;
-    let _ = stream.read(&mut [0; 0]);
     match decode_response(text.trim_end().as_bytes()).ok()? {
         Response::Status { flights, .. } => Some(flights),
         _ => None,

@@ -17,6 +17,10 @@ pub struct LineReader {
     start: usize,
     /// Bytes from `start` up to here are known to hold no `\n`.
     scanned: usize,
+    /// Length of the line that has begun but not ended, kept as bytes arrive
+    /// so that a long line costs time in proportion to its length, not to
+    /// its length times the number of reads.
+    partial: usize,
     max: usize,
     failed: bool,
 }
@@ -27,6 +31,7 @@ impl LineReader {
             buffer: Vec::new(),
             start: 0,
             scanned: 0,
+            partial: 0,
             max,
             failed: false,
         }
@@ -37,18 +42,20 @@ impl LineReader {
         if self.failed {
             return Err(FrameError::LineTooLong { max: self.max });
         }
-        // The tail of the buffer after the last newline in it, plus the part
-        // of `chunk` after the last newline in `chunk`, is the partial line
-        // that would be held; it must stay within `max`.
-        let partial = match chunk.iter().rposition(|&b| b == b'\n') {
-            Some(last) => chunk.len() - last - 1,
-            None => self.partial_len() + chunk.len(),
-        };
-        if partial > self.max || self.longest_complete_line_exceeds(chunk) {
-            self.failed = true;
-            self.buffer = Vec::new();
-            return Err(FrameError::LineTooLong { max: self.max });
+        let mut partial = self.partial;
+        let mut rest = chunk;
+        while let Some(newline) = rest.iter().position(|&b| b == b'\n') {
+            if partial + newline > self.max {
+                return Err(self.fail());
+            }
+            partial = 0;
+            rest = &rest[newline + 1..];
         }
+        partial += rest.len();
+        if partial > self.max {
+            return Err(self.fail());
+        }
+        self.partial = partial;
         self.compact();
         self.buffer.extend_from_slice(chunk);
         Ok(())
@@ -75,25 +82,18 @@ impl LineReader {
     /// Bytes of a line that has begun but not ended: at the end of the stream
     /// these are a message without its newline.
     pub fn partial_len(&self) -> usize {
-        let pending = &self.buffer[self.start..];
-        match pending.iter().rposition(|&b| b == b'\n') {
-            Some(last) => pending.len() - last - 1,
-            None => pending.len(),
-        }
+        self.partial
     }
 
-    /// Whether a line that `chunk` completes would be longer than `max`. Only
-    /// the first newline of `chunk` can complete a line begun before it; the
-    /// lines wholly inside `chunk` are checked as well.
-    fn longest_complete_line_exceeds(&self, chunk: &[u8]) -> bool {
-        let mut held = self.partial_len();
-        for piece in chunk.split(|&b| b == b'\n') {
-            if held + piece.len() > self.max {
-                return true;
-            }
-            held = 0;
-        }
-        false
+    /// Drops everything: nothing after an over-long line can be trusted to
+    /// start at a message boundary.
+    fn fail(&mut self) -> FrameError {
+        self.failed = true;
+        self.buffer = Vec::new();
+        self.start = 0;
+        self.scanned = 0;
+        self.partial = 0;
+        FrameError::LineTooLong { max: self.max }
     }
 
     /// Drops the lines already taken once they are most of the buffer, so
@@ -145,5 +145,15 @@ mod tests {
 
         let mut reader = LineReader::new(4);
         assert!(reader.push(b"ab\nabcdef\nab\n").is_err());
+        assert_eq!(reader.next_line(), None);
+        assert_eq!(reader.partial_len(), 0);
+
+        // Lines taken before the failure leave nothing to trip over after it.
+        let mut reader = LineReader::new(4);
+        reader.push(b"ab\n").unwrap();
+        assert_eq!(reader.next_line(), Some(b"ab".to_vec()));
+        assert!(reader.push(b"abcdef").is_err());
+        assert_eq!(reader.next_line(), None);
+        assert_eq!(reader.partial_len(), 0);
     }
 }

@@ -75,10 +75,12 @@ pub fn decode_client_hello(line: &[u8]) -> Result<ClientHello, HandshakeError> {
 pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, HandshakeError> {
     let hello: CoordinatorHello = parse(line)?;
     check(&hello.protocol, hello.version)?;
-    hello
-        .epoch
-        .parse::<u64>()
-        .ok()
+    // Written like a token (SPEC.md §6): digits only, no sign or leading zero.
+    let canonical =
+        hello.epoch.bytes().all(|b| b.is_ascii_digit()) && !hello.epoch.starts_with('0');
+    canonical
+        .then(|| hello.epoch.parse::<u64>().ok())
+        .flatten()
         .and_then(super::token::Epoch::new)
         .ok_or_else(|| HandshakeError::NotAHello {
             reason: format!("epoch {:?} is not a term number", hello.epoch),

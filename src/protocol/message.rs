@@ -299,6 +299,9 @@ impl Fields {
 
     fn op(&mut self) -> Result<String, DecodeError> {
         let op = self.string("op")?;
+        if op.is_empty() {
+            return Err(DecodeError::Empty { field: "op" });
+        }
         // `op` is matched against a handful of names; anything longer than the
         // id limit is no op of any version and would only be echoed in errors.
         if op.len() > MAX_ID_BYTES {
