@@ -18,7 +18,7 @@ pub mod shell;
 pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
 pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
-    Role, RunError, SingleFlight, Unavailable,
+    Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
 };
 
 #[doc(hidden)]

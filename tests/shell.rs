@@ -483,3 +483,36 @@ async fn refused_directories() {
     let error = SingleFlight::open(&link).await.err().expect("refused");
     assert!(error.to_string().contains("symbolic link"), "{error}");
 }
+
+/// §3.5, §10.4: `serve` holds the coordinator in the foreground; `status`
+/// reports its term; a clean stop leaves `flight.clean` for the next term.
+#[tokio::test]
+async fn serve_and_status() {
+    let scene = Scene::new("serve");
+    let missing = single_flight::status(&scene.dir).await;
+    assert!(
+        matches!(
+            missing,
+            Err(single_flight::StatusError::NoCoordinator { .. })
+        ),
+        "{missing:?}"
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(SingleFlight::builder(&scene.dir).serve(async {
+        let _ = stopped.await;
+    }));
+    let start = Instant::now();
+    let status = loop {
+        if let Ok(status) = single_flight::status(&scene.dir).await {
+            break status;
+        }
+        assert!(start.elapsed() < PATIENCE, "serve never answered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(status.pid, std::process::id());
+    assert_eq!(status.epoch, single_flight::Epoch::FIRST);
+    assert!(status.flights.is_empty());
+    stop.send(()).unwrap();
+    serving.await.unwrap().unwrap();
+    assert!(scene.dir.join(single_flight::shell::CLEAN_FILE).exists());
+}

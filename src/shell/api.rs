@@ -113,6 +113,10 @@ impl Builder {
         self
     }
 
+    pub(crate) fn into_parts(self) -> (PathBuf, Options) {
+        (self.directory, self.options)
+    }
+
     /// Checks the directory (creating it with mode 0700 if missing,
     /// SPEC.md §7.4) and starts this process's single-flight thread. It
     /// connects to the coordinator, or becomes it, at the first call.

@@ -8,13 +8,17 @@ mod error;
 mod failure;
 mod lines;
 mod options;
+mod serve;
 mod server;
 mod socket;
+mod status;
 
 pub use api::{Builder, Call, Landed, Role, SingleFlight};
 pub use codec::{Codec, Json};
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
+pub use serve::ServeError;
 pub use server::{CLEAN_FILE, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use socket::SOCKET_FILE;
+pub use status::{Status, StatusError, status};

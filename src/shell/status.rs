@@ -1,0 +1,103 @@
+//! One look at the coordinator (`single-flight status`, SPEC.md §3.5).
+
+use std::path::Path;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+
+use super::lines::Lines;
+use super::options::HANDSHAKE_TIMEOUT;
+use super::socket::{SocketDirectory, own_uid, peer_allowed};
+use crate::protocol::{
+    ClientHello, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
+    decode_coordinator_hello, decode_response,
+};
+
+/// What the coordinator of a directory reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The current term.
+    pub epoch: Epoch,
+    /// The coordinator's process id.
+    pub pid: u32,
+    /// The flights in progress, in key order.
+    pub flights: Vec<FlightStatus>,
+}
+
+/// Why the status could not be had.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StatusError {
+    #[error("no coordinator answers in {directory}: no process uses it now ({error})")]
+    NoCoordinator {
+        directory: String,
+        error: std::io::Error,
+    },
+    #[error("the socket in {directory} is served by user id {uid}, not by you; refusing it")]
+    OtherUser { directory: String, uid: u32 },
+    #[error(transparent)]
+    Handshake(#[from] HandshakeError),
+    #[error(
+        "the coordinator runs an older single-flight that does not report its flights (it answered `unsupported`)"
+    )]
+    Unsupported,
+    #[error("the coordinator's answer is not a status: {0}")]
+    Protocol(#[from] DecodeError),
+    #[error("the coordinator did not answer within {HANDSHAKE_TIMEOUT:?}; is its process stopped?")]
+    Timeout,
+    #[error("talking to the coordinator: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Asks the coordinator of `directory` for its term and flights.
+pub async fn status(directory: &Path) -> Result<Status, StatusError> {
+    let name = directory.display().to_string();
+    let sockets = SocketDirectory::new(directory)?;
+    let stream = UnixStream::connect(sockets.socket())
+        .await
+        .map_err(|error| StatusError::NoCoordinator {
+            directory: name.clone(),
+            error,
+        })?;
+    let uid = stream.peer_cred()?.uid();
+    if !peer_allowed(uid, own_uid()) {
+        return Err(StatusError::OtherUser {
+            directory: name,
+            uid,
+        });
+    }
+    let (read, mut write) = stream.into_split();
+    let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
+    request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");
+    write.write_all(&request).await?;
+    let mut lines = Lines::new(read);
+    let exchange = async {
+        let hello = decode_coordinator_hello(&lines.next().await.map_err(line_error)?)?;
+        let answer = decode_response(&lines.next().await.map_err(line_error)?)?;
+        Ok::<_, StatusError>((hello, answer))
+    };
+    let (hello, answer) = tokio::time::timeout(HANDSHAKE_TIMEOUT, exchange)
+        .await
+        .map_err(|_| StatusError::Timeout)??;
+    let epoch = hello
+        .epoch
+        .parse()
+        .ok()
+        .and_then(Epoch::new)
+        .expect("a checked hello has a valid epoch");
+    match answer {
+        Response::Status { flights, .. } => Ok(Status {
+            epoch,
+            pid: hello.pid,
+            flights,
+        }),
+        Response::Unsupported { .. } => Err(StatusError::Unsupported),
+        other => Err(StatusError::Protocol(DecodeError::UnknownResponse {
+            op: format!("{other:?}"),
+        })),
+    }
+}
+
+fn line_error(error: super::lines::LineError) -> StatusError {
+    StatusError::Io(std::io::Error::other(error.to_string()))
+}
