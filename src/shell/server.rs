@@ -47,6 +47,9 @@ const EVENT_QUEUE: usize = 1024;
 /// (SPEC.md §7.2, §11.1). A check is two `stat`s.
 const CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The pause after a failed `accept` (SPEC.md §11.3).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
 /// How long an ending term waits for its last answers to be written. A
 /// client that does not read them in that time learns of the end from the
 /// closed connection instead.
@@ -155,11 +158,15 @@ impl Server {
         let mut checks = tokio::time::interval(CHECK_INTERVAL);
         let end = loop {
             tokio::select! {
-                accepted = self.listener.accept() => {
-                    if let Ok((stream, _)) = accepted {
-                        self.accept(stream, &reports);
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => self.accept(stream, &reports),
+                    Err(error) => {
+                        // Out of descriptors or memory: an immediate retry
+                        // would fail the same way and spin.
+                        warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
-                }
+                },
                 Some(report) = inbox.recv() => {
                     if !self.report(report) {
                         break End::Lost;
