@@ -29,6 +29,17 @@ impl Builder {
     /// `shutdown` resolves, and ends the term cleanly (SPEC.md §10.4). If a
     /// term is lost (its lock file moved, SPEC.md §7.2) it campaigns again.
     /// Returns an error when the election fails closed.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), single_flight::ServeError> {
+    /// single_flight::SingleFlight::builder(std::env::temp_dir().join("my-app-flights"))
+    ///     .serve(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         let (directory, options) = self.into_parts();
         let election = LeaderElection::new(

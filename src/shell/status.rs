@@ -50,6 +50,17 @@ pub enum StatusError {
 }
 
 /// Asks the coordinator of `directory` for its term and flights.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let dir = std::env::temp_dir().join("single-flight-doc-status-nobody");
+/// match single_flight::status(&dir).await {
+///     Ok(status) => println!("term {} served by pid {}", status.epoch, status.pid),
+///     Err(error) => println!("{error}"), // no coordinator answers in …
+/// }
+/// # }
+/// ```
 pub async fn status(directory: &Path) -> Result<Status, StatusError> {
     let name = directory.display().to_string();
     let sockets = SocketDirectory::new(directory)?;
