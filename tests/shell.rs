@@ -117,7 +117,11 @@ async fn work(
     token: single_flight::FencingToken,
 ) -> Result<String, std::io::Error> {
     let pid = std::process::id();
-    std::fs::write(runs.join(format!("{key}.{pid}")), token.to_string())?;
+    // Written whole under a temporary name, so that the test never reads
+    // a half-written token.
+    let temp = runs.join(format!("{key}.{pid}.tmp"));
+    std::fs::write(&temp, token.to_string())?;
+    std::fs::rename(&temp, runs.join(format!("{key}.{pid}")))?;
     // `SF_WORK` is a comma-separated list of steps, done in order.
     for step in env("SF_WORK").split(',') {
         if let Some(release) = step.strip_prefix("wait:") {
@@ -250,17 +254,27 @@ impl Scene {
         std::fs::write(self.runs.join(name), b"").unwrap();
     }
 
+    /// The token of the run of `key`, once its work has recorded it (the
+    /// coordinator's answer reaches `status` before the work starts).
     fn token_of_run(&self, key: &str) -> u64 {
-        for entry in std::fs::read_dir(&self.runs).unwrap().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(&format!("{key}.")) {
-                return std::fs::read_to_string(entry.path())
-                    .unwrap()
-                    .parse()
-                    .unwrap();
+        let start = Instant::now();
+        loop {
+            for entry in std::fs::read_dir(&self.runs).unwrap().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let run = name
+                    .strip_prefix(key)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|pid| pid.parse::<u32>().is_ok());
+                if run {
+                    return std::fs::read_to_string(entry.path())
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                }
             }
+            assert!(start.elapsed() < PATIENCE, "no run of {key}");
+            std::thread::sleep(Duration::from_millis(5));
         }
-        panic!("no run of {key}");
     }
 }
 
