@@ -177,8 +177,23 @@ fn request_reassert() {
             id: id("1"),
             key: key("build:app"),
             token: first_token(),
+            outcome: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297"}"#,
+    );
+}
+
+/// §3.2: a `reassert` of a flight that already landed carries its outcome.
+#[test]
+fn request_reassert_with_outcome() {
+    assert_request_line(
+        Request::Reassert {
+            id: id("1"),
+            key: key("build:app"),
+            token: first_token(),
+            outcome: Some(Outcome::Value("{\"ok\":true}".into())),
+        },
+        r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
     );
 }
 
@@ -1122,8 +1137,18 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
         (arbitrary_id(), arbitrary_outcome())
             .prop_map(|(id, outcome)| Request::Land { id, outcome }),
         arbitrary_id().prop_map(|id| Request::Cancel { id }),
-        (arbitrary_id(), arbitrary_key(), arbitrary_token())
-            .prop_map(|(id, key, token)| Request::Reassert { id, key, token }),
+        (
+            arbitrary_id(),
+            arbitrary_key(),
+            arbitrary_token(),
+            prop::option::of(arbitrary_outcome())
+        )
+            .prop_map(|(id, key, token, outcome)| Request::Reassert {
+                id,
+                key,
+                token,
+                outcome
+            }),
         arbitrary_id().prop_map(|id| Request::Status { id }),
     ]
 }

@@ -203,17 +203,18 @@ impl Client {
                         id,
                         key,
                         token: *token,
+                        outcome: None,
                     }));
                 }
+                // The land was not settled: the outcome travels with the
+                // reassert, so that the flight does not come back to life
+                // (SPEC.md §8.3).
                 CallState::Landing { token, outcome } => {
                     effects.push(Effect::Send(Request::Reassert {
-                        id: id.clone(),
+                        id,
                         key,
                         token: *token,
-                    }));
-                    effects.push(Effect::Send(Request::Land {
-                        id,
-                        outcome: outcome.clone(),
+                        outcome: Some(outcome.clone()),
                     }));
                 }
                 CallState::Orphaned { .. } => {}

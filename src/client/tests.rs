@@ -191,16 +191,14 @@ fn replay_after_lost_connection() {
             Effect::Send(Request::Reassert {
                 id: id(1),
                 key: key(),
-                token: token(1)
+                token: token(1),
+                outcome: None,
             }),
             Effect::Send(Request::Reassert {
                 id: id(2),
                 key: key(),
-                token: token(2)
-            }),
-            Effect::Send(Request::Land {
-                id: id(2),
-                outcome: value()
+                token: token(2),
+                outcome: Some(value()),
             }),
             run(3, Some(token(7))),
             run(4, None),

@@ -79,6 +79,9 @@ pub struct Coordinator {
     /// their outcome (`None`: interrupted), for rejoins that arrive after
     /// the end (SPEC.md §8.4). Emptied when the window ends.
     ended_in_grace: BTreeMap<FencingToken, Option<Outcome>>,
+    /// The greatest token reasserted for each key in this grace window
+    /// (SPEC.md §8.3). Emptied when the window ends.
+    reasserted: BTreeMap<Key, FencingToken>,
     /// Effects of the step in progress; always empty between steps.
     effects: Vec<Effect>,
     #[cfg(feature = "mutants")]
@@ -125,6 +128,7 @@ impl Coordinator {
             flights: BTreeMap::new(),
             waiting: Vec::new(),
             ended_in_grace: BTreeMap::new(),
+            reasserted: BTreeMap::new(),
             effects: Vec::new(),
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -206,9 +210,14 @@ impl Coordinator {
             }
             Request::Land { id, outcome } => self.land((connection, id), outcome),
             Request::Cancel { id } => self.withdraw(&(connection, id), Withdrawal::Cancel),
-            Request::Reassert { id, key, token } => {
+            Request::Reassert {
+                id,
+                key,
+                token,
+                outcome,
+            } => {
                 if self.open(connection, &id, &key) {
-                    self.reassert((connection, id), key, token);
+                    self.reassert((connection, id), key, token, outcome);
                 }
             }
             Request::Status { id } => {
@@ -309,7 +318,14 @@ impl Coordinator {
         if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
             return self.finish(&party, outcome);
         }
-        if self.in_grace && token.epoch() < self.epoch {
+        // A flight may still be reasserted if it is of an earlier term and
+        // no later flight of its key has been (§8.3).
+        let may_return = token.epoch() < self.epoch
+            && self
+                .reasserted
+                .get(&key)
+                .is_none_or(|latest| *latest < token);
+        if self.in_grace && may_return {
             self.set_role(
                 &party,
                 Role::Waiting {
@@ -324,18 +340,50 @@ impl Coordinator {
         self.finish(&party, None);
     }
 
-    /// §8.3: a leader of an earlier term claims its flight again.
-    fn reassert(&mut self, party: PartyRef, key: Key, token: FencingToken) {
+    /// §8.3: a leader of an earlier term claims its flight again: still
+    /// running (`outcome: None`), or landed in a term that died before it
+    /// acknowledged the land.
+    fn reassert(
+        &mut self,
+        party: PartyRef,
+        key: Key,
+        token: FencingToken,
+        outcome: Option<Outcome>,
+    ) {
         let in_window = self.in_grace || self.mutant(Mutant::ReassertAfterGrace);
+        let latest = self.reasserted.get(&key).copied();
+        // A running flight comes back only if it is the key's latest: a
+        // greater token of the key was led after it ended (§8.3).
+        let superseded = outcome.is_none() && latest.is_some_and(|latest| latest >= token);
         let accepted = in_window
             && token.epoch() < self.epoch
-            && !self.flights.contains_key(&key)
-            && !self.ended_in_grace.contains_key(&token);
+            && !self.ended_in_grace.contains_key(&token)
+            && !superseded;
         if !accepted {
             self.remove_party(&party);
             let (connection, id) = party;
             return self.send(connection, Response::Rejected { id });
         }
+        if latest.is_none_or(|latest| latest < token) {
+            self.reasserted.insert(key.clone(), token);
+            // The flight of this key brought back earlier in this window is
+            // older than this one: it had ended before this one was led.
+            if let Some(older) = self.flights.get(&key).map(|f| (f.token, f.leader.clone())) {
+                self.end_flight(&key, older.0, None);
+                let (connection, id) = older.1;
+                self.send(connection, Response::Rejected { id });
+            }
+        }
+        match outcome {
+            Some(outcome) => self.landed_before(party, &key, token, outcome),
+            None => self.lead_again(party, key, token),
+        }
+    }
+
+    /// A running flight of an earlier term is in progress again, led by
+    /// `party`, without an answer; the runs of its key that waited join it
+    /// (§8.3, §8.4).
+    fn lead_again(&mut self, party: PartyRef, key: Key, token: FencingToken) {
         self.set_role(&party, Role::Leading { token });
         let flight = Flight {
             token,
@@ -343,22 +391,49 @@ impl Coordinator {
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key.clone(), flight);
-        // Runs of this key that waited for the window now have a flight:
-        // plain runs and rejoins of this flight join it; rejoins of another
-        // flight of this key are interrupted, since a key with a flight in
-        // progress cannot have another reasserted (§8.4).
-        let (ready, still_waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+        self.settle_waiting(&key, |waiting| match waiting {
+            // Plain runs and rejoins of this flight join it.
+            None => Settle::Join(token),
+            Some(t) if t == token => Settle::Join(token),
+            // Rejoins of an older flight of the key: it was superseded.
+            Some(t) if t < token => Settle::Finish(None),
+            // Rejoins of a newer flight wait for its reassert.
+            Some(_) => Settle::Wait,
+        });
+    }
+
+    /// A flight of an earlier term that landed, but whose land was not
+    /// acknowledged before its term died, hands its outcome to its
+    /// rejoiners; it does not become live again, so it displaces nothing
+    /// and no new call joins it (§8.3).
+    fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
+        if !self.mutant(Mutant::ForgetsLandingsInGrace) {
+            self.ended_in_grace.insert(token, Some(outcome.clone()));
+        }
+        self.settle_waiting(key, |waiting| match waiting {
+            Some(t) if t == token => Settle::Finish(Some(outcome.clone())),
+            _ => Settle::Wait,
+        });
+        self.remove_party(&party);
+        let (connection, id) = party;
+        self.send(connection, Response::Ack { id });
+    }
+
+    /// Applies `rule` to each run of `key` that waits, in arrival order.
+    fn settle_waiting(&mut self, key: &Key, rule: impl Fn(Option<FencingToken>) -> Settle) {
+        let (of_key, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
-            .partition(|waiting| self.party(waiting).is_some_and(|p| p.key == key));
-        self.waiting = still_waiting;
-        for waiting in ready {
-            match self.party(&waiting).map(|p| p.role.clone()) {
-                Some(Role::Waiting { flight: None }) => self.join(waiting, &key, token),
-                Some(Role::Waiting { flight: Some(t) }) if t == token => {
-                    self.join(waiting, &key, token)
-                }
-                Some(Role::Waiting { flight: Some(_) }) => self.finish(&waiting, None),
-                _ => {}
+            .partition(|waiting| self.party(waiting).is_some_and(|p| &p.key == key));
+        self.waiting = others;
+        for waiting in of_key {
+            let Some(Role::Waiting { flight }) = self.party(&waiting).map(|p| p.role.clone())
+            else {
+                continue;
+            };
+            match rule(flight) {
+                Settle::Join(token) => self.join(waiting, key, token),
+                Settle::Finish(outcome) => self.finish(&waiting, outcome),
+                Settle::Wait => self.waiting.push(waiting),
             }
         }
     }
@@ -456,6 +531,7 @@ impl Coordinator {
         }
         self.in_grace = false;
         self.ended_in_grace.clear();
+        self.reasserted.clear();
         for waiting in std::mem::take(&mut self.waiting) {
             match self.party(&waiting).cloned() {
                 Some(Party {
@@ -537,6 +613,13 @@ impl Coordinator {
     fn mutant(&self, _: Mutant) -> bool {
         false
     }
+}
+
+/// What becomes of a run that waited, when its key's flight is settled.
+enum Settle {
+    Join(FencingToken),
+    Finish(Option<Outcome>),
+    Wait,
 }
 
 /// Why a party is withdrawn; the two differ only for a seeded bug.

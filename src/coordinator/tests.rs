@@ -70,6 +70,7 @@ fn reassert(connection: u64, i: &str, k: &str, t: FencingToken) -> Event {
             id: id(i),
             key: key(k),
             token: t,
+            outcome: None,
         },
     )
 }
@@ -218,7 +219,8 @@ fn reassert_in_grace_leads_again_silently() {
 }
 
 /// §8.3: a reassert after the grace window, without one, of this term's
-/// token, or for a key that has a flight, is rejected.
+/// token, or of a flight older than one of its key reasserted already, is
+/// rejected.
 #[test]
 fn reassert_rejected_when_too_late_or_taken() {
     let mut co = coordinator(2, Term::First, 1);
@@ -232,9 +234,9 @@ fn reassert_rejected_when_too_late_or_taken() {
         co.step(reassert(1, "1", "k", token(2, 1))),
         vec![rejected(1, "1")]
     );
-    assert_eq!(co.step(reassert(1, "2", "k", token(1, 1))), vec![]);
+    assert_eq!(co.step(reassert(1, "2", "k", token(1, 2))), vec![]);
     assert_eq!(
-        co.step(reassert(2, "2", "k", token(1, 2))),
+        co.step(reassert(2, "2", "k", token(1, 1))),
         vec![rejected(2, "2")]
     );
     co.step(Event::GraceWindowEnded);
@@ -482,4 +484,86 @@ fn events_for_unknown_connections_are_ignored() {
         vec![]
     );
     assert_eq!(co, before);
+}
+
+fn reassert_landed(connection: u64, i: &str, k: &str, t: FencingToken, outcome: Outcome) -> Event {
+    request(
+        c(connection),
+        Request::Reassert {
+            id: id(i),
+            key: key(k),
+            token: t,
+            outcome: Some(outcome),
+        },
+    )
+}
+
+/// §8.3: a flight that landed in a term that died before acknowledging it
+/// hands its outcome to its rejoiners, but does not come back to life: it
+/// displaces no flight in progress, and no later call joins it.
+#[test]
+fn landed_reassert_does_not_come_back() {
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    assert_eq!(co.step(run(3, "1", "a")), vec![]);
+    assert_eq!(co.step(rejoin(3, "2", "a", token(1, 1))), vec![]);
+    assert_eq!(
+        co.step(reassert_landed(1, "1", "a", token(1, 1), value("old"))),
+        vec![landed(3, "2", value("old")), ack(1, "1")]
+    );
+    assert_eq!(co.flights().count(), 0);
+    assert_eq!(
+        co.step(rejoin(3, "3", "a", token(1, 1))),
+        vec![landed(3, "3", value("old"))]
+    );
+    // The key's next flight, in progress at the failover, comes back, and
+    // the plain run that waited joins it, not the landed one.
+    assert_eq!(
+        co.step(reassert(2, "1", "a", token(1, 2))),
+        vec![joined(3, "1", token(1, 2))]
+    );
+    assert_eq!(
+        co.step(land(2, "1", value("new"))),
+        vec![landed(3, "1", value("new")), ack(2, "1")]
+    );
+}
+
+/// §8.3: of two flights of one key reasserted in a window, the later one
+/// (the greater token) wins: the older had ended before the later was led.
+#[test]
+fn greater_token_supersedes_an_older_reassert() {
+    let mut co = coordinator(3, Term::AfterFailover, 3);
+    assert_eq!(co.step(rejoin(3, "1", "a", token(2, 1))), vec![]);
+    assert_eq!(co.step(reassert(1, "1", "a", token(1, 1))), vec![]);
+    assert_eq!(
+        co.step(rejoin(3, "2", "a", token(1, 1))),
+        vec![joined(3, "2", token(1, 1))]
+    );
+    assert_eq!(
+        co.step(reassert(2, "1", "a", token(2, 1))),
+        vec![
+            interrupted(3, "2"),
+            rejected(1, "1"),
+            joined(3, "1", token(2, 1))
+        ]
+    );
+    assert_eq!(
+        co.step(reassert(1, "2", "a", token(1, 1))),
+        vec![rejected(1, "2")]
+    );
+    assert_eq!(
+        co.step(rejoin(3, "3", "a", token(1, 1))),
+        vec![interrupted(3, "3")]
+    );
+
+    // The other order: the older one is refused at once.
+    let mut co = coordinator(3, Term::AfterFailover, 2);
+    assert_eq!(co.step(reassert(2, "1", "a", token(2, 1))), vec![]);
+    assert_eq!(
+        co.step(reassert(1, "1", "a", token(1, 1))),
+        vec![rejected(1, "1")]
+    );
+    assert_eq!(
+        co.step(rejoin(1, "2", "a", token(1, 1))),
+        vec![interrupted(1, "2")]
+    );
 }

@@ -116,11 +116,15 @@ pub enum Request {
     Land { id: RequestId, outcome: Outcome },
     /// Withdraws a run, a joiner, or a leader (which interrupts its flight).
     Cancel { id: RequestId },
-    /// A leader from an earlier term claims its flight again.
+    /// A leader from an earlier term claims its flight again; with
+    /// `outcome`, a leader whose work already finished hands the outcome to
+    /// the flight's rejoiners without making the flight live again.
     Reassert {
         id: RequestId,
         key: Key,
         token: FencingToken,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        outcome: Option<Outcome>,
     },
     /// Asks for the coordinator's view of its flights (SPEC.md §3.5, an
     /// extension that older coordinators answer `unsupported`).
@@ -234,6 +238,7 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             id,
             key: fields.key()?,
             token: fields.token("token")?,
+            outcome: fields.optional_outcome()?,
         },
         "status" => Request::Status { id },
         _ => return Ok(Incoming::Unknown { op, id }),
@@ -338,6 +343,14 @@ impl Fields {
 
     fn outcome(&mut self) -> Result<Outcome, DecodeError> {
         outcome(self.take("outcome")?)
+    }
+
+    fn optional_outcome(&mut self) -> Result<Option<Outcome>, DecodeError> {
+        if self.0.contains_key("outcome") {
+            self.outcome().map(Some)
+        } else {
+            Ok(None)
+        }
     }
 
     fn flights(&mut self) -> Result<Vec<FlightStatus>, DecodeError> {

@@ -291,6 +291,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     id: id.clone(),
                                     key: key.clone(),
                                     token: t,
+                                    outcome: None,
                                 },
                             ),
                             Some(t),
@@ -305,13 +306,15 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                         "§8.1: requests of closed connections are ignored"
                     );
                 }
+                // Only a `rejected` for this request refuses it; one for
+                // another leader means this reassert superseded its flight.
                 let rejected = effects.iter().any(|e| {
                     matches!(
                         e,
                         Effect::Send {
-                            response: Response::Rejected { .. },
-                            ..
-                        }
+                            connection: c,
+                            response: Response::Rejected { id: r },
+                        } if *c == connection && *r == id
                     )
                 });
                 if let Some(token) =
