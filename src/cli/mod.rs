@@ -1,0 +1,248 @@
+//! The command line (SPEC.md §13): `run`, `serve` and `status`.
+//!
+//! This is shell code, like the library's `shell` module: it reads clocks,
+//! sleeps, spawns processes and handles signals.
+
+mod base64;
+mod capture;
+mod directory;
+mod exit;
+mod output;
+mod run;
+mod serve;
+mod signals;
+mod spill;
+mod status;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Text shared by the help of every subcommand that takes `--dir`.
+const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, shown below for this user, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "single-flight",
+    version,
+    about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.",
+    long_about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.\n\nProcesses of one user on one machine that share a flight directory elect a coordinator among themselves (no daemon is needed). `single-flight run --key KEY -- COMMAND` runs COMMAND unless a run of the same key is in progress; then it waits for that run and prints its output and exits with its exit status instead. Use it where flock(1) would make every waiter run the command again: a cache fill, a download, a build step, a cron job.\n\nThe protocol and its guarantees: SPEC.md in the source repository (§13 describes this command).",
+    subcommand_value_name = "SUBCOMMAND",
+    subcommand_help_heading = "Subcommands",
+    after_help = "Examples:\n  single-flight run --key fetch-deps -- ./fetch-deps.sh\n  single-flight run --key nightly --timeout 3600 -- make release\n  single-flight status --json"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Run(RunArgs),
+    Serve(ServeArgs),
+    Status(StatusArgs),
+}
+
+/// Where the flights are.
+#[derive(Clone, Debug, Args)]
+struct DirectoryArgs {
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_DIR",
+        value_name = "DIR",
+        default_value_os_t = directory::default_directory(),
+        help = "The flight directory, shared by the processes that take part in the same flights",
+        long_help = DIRECTORY_HELP
+    )]
+    dir: PathBuf,
+}
+
+/// Run COMMAND once among the concurrent callers of KEY.
+///
+/// The first caller runs COMMAND; every caller that comes while it runs
+/// receives its output and exit status instead of running it again.
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "single-flight run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...",
+    after_help = "See `single-flight run --help` for exit statuses, signals and the environment.",
+    after_long_help = exit::RUN_HELP
+)]
+struct RunArgs {
+    #[command(flatten)]
+    directory: DirectoryArgs,
+
+    /// The flight's name: concurrent runs of one key share one run of COMMAND.
+    ///
+    /// 1 to 4096 bytes of UTF-8, compared byte for byte. Runs of the same key
+    /// in the same directory receive each other's output, so put in the key
+    /// whatever the output depends on (a path, a version, a date).
+    #[arg(long, value_parser = parse_key)]
+    key: String,
+
+    /// The grace window after a coordinator died, in milliseconds [default: 500].
+    ///
+    /// When this process becomes the coordinator after another one died, new
+    /// flights wait this long so that the flights of the previous term can be
+    /// reclaimed (SPEC.md §10.2). Every process of a directory should use the
+    /// same.
+    #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
+    grace: Option<u64>,
+
+    /// Give up after SECS seconds (decimals allowed) and exit 124.
+    ///
+    /// A leader stops COMMAND (SIGTERM to its process group, SIGKILL 10 s
+    /// later) and interrupts its joiners; a joiner stops waiting. The time
+    /// counts from the start, waiting for a coordinator included.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    timeout: Option<Duration>,
+
+    /// Say on stderr whether this run led or joined, and the fencing token.
+    ///
+    /// One line after the output: "led" (this process ran COMMAND) or
+    /// "joined" (it received the output of the process that ran it).
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// The command and its arguments, after `--`.
+    ///
+    /// It runs with SINGLE_FLIGHT_TOKEN (the flight's fencing token) and
+    /// SINGLE_FLIGHT_KEY in its environment. It is not run through a shell:
+    /// use `sh -c '...'` for pipes and redirections.
+    #[arg(
+        value_name = "COMMAND",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    command: Vec<OsString>,
+}
+
+/// Hold the coordinator of DIR in the foreground until SIGTERM or SIGINT.
+///
+/// Logs go to stderr (RUST_LOG chooses them, `info` by default). Without a
+/// `serve`, the processes that run flights coordinate themselves, and a new
+/// term starts whenever the coordinating process exits; with one the term
+/// lasts. Exits 0 after SIGTERM, SIGINT or SIGHUP, 125 when the directory
+/// or the election failed.
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    directory: DirectoryArgs,
+
+    /// The grace window after a coordinator died, in milliseconds [default: 500].
+    ///
+    /// A term that follows one that died opens with it (SPEC.md §10.2).
+    /// Every process of a directory should use the same.
+    #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
+    grace: Option<u64>,
+}
+
+/// Show the coordinator of DIR and the flights in progress.
+///
+/// Prints the coordinator's epoch and process id, and the key, fencing token
+/// and number of joiners of every flight in progress. Exits 0 when a
+/// coordinator answered, 3 when none runs, 125 on an error.
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    directory: DirectoryArgs,
+
+    /// Print one JSON object instead of text.
+    ///
+    /// {"directory": DIR, "coordinator": {"pid": N, "epoch": "E"} or null,
+    /// "flights": [{"key": K, "token": "T", "joiners": N}]}; epochs and
+    /// tokens are decimal strings.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A key as the protocol accepts it (SPEC.md §3.1), checked before anything
+/// starts.
+fn parse_key(text: &str) -> Result<String, String> {
+    single_flight::protocol::Key::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| error.to_string())
+}
+
+/// A positive number of seconds, as `timeout(1)` takes it.
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds (for example 30 or 0.5)"))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err("the timeout must be more than 0 seconds".into());
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text} seconds is too long"))
+}
+
+/// Parses the command line and runs the subcommand; the exit code follows
+/// SPEC.md §13.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            // `--help` and `--version` are not errors. A usage error exits
+            // 125 rather than clap's 2, so that it cannot be mistaken for an
+            // exit status of COMMAND (as `timeout`, `env` and `nice` do).
+            return ExitCode::from(if error.use_stderr() {
+                exit::FAILED
+            } else {
+                exit::SUCCESS
+            });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("single-flight: cannot start: {error}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Status(args) => status::status(args).await,
+        }
+    });
+    // Do not wait for blocking writes to an output nobody reads any more:
+    // everything this process had to say was flushed before `code`.
+    runtime.shutdown_background();
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeouts_are_positive_seconds() {
+        assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-3").is_err());
+        assert!(parse_seconds("NaN").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+
+    #[test]
+    fn keys_are_checked_like_the_protocol_does() {
+        assert!(parse_key("build:app").is_ok());
+        assert!(parse_key("").is_err());
+        assert!(parse_key(&"k".repeat(4097)).is_err());
+    }
+}

@@ -1,0 +1,316 @@
+//! `single-flight run` (SPEC.md §13): one call of the library whose work is
+//! COMMAND, and everything around it that a process needs: signals, a
+//! timeout, the output of a joiner, the exit code.
+
+// Shell code: it waits on real timers.
+#![allow(clippy::disallowed_methods)]
+
+use std::io::{BufReader, Write};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rustix::process::{Signal, kill_process_group};
+use single_flight::{Failure, FencingToken, Landed, Role, RunError, SingleFlight};
+
+use super::RunArgs;
+use super::capture::{self, CommandLine, Control, Progress};
+use super::exit;
+use super::output::{Output, Ran, RanCodec, Sink, replay};
+use super::signals::{Received, Signals};
+use super::spill;
+
+/// How long a leader's COMMAND has to exit after the signal that stops it
+/// (the SIGINT, SIGTERM or SIGHUP this process received, passed on; SIGTERM
+/// at `--timeout`) before its process group is killed: room to remove a
+/// temporary file or release a lock, as `docker stop` gives.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// How the call ended.
+enum Ending {
+    Returned(Result<Landed<Ran>, RunError<Failure>>),
+    Signalled(Received),
+    TimedOut(Duration),
+}
+
+/// Runs the subcommand; returns the exit code (SPEC.md §13.3).
+pub async fn run(args: RunArgs) -> u8 {
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(error) => {
+            say(format_args!("cannot handle signals: {error}"));
+            return exit::FAILED;
+        }
+    };
+    if std::env::var_os("RUST_LOG").is_some() {
+        // Only on request: otherwise stderr carries COMMAND's bytes alone.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let directory = args.directory.dir.clone();
+    let mut builder = SingleFlight::builder(&directory);
+    if let Some(grace) = args.grace {
+        builder = builder.grace_window(Duration::from_millis(grace));
+    }
+    let flights = match builder.open().await {
+        Ok(flights) => flights,
+        Err(error) => {
+            say(error);
+            return exit::FAILED;
+        }
+    };
+    let tag = spill::key_tag(&args.key);
+    let interest = tokio::select! {
+        interest = spill::declare_interest(&directory, &tag) => interest,
+        received = signals.recv() => {
+            flights.close().await;
+            return received.exit_code();
+        }
+    };
+    let interest = match interest {
+        Ok(interest) => interest,
+        Err(error) => {
+            say(format_args!(
+                "cannot lock the output files of {:?} in {}: {error}",
+                args.key,
+                directory.display()
+            ));
+            flights.close().await;
+            return exit::FAILED;
+        }
+    };
+
+    let control = Control::new();
+    let ending = call(&flights, &args, &directory, &tag, &control, &mut signals).await;
+    let code = match ending {
+        Ending::Returned(result) => tokio::select! {
+            code = finish(result, &args, &directory, &tag) => code,
+            received = signals.recv() => received.exit_code(),
+        },
+        Ending::Signalled(received) => {
+            stop_command(&control, received.signal(), &mut signals).await;
+            if args.verbose {
+                say(format_args!(
+                    "stopped by {}; the call for {:?} was withdrawn",
+                    received.name(),
+                    args.key
+                ));
+            }
+            received.exit_code()
+        }
+        Ending::TimedOut(timeout) => {
+            let led = stop_command(&control, Signal::TERM, &mut signals).await;
+            say(format_args!(
+                "no outcome for {:?} within {timeout:?} (--timeout); {}",
+                args.key,
+                if led {
+                    "stopped the command and interrupted the flight's joiners"
+                } else {
+                    "stopped waiting"
+                }
+            ));
+            exit::TIMED_OUT
+        }
+    };
+    // Lets this process's land reach the joiners, and ends its term cleanly
+    // if it coordinates (SPEC.md §10.4).
+    flights.close().await;
+    drop(interest);
+    spill::sweep(&directory);
+    code
+}
+
+/// Makes the call and waits for it, a stop request or the timeout. On a
+/// stop or the timeout the call is withdrawn: a leader's joiners are
+/// interrupted at once (SPEC.md §8.6), while its COMMAND is still stopping.
+async fn call(
+    flights: &SingleFlight,
+    args: &RunArgs,
+    directory: &Path,
+    tag: &str,
+    control: &Control,
+    signals: &mut Signals,
+) -> Ending {
+    let command = CommandLine {
+        program: args.command[0].clone(),
+        arguments: args.command[1..].to_vec(),
+    };
+    let work = {
+        let (key, directory, tag, control) = (
+            args.key.clone(),
+            directory.to_owned(),
+            tag.to_owned(),
+            control.clone(),
+        );
+        move |token: FencingToken| async move {
+            let spill_path = spill::spill_path(&directory, &tag, token);
+            // A task of its own, so that COMMAND is still watched (and its
+            // output still forwarded) while it stops after the call was
+            // withdrawn.
+            let leading = tokio::spawn(capture::lead(command, key, token, spill_path, control));
+            leading.await.unwrap_or_else(|error| {
+                Err(Failure {
+                    name: "LeaderFailed".into(),
+                    message: format!("the leader's task ended abnormally: {error}"),
+                    code: None,
+                })
+            })
+        }
+    };
+    let running = flights.call(&args.key).codec(RanCodec).run(work);
+    let timeout = async {
+        match args.timeout {
+            Some(timeout) => {
+                tokio::time::sleep(timeout).await;
+                timeout
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = running => Ending::Returned(result),
+        received = signals.recv() => Ending::Signalled(received),
+        timeout = timeout => Ending::TimedOut(timeout),
+    }
+}
+
+/// Stops a leader's COMMAND once its call was withdrawn: passes `signal` on
+/// to its process group, and kills the group if it has not finished
+/// [`KILL_GRACE`] later or at the next stop request. Returns whether this
+/// process was leading.
+async fn stop_command(control: &Control, signal: Signal, signals: &mut Signals) -> bool {
+    control.stopping.store(true, Ordering::SeqCst);
+    let mut progress = control.progress.subscribe();
+    let group = match *progress.borrow_and_update() {
+        Progress::NotStarted => return false,
+        Progress::Finished => return true,
+        Progress::Running { group } => group,
+    };
+    let _ = kill_process_group(group, signal);
+    let finished = tokio::select! {
+        finished = progress.wait_for(|now| *now == Progress::Finished) => finished.is_ok(),
+        () = tokio::time::sleep(KILL_GRACE) => false,
+        _ = signals.recv() => false,
+    };
+    if !finished {
+        let _ = kill_process_group(group, Signal::KILL);
+    }
+    true
+}
+
+/// What a call that returned means for this process: the output of a
+/// joiner, messages, and the exit code.
+async fn finish(
+    result: Result<Landed<Ran>, RunError<Failure>>,
+    args: &RunArgs,
+    directory: &Path,
+    tag: &str,
+) -> u8 {
+    let key = &args.key;
+    match result {
+        Ok(Landed {
+            value,
+            role: Role::Led,
+            token,
+        }) => {
+            // COMMAND's output was forwarded as it came.
+            if let Output::Unshared(reason) = &value.output {
+                say(format_args!("{reason} (its joiners exit 75)"));
+            }
+            if args.verbose {
+                say(format_args!("led the flight of {key:?} (token {token})"));
+            }
+            value.exit.status()
+        }
+        Ok(Landed {
+            value,
+            role: Role::Joined,
+            token,
+        }) => {
+            let spill_path = spill::spill_path(directory, tag, token);
+            let written =
+                tokio::task::spawn_blocking(move || write_output(value.output, &spill_path))
+                    .await
+                    .unwrap_or_else(|error| Err(format!("writing the output failed: {error}")));
+            if let Err(error) = written {
+                say(format_args!(
+                    "the output of the flight of {key:?} is lost: {error}; nothing ran here: run again to start a new flight"
+                ));
+                return exit::INTERRUPTED;
+            }
+            if args.verbose {
+                say(format_args!(
+                    "joined the flight of {key:?} (token {token}) led by another process"
+                ));
+            }
+            value.exit.status()
+        }
+        // This process led, and COMMAND could not start; its joiners get
+        // the same failure.
+        Err(RunError::Work(failure)) => {
+            say(&failure.message);
+            capture::exit_code_of(&failure)
+        }
+        Err(RunError::FlightFailed { failure, .. }) => {
+            let code = capture::exit_code_of(&failure);
+            match code {
+                exit::NOT_FOUND | exit::NOT_EXECUTABLE => say(&failure.message),
+                exit::INTERRUPTED => say(format_args!(
+                    "the leader of the flight of {key:?} ran the command but could not share its output ({}); nothing ran here: run again to start a new flight",
+                    failure.message
+                )),
+                _ => say(format_args!(
+                    "the flight of {key:?} failed in its leader's process: {failure}"
+                )),
+            }
+            code
+        }
+        Err(RunError::Interrupted { .. }) => {
+            say(format_args!(
+                "the flight of {key:?} was interrupted: its leader was killed or stopped before the command finished; nothing ran here: run again to start a new flight"
+            ));
+            exit::INTERRUPTED
+        }
+        Err(error) => {
+            say(error);
+            exit::FAILED
+        }
+    }
+}
+
+/// Writes a joined flight's output to this process's stdout and stderr.
+fn write_output(output: Output, spill_path: &Path) -> Result<(), String> {
+    let mut stdout = Sink::new(std::io::stdout().lock());
+    let mut stderr = Sink::new(std::io::stderr().lock());
+    match output {
+        Output::Inline(records) => replay(&records[..], &mut stdout, &mut stderr),
+        Output::Spilled { bytes } => {
+            // This process's interest in the key keeps the file until it
+            // is done (§13.2).
+            let file = spill::open_spill(spill_path)
+                .map_err(|error| format!("cannot open {}: {error}", spill_path.display()))?;
+            let length = file
+                .metadata()
+                .map_err(|error| format!("cannot inspect {}: {error}", spill_path.display()))?
+                .len();
+            if length != bytes {
+                return Err(format!(
+                    "{} holds {length} bytes, but the leader wrote {bytes}",
+                    spill_path.display()
+                ));
+            }
+            replay(BufReader::new(file), &mut stdout, &mut stderr)
+        }
+        Output::Unshared(reason) => Err(reason),
+    }
+}
+
+/// One line on stderr, said by single-flight itself, in one `write` so
+/// that the lines of processes sharing a terminal or a pipe do not mix
+/// (`eprintln!` writes its pieces one by one to the unbuffered stderr).
+fn say(message: impl std::fmt::Display) {
+    let line = format!("single-flight: {message}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}

@@ -1,0 +1,56 @@
+//! `single-flight serve` (SPEC.md §13.5): hold the coordinator of a directory
+//! in the foreground until SIGTERM or SIGINT.
+
+use std::time::Duration;
+
+use single_flight::SingleFlight;
+use tracing::{error, info};
+
+use super::ServeArgs;
+use super::exit;
+use super::signals::Signals;
+
+/// Runs the subcommand; returns the exit code: 0 after a stop request, 125
+/// when the directory or the election failed.
+pub async fn serve(args: ServeArgs) -> u8 {
+    // Logs go to stderr; RUST_LOG chooses what, `info` by default.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(failure) => {
+            error!("cannot handle signals: {failure}");
+            return exit::FAILED;
+        }
+    };
+    let directory = args.directory.dir.clone();
+    if let Ok(current) = single_flight::status(&directory).await {
+        info!(
+            pid = current.pid,
+            epoch = %current.epoch,
+            "another process coordinates; waiting to take over when its term ends"
+        );
+    }
+    let mut builder = SingleFlight::builder(&directory);
+    if let Some(grace) = args.grace {
+        builder = builder.grace_window(Duration::from_millis(grace));
+    }
+    let stop = async {
+        let received = signals.recv().await;
+        info!("{} received; ending the term", received.name());
+    };
+    match builder.serve(stop).await {
+        Ok(()) => {
+            info!("stopped");
+            exit::SUCCESS
+        }
+        Err(failure) => {
+            error!("{failure}");
+            exit::FAILED
+        }
+    }
+}

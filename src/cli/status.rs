@@ -1,0 +1,134 @@
+//! `single-flight status` (SPEC.md §13.5): one look at a directory's
+//! coordinator and its flights in progress (SPEC.md §3.5).
+
+use std::path::Path;
+
+use serde::Serialize;
+use single_flight::{Status, StatusError};
+
+use super::StatusArgs;
+use super::exit;
+
+/// Runs the subcommand; returns the exit code: 0 when a coordinator
+/// answered, 3 when none runs, 125 when its status could not be had.
+pub async fn status(args: StatusArgs) -> u8 {
+    let directory = args.directory.dir.clone();
+    // A directory that does not exist has no coordinator; `status` creates
+    // nothing.
+    let answer = if directory.exists() {
+        Some(single_flight::status(&directory).await)
+    } else {
+        None
+    };
+    match answer {
+        Some(Ok(status)) => {
+            if args.json {
+                println!("{}", json(&directory, Some(&status)));
+            } else {
+                print!("{}", text(&directory, &status));
+            }
+            exit::SUCCESS
+        }
+        None | Some(Err(StatusError::NoCoordinator { .. })) => {
+            if args.json {
+                println!("{}", json(&directory, None));
+            } else {
+                println!(
+                    "no coordinator runs in {}: no process uses it now",
+                    directory.display()
+                );
+            }
+            exit::NOT_RUNNING
+        }
+        Some(Err(error)) => {
+            eprintln!("single-flight: {error}");
+            exit::FAILED
+        }
+    }
+}
+
+/// The `--json` form: `{"directory", "coordinator": {"pid", "epoch"} or
+/// null, "flights": [{"key", "token", "joiners"}]}`. Epochs and tokens are
+/// decimal strings, as on the wire (SPEC.md §6).
+fn json(directory: &Path, status: Option<&Status>) -> String {
+    #[derive(Serialize)]
+    struct Report<'a> {
+        directory: String,
+        coordinator: Option<Coordinator>,
+        flights: Vec<Flight<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Coordinator {
+        pid: u32,
+        epoch: String,
+    }
+    #[derive(Serialize)]
+    struct Flight<'a> {
+        key: &'a str,
+        token: String,
+        joiners: u64,
+    }
+    let report = Report {
+        directory: directory.to_string_lossy().into_owned(),
+        coordinator: status.map(|status| Coordinator {
+            pid: status.pid,
+            epoch: status.epoch.to_string(),
+        }),
+        flights: status
+            .map(|status| {
+                status
+                    .flights
+                    .iter()
+                    .map(|flight| Flight {
+                        key: flight.key.as_str(),
+                        token: flight.token.to_string(),
+                        joiners: flight.joiners,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    serde_json::to_string(&report).expect("a report of strings and numbers serializes")
+}
+
+/// The form for people. Keys are quoted and escaped: they may hold any
+/// character, a newline included.
+fn text(directory: &Path, status: &Status) -> String {
+    let mut text = format!(
+        "directory    {}\ncoordinator  pid {}, epoch {}\n",
+        directory.display(),
+        status.pid,
+        status.epoch
+    );
+    if status.flights.is_empty() {
+        text.push_str("flights      none in progress\n");
+        return text;
+    }
+    text.push_str(&format!(
+        "flights      {} in progress\n\n",
+        status.flights.len()
+    ));
+    let keys: Vec<String> = status
+        .flights
+        .iter()
+        .map(|flight| format!("{:?}", flight.key.as_str()))
+        .collect();
+    let width = keys
+        .iter()
+        .map(|key| key.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(3);
+    text.push_str(&format!(
+        "  {:width$}  {:>20}  {:>7}\n",
+        "KEY", "TOKEN", "JOINERS"
+    ));
+    for (key, flight) in keys.iter().zip(&status.flights) {
+        text.push_str(&format!(
+            "  {key:width$}  {:>20}  {:>7}\n",
+            flight.token.to_string(),
+            flight.joiners
+        ));
+    }
+    text
+}

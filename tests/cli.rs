@@ -1,0 +1,769 @@
+//! The `single-flight` command end to end (SPEC.md §13), with real processes:
+//! each test starts the binary several times on one flight directory and
+//! watches the flights through the coordinator's `status` (SPEC.md §3.5).
+//!
+//! No test asserts on time: a command that must still run while others join
+//! waits for a release file that the test creates once `status` shows them
+//! all, and every wait gives up after a generous bound.
+
+// Tests are shell code: they poll with real clocks and sleeps.
+#![allow(clippy::disallowed_methods)]
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
+use single_flight::{Failure, FailureCode, SingleFlight, Status};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
+
+/// The longest any wait of these tests may take before it fails.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Starts every test command: records its process group (the shell leads
+/// it) so that the test can kill whatever is left, and defines
+/// `wait_for FILE`, which waits (boundedly) until the test creates FILE.
+const PRELUDE: &str = r#"echo $$ >> pgids
+wait_for() { n=0; while [ ! -e "$1" ] && [ $n -lt 3000 ]; do sleep 0.05; n=$((n+1)); done; }
+"#;
+
+// ---------------------------------------------------------------- harness
+
+struct Scene {
+    root: PathBuf,
+    /// The flight directory.
+    dir: PathBuf,
+    /// The commands' working directory: release files, notes.
+    work: PathBuf,
+    runs: Vec<Started>,
+}
+
+struct Started {
+    child: Option<Child>,
+    pid: u32,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+/// How a process of the command ended, and what it wrote.
+#[derive(Debug)]
+struct Ended {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Ended {
+    fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+impl Scene {
+    fn new(name: &str) -> Scene {
+        let root = std::env::temp_dir().join(format!("sf-cli-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let work = root.join("work");
+        fs::create_dir_all(&work).unwrap();
+        Scene {
+            dir: root.join("flights"),
+            root,
+            work,
+            runs: Vec::new(),
+        }
+    }
+
+    fn dir_arg(&self) -> &str {
+        self.dir.to_str().unwrap()
+    }
+
+    /// The binary, in the work directory, without the variables of the
+    /// environment that would change what it does.
+    fn command(&self) -> Command {
+        let mut command = Command::new(BINARY);
+        command
+            .current_dir(&self.work)
+            .env_remove("SINGLE_FLIGHT_DIR")
+            .env_remove("SINGLE_FLIGHT_GRACE_MS")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Starts `command`, its stdout and stderr going to files.
+    fn start_command(&mut self, mut command: Command) -> usize {
+        let index = self.runs.len();
+        let stdout = self.root.join(format!("stdout.{index}"));
+        let stderr = self.root.join(format!("stderr.{index}"));
+        command
+            .stdout(File::create(&stdout).unwrap())
+            .stderr(File::create(&stderr).unwrap());
+        let child = command.spawn().unwrap();
+        self.runs.push(Started {
+            pid: child.id(),
+            child: Some(child),
+            stdout,
+            stderr,
+        });
+        index
+    }
+
+    /// Starts `single-flight` with `args`.
+    fn start(&mut self, args: &[&str]) -> usize {
+        let mut command = self.command();
+        command.args(args);
+        self.start_command(command)
+    }
+
+    /// Starts `single-flight run --key KEY -- sh -c SCRIPT`.
+    fn start_run(&mut self, key: &str, script: &str) -> usize {
+        let script = format!("{PRELUDE}{script}");
+        let dir = self.dir_arg().to_owned();
+        self.start(&[
+            "run", "--dir", &dir, "--key", key, "--", "sh", "-c", &script,
+        ])
+    }
+
+    /// Runs `single-flight` with `args` to its end.
+    fn run(&mut self, args: &[&str]) -> Ended {
+        let index = self.start(args);
+        self.end(index)
+    }
+
+    fn pid(&self, index: usize) -> u32 {
+        self.runs[index].pid
+    }
+
+    /// Waits (boundedly) for a process to end.
+    fn end(&mut self, index: usize) -> Ended {
+        let started = &mut self.runs[index];
+        let mut child = started.child.take().expect("each process ends once");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > PATIENCE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "process {index} did not end in time; its stderr: {}",
+                    fs::read_to_string(&started.stderr).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Ended {
+            code: status.code(),
+            signal: status.signal(),
+            stdout: fs::read(&started.stdout).unwrap(),
+            stderr: fs::read(&started.stderr).unwrap(),
+        }
+    }
+
+    /// Polls until `ready` holds.
+    fn until(&self, what: &str, ready: impl Fn(&Scene) -> bool) {
+        let start = Instant::now();
+        while !ready(self) {
+            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The coordinator's status, through the library.
+    fn status(&self) -> Option<Status> {
+        block_on(single_flight::status(&self.dir)).ok()
+    }
+
+    fn joiners(&self, key: &str) -> Option<u64> {
+        self.status()?
+            .flights
+            .iter()
+            .find(|flight| flight.key.as_str() == key)
+            .map(|flight| flight.joiners)
+    }
+
+    fn until_joiners(&self, key: &str, joiners: u64) {
+        self.until(&format!("{joiners} joiners of {key:?}"), |scene| {
+            scene.joiners(key) == Some(joiners)
+        });
+    }
+
+    /// Lets the commands waiting for `name` go on.
+    fn release(&self, name: &str) {
+        fs::write(self.work.join(name), b"").unwrap();
+    }
+
+    /// A note a command wrote in the work directory, once it is complete.
+    fn note(&self, name: &str) -> String {
+        let path = self.work.join(name);
+        self.until(&format!("the note {name}"), |_| {
+            fs::read_to_string(&path).is_ok_and(|text| text.ends_with('\n'))
+        });
+        fs::read_to_string(&path).unwrap().trim().to_owned()
+    }
+
+    /// The index of the process whose pid a command wrote in `note`.
+    fn index_of_pid_in(&self, note: &str) -> usize {
+        let pid: u32 = self.note(note).parse().unwrap();
+        self.runs
+            .iter()
+            .position(|started| started.pid == pid)
+            .expect("the pid is one of this test's processes")
+    }
+
+    fn signal(&self, index: usize, signal: Signal) {
+        let pid = Pid::from_raw(self.pid(index) as i32).unwrap();
+        kill_process(pid, signal).unwrap();
+    }
+
+    /// The flight directory's files of the command (§13.2).
+    fn output_files(&self) -> Vec<String> {
+        fs::read_dir(&self.dir)
+            .unwrap()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("flight.output."))
+            .collect()
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        for started in &mut self.runs {
+            if let Some(child) = &mut started.child {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        // Commands whose single-flight was killed are still running.
+        if let Ok(groups) = fs::read_to_string(self.work.join("pgids")) {
+            for group in groups.lines().filter_map(|line| line.parse().ok()) {
+                if let Some(group) = Pid::from_raw(group) {
+                    let _ = kill_process_group(group, Signal::KILL);
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// Whether process `pid` has ended (a zombie has).
+fn gone(pid: &str) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Runs `script` under `callers` concurrent `run`s of one key: waits until
+/// all but the leader have joined, releases the command, and returns how
+/// each ended.
+fn one_flight(scene: &mut Scene, callers: usize, script: &str) -> Vec<Ended> {
+    let indexes: Vec<usize> = (0..callers).map(|_| scene.start_run("k", script)).collect();
+    scene.until_joiners("k", callers as u64 - 1);
+    scene.release("release");
+    indexes.into_iter().map(|index| scene.end(index)).collect()
+}
+
+fn assert_all_alike(ended: &[Ended]) {
+    for other in &ended[1..] {
+        assert_eq!(other.code, ended[0].code);
+        assert_eq!(other.stdout, ended[0].stdout);
+        assert_eq!(other.stderr, ended[0].stderr);
+    }
+}
+
+// ---------------------------------------------------------------- tests
+
+/// §13.2: eight concurrent runs of a key run the command once; all print
+/// its stdout and stderr and exit with its status; the command sees its
+/// token and key.
+#[test]
+fn eight_concurrent_runs_run_the_command_once() {
+    let mut scene = Scene::new("eight");
+    let ended = one_flight(
+        &mut scene,
+        8,
+        r#"echo ran >> runs
+echo "token=$SINGLE_FLIGHT_TOKEN key=$SINGLE_FLIGHT_KEY"
+echo "to stderr" >&2
+wait_for release
+echo after"#,
+    );
+    assert_eq!(
+        fs::read_to_string(scene.work.join("runs")).unwrap(),
+        "ran\n"
+    );
+    assert_all_alike(&ended);
+    assert_eq!(ended[0].code, Some(0));
+    let stdout = String::from_utf8(ended[0].stdout.clone()).unwrap();
+    // The first flight of the directory's first term (SPEC.md §6).
+    assert_eq!(stdout, "token=4294967297 key=k\nafter\n");
+    assert_eq!(ended[0].stderr_text(), "to stderr\n");
+}
+
+/// §13.3: every joiner exits with the leader's status, 128 + N for a
+/// command that signal N killed.
+#[test]
+fn joiners_exit_with_the_commands_status() {
+    for (script, code) in [
+        ("wait_for release; echo three; exit 3", 3),
+        ("wait_for release; kill -TERM $$", 128 + 15),
+    ] {
+        let mut scene = Scene::new(&format!("status-{code}"));
+        let ended = one_flight(&mut scene, 3, script);
+        assert_all_alike(&ended);
+        assert_eq!(ended[0].code, Some(code), "{script}");
+    }
+}
+
+/// §13.2: bytes that are not text (NUL, invalid UTF-8) reach every joiner
+/// unchanged, on the stream they were written to.
+#[test]
+fn binary_output_survives_byte_for_byte() {
+    let mut scene = Scene::new("binary");
+    let ended = one_flight(
+        &mut scene,
+        3,
+        r"printf 'a\000b\377\376c'; printf '\200\000err' >&2
+wait_for release
+printf '\000end\377'",
+    );
+    assert_all_alike(&ended);
+    assert_eq!(ended[0].code, Some(0));
+    assert_eq!(ended[0].stdout, b"a\0b\xff\xfec\0end\xff");
+    assert_eq!(ended[0].stderr, b"\x80\0err");
+}
+
+/// §13.2: an output larger than a message may carry passes through a 0600
+/// spill file, which is gone once every process is done.
+#[test]
+fn outputs_over_the_frame_limit_pass_through_a_spill_file() {
+    let mut scene = Scene::new("spill");
+    // 9 MiB of every byte value, more than MAX_FRAME_BYTES (8 MiB).
+    let mut big = Vec::with_capacity(9 << 20);
+    let mut state: u32 = 1;
+    while big.len() < 9 << 20 {
+        state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+        big.push((state >> 24) as u8);
+    }
+    fs::write(scene.work.join("big"), &big).unwrap();
+    let indexes: Vec<usize> = (0..3)
+        .map(|_| scene.start_run("k", "cat big; wait_for release"))
+        .collect();
+    scene.until_joiners("k", 2);
+    scene.until("the spill file", |scene| {
+        scene
+            .output_files()
+            .iter()
+            .any(|name| !name.ends_with(".lock"))
+    });
+    for name in scene.output_files() {
+        let mode = fs::metadata(scene.dir.join(&name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}");
+    }
+    scene.release("release");
+    let ended: Vec<Ended> = indexes.into_iter().map(|index| scene.end(index)).collect();
+    for ended in &ended {
+        assert_eq!(ended.code, Some(0), "{}", ended.stderr_text());
+        assert!(ended.stdout == big, "the output differs from the file");
+    }
+    assert_eq!(scene.output_files(), Vec::<String>::new());
+}
+
+/// §13.3: a command that does not exist exits 127, one that cannot be
+/// executed 126, with a message, as in a shell.
+#[test]
+fn a_command_that_cannot_start_fails_as_in_a_shell() {
+    let mut scene = Scene::new("cannot-start");
+    fs::write(scene.work.join("not-executable"), "#!/bin/sh\necho no\n").unwrap();
+    let dir = scene.dir_arg().to_owned();
+    for (command, code, says) in [
+        (
+            "no-such-command-for-single-flight",
+            127,
+            "command not found",
+        ),
+        ("./not-executable", 126, "Permission denied"),
+    ] {
+        let ended = scene.run(&["run", "--dir", &dir, "--key", "k", "--", command]);
+        assert_eq!(ended.code, Some(code), "{command}");
+        let stderr = ended.stderr_text();
+        assert!(stderr.starts_with("single-flight: cannot run"), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
+
+/// §13.2: a leader that cannot start its command shares the failure: its
+/// joiners exit 127 or 126 with the same message. The leader here is the
+/// test itself, through the library, so that it can wait for its joiners
+/// before it fails.
+#[test]
+fn joiners_of_a_command_that_cannot_start_fail_alike() {
+    for (name, code) in [("CommandNotFound", 127), ("CommandNotExecutable", 126)] {
+        let mut scene = Scene::new(&format!("cannot-start-joiners-{code}"));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let flights = runtime.block_on(SingleFlight::open(&scene.dir)).unwrap();
+        let leading = {
+            let flights = flights.clone();
+            let dir = scene.dir.clone();
+            runtime.spawn(async move {
+                flights
+                    .run("k", |_token| async move {
+                        while !has_joiners(&dir, 2).await {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        Err::<String, _>(Failure {
+                            name: name.into(),
+                            message: "cannot run \"x\": it failed to start".into(),
+                            code: Some(FailureCode::Number(2)),
+                        })
+                    })
+                    .await
+            })
+        };
+        // The test's call leads before any joiner starts.
+        let start = Instant::now();
+        while runtime
+            .block_on(single_flight::status(&scene.dir))
+            .map_or(true, |status| status.flights.is_empty())
+        {
+            assert!(start.elapsed() < PATIENCE, "the test's call did not lead");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let joiners: Vec<usize> = (0..2)
+            .map(|_| scene.start_run("k", "echo ran >> runs"))
+            .collect();
+        let led = runtime.block_on(leading).unwrap();
+        assert!(led.is_err());
+        for index in joiners {
+            let ended = scene.end(index);
+            assert_eq!(ended.code, Some(code));
+            assert_eq!(
+                ended.stderr_text(),
+                "single-flight: cannot run \"x\": it failed to start\n"
+            );
+        }
+        assert!(
+            !scene.work.join("runs").exists(),
+            "no joiner ran the command"
+        );
+        runtime.block_on(flights.close());
+    }
+}
+
+/// Whether the flight of "k" has `joiners` joiners.
+async fn has_joiners(dir: &Path, joiners: u64) -> bool {
+    single_flight::status(dir).await.is_ok_and(|status| {
+        status
+            .flights
+            .iter()
+            .any(|flight| flight.key.as_str() == "k" && flight.joiners == joiners)
+    })
+}
+
+/// §13.3: a leader killed with SIGKILL interrupts its joiners, which say so
+/// in one line and exit 75.
+#[test]
+fn a_killed_leader_interrupts_its_joiners() {
+    let mut scene = Scene::new("killed-leader");
+    let indexes: Vec<usize> = (0..3)
+        .map(|_| scene.start_run("k", "echo $PPID > leader; wait_for release; echo late"))
+        .collect();
+    scene.until_joiners("k", 2);
+    let leader = scene.index_of_pid_in("leader");
+    scene.signal(leader, Signal::KILL);
+    for index in indexes {
+        let ended = scene.end(index);
+        if index == leader {
+            assert_eq!(ended.signal, Some(9));
+            continue;
+        }
+        assert_eq!(ended.code, Some(75), "{}", ended.stderr_text());
+        assert!(ended.stdout.is_empty());
+        let stderr = ended.stderr_text();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("interrupted"), "{stderr}");
+        assert!(stderr.contains("run again"), "{stderr}");
+    }
+}
+
+/// §13.4: SIGTERM to a leader stops its command and interrupts its
+/// joiners; the leader exits 143.
+#[test]
+fn sigterm_on_a_leader_stops_its_command_and_interrupts_its_joiners() {
+    let mut scene = Scene::new("sigterm-leader");
+    let indexes: Vec<usize> = (0..3)
+        .map(|_| {
+            scene.start_run(
+                "k",
+                "echo $$ > command; echo $PPID > leader; wait_for release; echo late",
+            )
+        })
+        .collect();
+    scene.until_joiners("k", 2);
+    let leader = scene.index_of_pid_in("leader");
+    let command = scene.note("command");
+    scene.signal(leader, Signal::TERM);
+    for index in indexes {
+        let ended = scene.end(index);
+        let expected = if index == leader { 143 } else { 75 };
+        assert_eq!(ended.code, Some(expected), "{}", ended.stderr_text());
+        assert!(ended.stdout.is_empty());
+    }
+    scene.until("the command to end", |_| gone(&command));
+}
+
+/// §13.4: SIGTERM to a joiner only withdraws it: the flight goes on and
+/// the others get its output.
+#[test]
+fn sigterm_on_a_joiner_only_withdraws_it() {
+    let mut scene = Scene::new("sigterm-joiner");
+    let indexes: Vec<usize> = (0..3)
+        .map(|_| scene.start_run("k", "echo $PPID > leader; wait_for release; echo done"))
+        .collect();
+    scene.until_joiners("k", 2);
+    let leader = scene.index_of_pid_in("leader");
+    let quitter = indexes
+        .iter()
+        .copied()
+        .find(|&index| index != leader)
+        .unwrap();
+    scene.signal(quitter, Signal::TERM);
+    let ended = scene.end(quitter);
+    assert_eq!(ended.code, Some(143));
+    scene.until_joiners("k", 1);
+    scene.release("release");
+    for index in indexes.into_iter().filter(|&index| index != quitter) {
+        let ended = scene.end(index);
+        assert_eq!(ended.code, Some(0), "{}", ended.stderr_text());
+        assert_eq!(ended.stdout, b"done\n");
+    }
+}
+
+/// §13.4: `--timeout` stops a leader's command and exits 124.
+#[test]
+fn a_timeout_stops_the_command_and_exits_124() {
+    let mut scene = Scene::new("timeout");
+    let dir = scene.dir_arg().to_owned();
+    let script = format!("{PRELUDE}echo $$ > command; wait_for release");
+    let ended = scene.run(&[
+        "run",
+        "--dir",
+        &dir,
+        "--key",
+        "k",
+        "--timeout",
+        "0.5",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert_eq!(ended.code, Some(124));
+    assert!(
+        ended.stderr_text().contains("--timeout"),
+        "{}",
+        ended.stderr_text()
+    );
+    let command = scene.note("command");
+    scene.until("the command to end", |_| gone(&command));
+}
+
+/// §13.2: a leader's command reads its standard input (not a terminal
+/// here); §13.1: `SINGLE_FLIGHT_DIR` chooses the directory.
+#[test]
+fn the_command_reads_the_leaders_stdin() {
+    let mut scene = Scene::new("stdin");
+    let mut command = scene.command();
+    command
+        .env("SINGLE_FLIGHT_DIR", &scene.dir)
+        .args(["run", "--key", "k", "--", "tr", "a-z", "A-Z"])
+        .stdin(Stdio::piped());
+    let index = scene.start_command(command);
+    let child = scene.runs[index].child.as_mut().unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let ended = scene.end(index);
+    assert_eq!(ended.code, Some(0), "{}", ended.stderr_text());
+    assert_eq!(ended.stdout, b"HELLO\n");
+    assert!(scene.dir.join("flight.epoch").exists());
+}
+
+/// §13.5: `status` reports the coordinator and the flights in progress, in
+/// text and JSON, and exits 3 when no coordinator runs.
+#[test]
+fn status_reports_the_coordinator_and_its_flights() {
+    let mut scene = Scene::new("status");
+    let dir = scene.dir_arg().to_owned();
+
+    let none = scene.run(&["status", "--dir", &dir, "--json"]);
+    assert_eq!(none.code, Some(3));
+    let report: serde_json::Value = serde_json::from_slice(&none.stdout).unwrap();
+    assert_eq!(
+        report,
+        serde_json::json!({"directory": dir, "coordinator": null, "flights": []})
+    );
+    let none = scene.run(&["status", "--dir", &dir]);
+    assert_eq!(none.code, Some(3));
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no coordinator"));
+
+    let indexes: Vec<usize> = (0..3)
+        .map(|_| {
+            scene.start_run(
+                "build:app",
+                "echo $SINGLE_FLIGHT_TOKEN > token; wait_for release",
+            )
+        })
+        .collect();
+    scene.until_joiners("build:app", 2);
+    let token = scene.note("token");
+    let coordinator = scene.status().unwrap().pid;
+
+    let json = scene.run(&["status", "--dir", &dir, "--json"]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr_text());
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        report,
+        serde_json::json!({
+            "directory": dir,
+            "coordinator": {"pid": coordinator, "epoch": "1"},
+            "flights": [{"key": "build:app", "token": token, "joiners": 2}],
+        })
+    );
+    let text = scene.run(&["status", "--dir", &dir]);
+    assert_eq!(text.code, Some(0));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains(&format!("pid {coordinator}, epoch 1")),
+        "{text}"
+    );
+    assert!(text.contains("\"build:app\""), "{text}");
+    assert!(text.contains(&token), "{text}");
+
+    scene.release("release");
+    for index in indexes {
+        assert_eq!(scene.end(index).code, Some(0));
+    }
+}
+
+/// §13.5: `serve` holds the coordinator until SIGTERM, logging on stderr;
+/// flights go through it.
+#[test]
+fn serve_holds_the_coordinator_until_sigterm() {
+    let mut scene = Scene::new("serve");
+    let dir = scene.dir_arg().to_owned();
+    let server = scene.start(&["serve", "--dir", &dir]);
+    let pid = scene.pid(server);
+    scene.until("serve to coordinate", |scene| {
+        scene.status().is_some_and(|status| status.pid == pid)
+    });
+    let ran = scene.run(&["run", "--dir", &dir, "--key", "k", "--", "echo", "hi"]);
+    assert_eq!(ran.code, Some(0));
+    assert_eq!(ran.stdout, b"hi\n");
+    assert_eq!(scene.status().unwrap().pid, pid, "the term lasts");
+    scene.signal(server, Signal::TERM);
+    let ended = scene.end(server);
+    assert_eq!(ended.code, Some(0));
+    let logs = ended.stderr_text();
+    assert!(logs.contains("serving"), "{logs}");
+    assert!(logs.contains("SIGTERM"), "{logs}");
+    assert!(scene.status().is_none());
+}
+
+/// §13.1: the default directory is `$XDG_RUNTIME_DIR/single-flight` when
+/// that is a private directory of the user's, otherwise
+/// `single-flight-<uid>` in the temporary directory.
+#[test]
+fn the_default_directory_is_per_user() {
+    let scene = Scene::new("default-dir");
+    let runtime = scene.root.join("runtime");
+    let temp = scene.root.join("temp");
+    fs::create_dir_all(&runtime).unwrap();
+    fs::create_dir_all(&temp).unwrap();
+    let uid = rustix::process::getuid().as_raw();
+    for (mode, expected) in [
+        (0o700, runtime.join("single-flight")),
+        (0o755, temp.join(format!("single-flight-{uid}"))),
+    ] {
+        fs::set_permissions(&runtime, fs::Permissions::from_mode(mode)).unwrap();
+        let output = scene
+            .command()
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("TMPDIR", &temp)
+            .args(["run", "--key", "k", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        let metadata = fs::symlink_metadata(&expected).unwrap();
+        assert!(metadata.is_dir(), "{}", expected.display());
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o700);
+        fs::remove_dir_all(&expected).unwrap();
+    }
+}
+
+/// The help says how to use the command; §13.3: a usage error exits 125,
+/// which no exit status of COMMAND is mistaken for.
+#[test]
+fn help_and_usage_errors() {
+    let mut scene = Scene::new("help");
+    let help = scene.run(&["--help"]);
+    assert_eq!(help.code, Some(0));
+    let help = String::from_utf8(help.stdout).unwrap();
+    for word in ["run", "serve", "status", "--key"] {
+        assert!(help.contains(word), "{word} in {help}");
+    }
+    let run_help = scene.run(&["run", "--help"]);
+    assert_eq!(run_help.code, Some(0));
+    let run_help = String::from_utf8(run_help.stdout).unwrap();
+    for words in [
+        "SINGLE_FLIGHT_TOKEN",
+        "SINGLE_FLIGHT_KEY",
+        "SINGLE_FLIGHT_DIR",
+        "$XDG_RUNTIME_DIR/single-flight",
+        "75",
+        "124",
+        "125",
+        "126",
+        "127",
+        "--timeout",
+    ] {
+        assert!(run_help.contains(words), "{words} in {run_help}");
+    }
+    for wrong in [
+        &["run", "--key", "k"][..],
+        &["run", "--", "true"],
+        &["run", "--key", "", "--", "true"],
+        &["run", "--key", "k", "--timeout", "0", "--", "true"],
+        &["frobnicate"],
+    ] {
+        let ended = scene.run(wrong);
+        assert_eq!(ended.code, Some(125), "{wrong:?}");
+        assert!(!ended.stderr.is_empty());
+    }
+}
