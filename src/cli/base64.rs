@@ -27,7 +27,7 @@ pub fn encode(bytes: &[u8]) -> String {
 /// another process: anything malformed is an error, never a panic.
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     let text = text.as_bytes();
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return Err(format!(
             "base64 text has a length of {}, not a multiple of 4",
             text.len()
