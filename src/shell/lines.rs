@@ -5,9 +5,11 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 
-/// Bytes asked of the socket per read. Larger reads save system calls when a
-/// big value arrives; 64 KiB is the kernel's default socket buffer.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes asked of the socket per read. Every connection holds one such
+/// buffer on each side, so it bounds the coordinator's memory per client
+/// (64 KiB cost 69 KB a client, BENCHMARKS.md); 8 KiB holds any ordinary
+/// message in one read, and a large value merely takes more reads.
+const READ_CHUNK_BYTES: usize = 8 * 1024;
 
 /// Reads lines of at most [`MAX_FRAME_BYTES`].
 pub struct Lines<R> {

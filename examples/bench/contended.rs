@@ -1,0 +1,298 @@
+//! Item 5, throughput under contention: P processes, each with one thread per
+//! key calling that key in a loop, K keys shared by all processes. The same
+//! work (a blocking sleep, then a 64-byte value) and the same threads for
+//! single-flight, the flock baseline and the Redis baseline.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use single_flight::{Role, SingleFlight};
+
+use crate::fanout::{flock_call, value_of};
+use crate::process::{Scratch, Worker, cpu_nanos, say, stdin_lines};
+use crate::redis;
+use crate::stats::percentile;
+
+/// What one contended run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Throughput {
+    pub calls_per_second: f64,
+    /// Call latency percentiles, in nanoseconds.
+    pub p50: f64,
+    pub p99: f64,
+    /// Calls that ran the work, of all calls.
+    pub led_share: f64,
+    /// CPU time per call of every process involved (the callers, the
+    /// coordinator among them, and `redis-server`), in nanoseconds.
+    pub cpu_per_call: f64,
+    /// Calls that ended with an error (none are expected).
+    pub failed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    SingleFlight,
+    Flock,
+    Redis,
+}
+
+impl System {
+    pub fn name(self) -> &'static str {
+        match self {
+            System::SingleFlight => "single-flight",
+            System::Flock => "flock",
+            System::Redis => "redis",
+        }
+    }
+
+    fn parse(text: &str) -> System {
+        match text {
+            "single-flight" => System::SingleFlight,
+            "flock" => System::Flock,
+            "redis" => System::Redis,
+            other => panic!("unknown system {other:?}"),
+        }
+    }
+}
+
+/// The shape of a contended run.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub processes: usize,
+    pub keys: usize,
+    pub duration: Duration,
+    pub work: Duration,
+}
+
+/// Where the Redis baseline's server is: its address, and its process when
+/// this run started it (to count its CPU time).
+#[derive(Clone, Debug)]
+pub struct RedisTarget {
+    pub address: String,
+    pub pid: Option<u32>,
+}
+
+/// Runs `system` with `shape`.
+pub fn measure(system: System, shape: Shape, redis: Option<&RedisTarget>) -> Throughput {
+    let scratch = Scratch::new(&format!("contended-{}", system.name()));
+    let dir = scratch.join("flights");
+    let dir_text = dir.to_str().expect("a UTF-8 temp dir").to_owned();
+    let keys = shape.keys.to_string();
+    let work = shape.work.as_micros().to_string();
+    let redis_pid = redis.and_then(|r| r.pid);
+    let redis = redis.map_or("-", |r| r.address.as_str());
+    let args = ["contend", system.name(), &dir_text, &keys, &work, redis, ""];
+    // The first process opens the directory first and so coordinates, as
+    // the first of a group of real processes would.
+    let mut workers = Vec::with_capacity(shape.processes);
+    for index in 0..shape.processes {
+        let index = index.to_string();
+        let mut args = args;
+        args[6] = &index;
+        workers.push(Worker::spawn(&args).ready());
+    }
+    let go = format!("go {}", shape.duration.as_millis());
+    let redis_cpu = redis_pid.map(|pid| cpu_nanos(Some(pid)));
+    for worker in &mut workers {
+        worker.send(&go);
+    }
+    let mut latencies = Vec::new();
+    let mut calls = 0u64;
+    let mut led = 0u64;
+    let mut longest = 0u64;
+    let mut cpu = 0u64;
+    let mut failed = 0u64;
+    for worker in &workers {
+        let result = worker.expect("result");
+        let fields: Vec<&str> = result.split_whitespace().collect();
+        let [
+            worker_calls,
+            worker_led,
+            worker_failed,
+            elapsed,
+            worker_cpu,
+            file,
+        ] = fields[..]
+        else {
+            panic!("a result line {result:?}");
+        };
+        failed += worker_failed.parse::<u64>().expect("a count");
+        cpu += worker_cpu.parse::<u64>().expect("nanoseconds");
+        calls += worker_calls.parse::<u64>().expect("a count");
+        led += worker_led.parse::<u64>().expect("a count");
+        longest = longest.max(elapsed.parse().expect("nanoseconds"));
+        let bytes = std::fs::read(file).expect("the worker's latency file");
+        latencies.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as f64),
+        );
+    }
+    for worker in &mut workers {
+        worker.send("quit");
+    }
+    if let (Some(pid), Some(before)) = (redis_pid, redis_cpu)
+        && system == System::Redis
+    {
+        cpu += cpu_nanos(Some(pid)).saturating_sub(before);
+    }
+    assert!(calls > 0, "{} made no call", system.name());
+    Throughput {
+        calls_per_second: calls as f64 / (longest as f64 / 1e9),
+        p50: percentile(&latencies, 50.0),
+        p99: percentile(&latencies, 99.0),
+        led_share: led as f64 / calls as f64,
+        cpu_per_call: cpu as f64 / calls as f64,
+        failed,
+    }
+}
+
+/// `worker contend SYSTEM DIR KEYS WORK_US REDIS INDEX`: one thread per key;
+/// on `go MS`, every thread calls its key in a loop for MS milliseconds.
+/// Prints `result CALLS LED FAILED ELAPSED_NS CPU_NS LATENCY_FILE`, then
+/// waits for `quit`.
+pub fn worker(args: &[String]) {
+    let [system, dir, keys, work, redis_address, index] = args else {
+        panic!("contend takes SYSTEM DIR KEYS WORK_US REDIS INDEX, not {args:?}");
+    };
+    let system = System::parse(system);
+    let dir = PathBuf::from(dir);
+    if system != System::SingleFlight {
+        // single-flight makes its directory itself, with mode 0700.
+        std::fs::create_dir_all(&dir).expect("the benchmark's directory");
+    }
+    let keys: usize = keys.parse().expect("a number of keys");
+    let work = Duration::from_micros(work.parse().expect("work in microseconds"));
+    let flights = (system == System::SingleFlight).then(|| open(&dir));
+    let go = Arc::new(Barrier::new(keys + 1));
+    let (duration_sender, duration) = std::sync::mpsc::channel::<Duration>();
+    let duration = Arc::new(std::sync::Mutex::new(duration));
+    let threads: Vec<_> = (0..keys)
+        .map(|k| {
+            let key = format!("key-{k}");
+            let go = go.clone();
+            let duration = duration.clone();
+            let flights = flights.clone();
+            let dir = dir.clone();
+            let mut redis = (system == System::Redis).then(|| {
+                let owner = format!("{}-{k}", std::process::id());
+                redis::Caller::new(redis_address, &key, owner).expect("connect to Redis")
+            });
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                go.wait();
+                let duration = duration.lock().expect("one reader").recv().ok();
+                let duration = duration.expect("a duration");
+                let mut latencies: Vec<u64> = Vec::new();
+                let mut led = 0u64;
+                let mut failed = 0u64;
+                let start = Instant::now();
+                while start.elapsed() < duration {
+                    let begin = Instant::now();
+                    let work = || {
+                        std::thread::sleep(work);
+                        value_of(&key)
+                    };
+                    let did_lead = match (&flights, &mut redis) {
+                        (Some(flights), _) => runtime.block_on(async {
+                            flights
+                                .run(&key, |_token| async { Ok::<_, std::io::Error>(work()) })
+                                .await
+                                .map(|landed| landed.role == Role::Led)
+                                .map_err(|error| error.to_string())
+                        }),
+                        (None, Some(redis)) => redis
+                            .call(work)
+                            .map(|(_, led)| led)
+                            .map_err(|error| error.to_string()),
+                        (None, None) => Ok(flock_call(&dir, &key, work).1),
+                    };
+                    match did_lead {
+                        Ok(did_lead) => {
+                            latencies.push(begin.elapsed().as_nanos() as u64);
+                            led += u64::from(did_lead);
+                        }
+                        // Counted and reported: a benchmark shows what
+                        // happens rather than stopping at it.
+                        Err(error) => {
+                            if failed == 0 {
+                                eprintln!("a {} call failed: {error}", system.name());
+                            }
+                            failed += 1;
+                        }
+                    }
+                }
+                (latencies, led, failed, start.elapsed())
+            })
+        })
+        .collect();
+    say("READY");
+    let lines = stdin_lines();
+    let line = lines.recv().expect("a go line");
+    let milliseconds: u64 = line
+        .strip_prefix("go ")
+        .and_then(|ms| ms.parse().ok())
+        .expect("go MS");
+    for _ in 0..keys {
+        duration_sender
+            .send(Duration::from_millis(milliseconds))
+            .expect("threads wait");
+    }
+    let cpu_before = cpu_nanos(None);
+    go.wait();
+    let mut latencies = Vec::new();
+    let mut led = 0;
+    let mut failed = 0;
+    let mut longest = Duration::ZERO;
+    for thread in threads {
+        let (thread_latencies, thread_led, thread_failed, elapsed) =
+            thread.join().expect("a caller thread");
+        latencies.extend(thread_latencies);
+        led += thread_led;
+        failed += thread_failed;
+        longest = longest.max(elapsed);
+    }
+    let cpu = cpu_nanos(None).saturating_sub(cpu_before);
+    let file = dir.join(format!("latencies.{index}"));
+    let bytes: Vec<u8> = latencies.iter().flat_map(|l| l.to_le_bytes()).collect();
+    std::fs::write(&file, bytes).expect("write the latency file");
+    say(format!(
+        "result {} {led} {failed} {} {cpu} {}",
+        latencies.len(),
+        longest.as_nanos(),
+        file.display()
+    ));
+    // The coordinator is one of these processes: none leaves before every
+    // process has finished, or the last calls of the others would see a
+    // failover.
+    let _ = lines.recv();
+    if let Some(flights) = flights {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(flights.close());
+    }
+}
+
+/// Opens the directory and makes one call, so that this process is
+/// connected (or coordinates) before the timed part.
+fn open(dir: &Path) -> SingleFlight {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let flights = SingleFlight::open(dir).await.expect("open the directory");
+        let warm = format!("warm-{}", std::process::id());
+        flights
+            .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
+            .await
+            .expect("a warm-up call");
+        flights
+    })
+}

@@ -1,0 +1,225 @@
+//! Item 2, the physical floor: one JSON line each way over a Unix socket
+//! between two processes, with blocking reads and writes and no parsing.
+//! Nothing that crosses processes on this machine can answer faster.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::Instant;
+
+use crate::process::{Scratch, Worker};
+use crate::stats::median;
+
+/// A request and an answer of the sizes the protocol sends for a call.
+const REQUEST: &[u8] = b"{\"op\":\"run\",\"id\":\"17\",\"key\":\"build:app/00000017\"}\n";
+const ANSWER: &[u8] = b"{\"op\":\"lead\",\"id\":\"17\",\"token\":\"4294967313\"}\n";
+
+/// Round trips before the timed ones, so that both processes are running
+/// and their pages are touched.
+const WARM_UP: usize = 500;
+
+/// The median round trip of `pings` timed ones, in nanoseconds.
+pub fn measure(pings: usize) -> f64 {
+    let scratch = Scratch::new("floor");
+    let path = scratch.join("floor.sock");
+    let listener = UnixListener::bind(&path).expect("bind the floor's socket");
+    let path_text = path.to_str().expect("a UTF-8 temp dir");
+    let _echo = Worker::spawn(&["echo", path_text]);
+    let (stream, _) = listener.accept().expect("the echo worker connects");
+    let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+    let mut writer = stream;
+    let mut line = Vec::with_capacity(128);
+    let mut round_trip = || {
+        writer.write_all(REQUEST).expect("the echo worker reads");
+        line.clear();
+        reader
+            .read_until(b'\n', &mut line)
+            .expect("the echo worker answers");
+        assert_eq!(line, ANSWER, "the echo worker's answer");
+    };
+    for _ in 0..WARM_UP {
+        round_trip();
+    }
+    let mut times = Vec::with_capacity(pings);
+    for _ in 0..pings {
+        let start = Instant::now();
+        round_trip();
+        times.push(start.elapsed().as_nanos() as f64);
+    }
+    median(&times)
+}
+
+/// The other end: answers each line with one line, until the socket closes.
+pub fn echo(path: &str) {
+    let stream = UnixStream::connect(path).expect("connect to the floor's socket");
+    let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+    let mut writer = stream;
+    let mut line = Vec::with_capacity(128);
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if writer.write_all(ANSWER).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The same round trip through the layout the library's shell uses: the
+/// caller's runtime hands the request to a thread of its own (over a tokio
+/// channel), which writes it and reads the answer, and hands that back; the
+/// other process answers from a tokio runtime. No JSON is parsed and no
+/// state machine runs: the difference to [`measure`] is the price of the
+/// thread hops and runtimes alone. Median in nanoseconds.
+pub fn measure_through_threads(pings: usize) -> f64 {
+    let scratch = Scratch::new("floor-threads");
+    let path = scratch.join("floor.sock");
+    let listener = UnixListener::bind(&path).expect("bind the floor's socket");
+    let path_text = path.to_str().expect("a UTF-8 temp dir");
+    let _echo = Worker::spawn(&["echo-tokio", path_text]);
+    let (stream, _) = listener.accept().expect("the echo worker connects");
+    stream.set_nonblocking(true).expect("a non-blocking socket");
+    let (requests, mut to_write) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let io_thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+            let stream = tokio::net::UnixStream::from_std(stream).expect("a tokio socket");
+            let (read, mut write) = stream.into_split();
+            let mut read = tokio::io::BufReader::new(read);
+            let mut line = Vec::with_capacity(128);
+            while to_write.recv().await.is_some() {
+                write
+                    .write_all(REQUEST)
+                    .await
+                    .expect("the echo worker reads");
+                line.clear();
+                read.read_until(b'\n', &mut line)
+                    .await
+                    .expect("the echo worker answers");
+                if answered.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let result = runtime.block_on(async {
+        let mut times = Vec::with_capacity(pings);
+        for n in 0..WARM_UP + pings {
+            let start = Instant::now();
+            requests.send(()).expect("the I/O thread runs");
+            answers.recv().await.expect("the I/O thread answers");
+            if n >= WARM_UP {
+                times.push(start.elapsed().as_nanos() as f64);
+            }
+        }
+        median(&times)
+    });
+    drop(requests);
+    let _ = io_thread.join();
+    result
+}
+
+/// The other end of [`measure_through_threads`], on a tokio runtime.
+pub fn echo_tokio(path: &str) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let stream = tokio::net::UnixStream::connect(path)
+            .await
+            .expect("connect to the floor's socket");
+        let (read, mut write) = stream.into_split();
+        let mut read = tokio::io::BufReader::new(read);
+        let mut line = Vec::with_capacity(128);
+        loop {
+            line.clear();
+            match read.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if write.write_all(ANSWER).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The floor of a fan-out: one process writes one line to each of
+/// `receivers` processes blocked in `read`; the time from before the first
+/// write to the last receiver's return from `read`, in nanoseconds, once per
+/// flight. Each receiver keeps its time until asked, so that nothing else
+/// runs meanwhile.
+pub fn fan_out(receivers: usize, flights: usize) -> Vec<f64> {
+    let scratch = Scratch::new("floor-fanout");
+    let path = scratch.join("floor.sock");
+    let listener = UnixListener::bind(&path).expect("bind the floor's socket");
+    let path_text = path.to_str().expect("a UTF-8 temp dir");
+    let _readers: Vec<Worker> = (0..receivers)
+        .map(|_| Worker::spawn(&["fan-reader", path_text]))
+        .collect();
+    let mut streams: Vec<(BufReader<UnixStream>, UnixStream)> = (0..receivers)
+        .map(|_| {
+            let (stream, _) = listener.accept().expect("a reader connects");
+            let reader = BufReader::new(stream.try_clone().expect("a second handle"));
+            (reader, stream)
+        })
+        .collect();
+    let mut times = Vec::with_capacity(flights);
+    let mut line = String::new();
+    for _ in 0..flights {
+        // Every reader is blocked in read by now: the last flight's report
+        // was its last line.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let start = crate::process::wall_nanos();
+        for (_, stream) in &mut streams {
+            stream.write_all(ANSWER).expect("a reader reads");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut last = 0u64;
+        for (reader, stream) in &mut streams {
+            stream.write_all(b"report\n").expect("a reader reads");
+            line.clear();
+            reader.read_line(&mut line).expect("a reader answers");
+            last = last.max(line.trim().parse().expect("a time"));
+        }
+        times.push(last.saturating_sub(start) as f64);
+    }
+    times
+}
+
+/// A receiver of [`fan_out`]: notes when each line arrives, and tells when
+/// asked.
+pub fn fan_reader(path: &str) {
+    let stream = UnixStream::connect(path).expect("connect to the floor's socket");
+    let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
+    let mut writer = stream;
+    let mut line = Vec::with_capacity(128);
+    loop {
+        line.clear();
+        if !matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            return;
+        }
+        let at = crate::process::wall_nanos();
+        line.clear();
+        if !matches!(reader.read_until(b'\n', &mut line), Ok(n) if n > 0) {
+            return;
+        }
+        if writeln!(writer, "{at}").is_err() {
+            return;
+        }
+    }
+}

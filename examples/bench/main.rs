@@ -1,0 +1,578 @@
+//! The multi-process benchmarks of BENCHMARKS.md (items 2 to 6): the floor
+//! of one Unix-socket round trip, an uncontended call, fan-out to N joiners,
+//! throughput under contention against flock and Redis, and failover.
+//!
+//! ```text
+//! cargo run --release --example bench                # the full run (a few minutes)
+//! cargo run --release --example bench -- smoke       # every benchmark once, small (seconds)
+//! cargo run --release --example bench -- full --rounds 3 --only floor,uncontended
+//! ```
+//!
+//! Options: `--rounds N`, `--only LIST` (of floor, uncontended, fanout,
+//! contended, failover), `--redis auto|off|HOST:PORT` (`auto` starts
+//! `redis-server` from PATH on a free loopback port, or skips the baseline
+//! with a message), `--work-us N` (the contended work), `--duration-ms N`
+//! (each contended run), `--kills N` (per failover round), `--pings N` (of
+//! the floor), `--calls N` (uncontended calls per round).
+//!
+//! Every figure is the median over rounds with the range of the rounds in
+//! parentheses; ratios are taken within a round, then summarised, because
+//! the machine is shared and absolute times drift. The binary runs itself
+//! again as worker processes (`bench worker KIND …`). Smoke mode checks only
+//! that everything runs and prints; it never judges a time.
+
+// A benchmark is shell-side code: it reads clocks, sleeps while it polls
+// other processes, and spawns threads as callers do.
+#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
+
+mod contended;
+mod failover;
+mod fanout;
+mod floor;
+mod process;
+mod redis;
+mod stats;
+mod uncontended;
+
+use std::time::{Duration, Instant};
+
+use contended::System;
+use stats::{MICROS, MILLIS, Spread, percentile};
+
+/// What one run measures, and how much of it.
+#[derive(Clone, Debug)]
+struct Config {
+    mode: &'static str,
+    rounds: usize,
+    only: Vec<String>,
+    redis: String,
+    floor_pings: usize,
+    uncontended_calls: usize,
+    fanout_joiners: usize,
+    fanout_flights: usize,
+    contended: contended::Shape,
+    failover: failover::Shape,
+    failover_rounds: usize,
+}
+
+impl Config {
+    /// The figures of BENCHMARKS.md: the shapes the issue names.
+    fn full() -> Config {
+        Config {
+            mode: "full",
+            rounds: 5,
+            only: Vec::new(),
+            redis: "auto".into(),
+            floor_pings: 20_000,
+            uncontended_calls: 2_000,
+            fanout_joiners: 64,
+            fanout_flights: 8,
+            contended: contended::Shape {
+                processes: 8,
+                keys: 16,
+                duration: Duration::from_secs(3),
+                work: Duration::from_millis(1),
+            },
+            failover: failover::Shape {
+                processes: 4,
+                threads: 4,
+                work: Duration::from_millis(1),
+                grace: Duration::from_millis(200),
+                kills: 12,
+            },
+            failover_rounds: 3,
+        }
+    }
+
+    /// Every benchmark once, small: that it runs and prints, in seconds.
+    fn smoke() -> Config {
+        Config {
+            mode: "smoke",
+            rounds: 1,
+            only: Vec::new(),
+            redis: "auto".into(),
+            floor_pings: 300,
+            uncontended_calls: 50,
+            fanout_joiners: 8,
+            fanout_flights: 2,
+            contended: contended::Shape {
+                processes: 2,
+                keys: 2,
+                duration: Duration::from_millis(300),
+                work: Duration::from_millis(1),
+            },
+            failover: failover::Shape {
+                processes: 2,
+                threads: 2,
+                work: Duration::from_millis(1),
+                grace: Duration::from_millis(50),
+                kills: 2,
+            },
+            failover_rounds: 1,
+        }
+    }
+
+    fn runs(&self, benchmark: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|b| b == benchmark)
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("worker") {
+        return worker(&args[1..]);
+    }
+    let (mut config, options) = match args.first().map(String::as_str) {
+        None => (Config::full(), &args[..]),
+        Some("full") => (Config::full(), &args[1..]),
+        Some("smoke") => (Config::smoke(), &args[1..]),
+        Some(option) if option.starts_with("--") => (Config::full(), &args[..]),
+        Some(other) => {
+            eprintln!("unknown mode {other:?}: use `full` (the default) or `smoke`");
+            std::process::exit(2);
+        }
+    };
+    let mut options = options.iter();
+    while let Some(option) = options.next() {
+        let mut value = || {
+            options.next().cloned().unwrap_or_else(|| {
+                eprintln!("{option} needs a value");
+                std::process::exit(2)
+            })
+        };
+        let number = |text: String| -> u64 {
+            text.parse().unwrap_or_else(|_| {
+                eprintln!("{option} takes a number, not {text:?}");
+                std::process::exit(2)
+            })
+        };
+        match option.as_str() {
+            "--rounds" => config.rounds = number(value()) as usize,
+            "--only" => config.only = value().split(',').map(str::to_owned).collect(),
+            "--redis" => config.redis = value(),
+            "--work-us" => config.contended.work = Duration::from_micros(number(value())),
+            "--duration-ms" => config.contended.duration = Duration::from_millis(number(value())),
+            "--kills" => config.failover.kills = number(value()) as usize,
+            "--pings" => config.floor_pings = number(value()) as usize,
+            "--calls" => config.uncontended_calls = number(value()) as usize,
+            other => {
+                eprintln!("unknown option {other:?} (see the top of examples/bench/main.rs)");
+                std::process::exit(2);
+            }
+        }
+    }
+    run(&config);
+}
+
+/// The worker processes the benchmarks start.
+fn worker(args: &[String]) {
+    // `RUST_LOG=single_flight=debug` shows what each worker's library does.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words[..] {
+        ["echo", path] => floor::echo(path),
+        ["echo-tokio", path] => floor::echo_tokio(path),
+        ["fan-reader", path] => floor::fan_reader(path),
+        ["serve", dir, grace] => uncontended::serve(dir, grace),
+        ["sf-caller", dir] => fanout::sf_caller(dir),
+        ["flock-caller", dir] => fanout::flock_caller(dir),
+        ["contend", ..] => contended::worker(&args[1..]),
+        ["load", ..] => failover::worker(&args[1..]),
+        _ => panic!("unknown worker {args:?}"),
+    }
+}
+
+/// The figures of one run, per round.
+#[derive(Default)]
+struct Figures {
+    floor: Vec<f64>,
+    floor_threads: Vec<f64>,
+    floor_threads_ratio: Vec<f64>,
+    floor_fanout: Vec<f64>,
+    fanout_over_floor_fanout: Vec<f64>,
+    uncontended: Vec<f64>,
+    uncontended_own: Vec<f64>,
+    uncontended_ratio: Vec<f64>,
+    uncontended_own_ratio: Vec<f64>,
+    fanout: Vec<f64>,
+    fanout_flock: Vec<f64>,
+    fanout_in_floors: Vec<f64>,
+    flock_over_fanout: Vec<f64>,
+    contended: Vec<(System, Vec<contended::Throughput>)>,
+    over_flock: Vec<f64>,
+    over_redis: Vec<f64>,
+    failover_p50: Vec<f64>,
+    failover_p99: Vec<f64>,
+    failover_all: Vec<f64>,
+}
+
+fn run(config: &Config) {
+    let started = Instant::now();
+    println!("# single-flight benchmarks ({} mode)", config.mode);
+    println!();
+    println!("- date: {} UTC", utc_now());
+    println!("- machine: {}", machine());
+    println!("- load average before: {}", load_average());
+    let redis = match config.redis.as_str() {
+        _ if !config.runs("contended") => None,
+        "off" => {
+            println!("- redis baseline: skipped (--redis off)");
+            None
+        }
+        "auto" => match redis::Server::start() {
+            Ok(server) => {
+                println!(
+                    "- redis baseline: {} started on {}",
+                    redis_version(),
+                    server.address
+                );
+                Some((Some(server), String::new()))
+            }
+            Err(reason) => {
+                println!("- redis baseline: skipped: {reason}");
+                None
+            }
+        },
+        address => {
+            println!("- redis baseline: the server at {address}");
+            Some((None, address.to_owned()))
+        }
+    };
+    let redis_target = redis.as_ref().map(|(server, address)| match server {
+        Some(server) => contended::RedisTarget {
+            address: server.address.clone(),
+            pid: Some(server.pid()),
+        },
+        None => contended::RedisTarget {
+            address: address.clone(),
+            pid: None,
+        },
+    });
+    println!();
+    let mut figures = Figures::default();
+    let mut systems = vec![System::SingleFlight, System::Flock];
+    if redis_target.is_some() {
+        systems.push(System::Redis);
+    }
+    figures.contended = systems.iter().map(|&s| (s, Vec::new())).collect();
+    for round in 1..=config.rounds {
+        eprintln!("round {round} of {}", config.rounds);
+        round_of(config, redis_target.as_ref(), &mut figures);
+    }
+    if config.runs("failover") {
+        for round in 1..=config.failover_rounds {
+            eprintln!("failover round {round} of {}", config.failover_rounds);
+            let times = failover::measure(config.failover);
+            figures.failover_p50.push(percentile(&times, 50.0));
+            figures.failover_p99.push(percentile(&times, 99.0));
+            figures.failover_all.extend(times);
+        }
+    }
+    report(config, &figures);
+    println!();
+    println!("- load average after: {}", load_average());
+    println!(
+        "- took {:.0} s; `{}` rounds",
+        started.elapsed().as_secs_f64(),
+        config.rounds
+    );
+    drop(redis);
+}
+
+fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &mut Figures) {
+    let needs_floor = config.runs("floor") || config.runs("uncontended") || config.runs("fanout");
+    let floor = needs_floor.then(|| floor::measure(config.floor_pings));
+    if let Some(floor) = floor {
+        figures.floor.push(floor);
+        let threads = floor::measure_through_threads(config.floor_pings);
+        figures.floor_threads.push(threads);
+        figures.floor_threads_ratio.push(threads / floor);
+    }
+    if config.runs("uncontended") {
+        let (remote, own) = uncontended::measure(config.uncontended_calls);
+        let floor = floor.expect("measured with it");
+        figures.uncontended.push(remote);
+        figures.uncontended_own.push(own);
+        figures.uncontended_ratio.push(remote / floor);
+        figures.uncontended_own_ratio.push(own / floor);
+    }
+    if config.runs("fanout") {
+        let (ours, flock) = fanout::measure(config.fanout_joiners, config.fanout_flights);
+        let bare = stats::median(&floor::fan_out(
+            config.fanout_joiners,
+            config.fanout_flights,
+        ));
+        let (ours, flock) = (stats::median(&ours), stats::median(&flock));
+        figures.floor_fanout.push(bare);
+        figures.fanout_over_floor_fanout.push(ours / bare);
+        figures.fanout.push(ours);
+        figures.fanout_flock.push(flock);
+        figures
+            .fanout_in_floors
+            .push(ours / floor.expect("measured with it"));
+        figures.flock_over_fanout.push(flock / ours);
+    }
+    if config.runs("contended") {
+        let mut this_round = Vec::new();
+        for (system, results) in &mut figures.contended {
+            let result = contended::measure(*system, config.contended, redis);
+            results.push(result);
+            this_round.push((*system, result.calls_per_second));
+        }
+        let rate = |system| {
+            this_round
+                .iter()
+                .find(|(s, _)| *s == system)
+                .map(|(_, rate)| *rate)
+        };
+        let ours = rate(System::SingleFlight).expect("always measured");
+        if let Some(flock) = rate(System::Flock) {
+            figures.over_flock.push(ours / flock);
+        }
+        if let Some(redis) = rate(System::Redis) {
+            figures.over_redis.push(ours / redis);
+        }
+    }
+}
+
+fn report(config: &Config, figures: &Figures) {
+    let show = |values: &[f64], scale: f64, digits: usize| {
+        Spread::of(values).map(|s| s.show(scale, digits))
+    };
+    // A row for each figure this run measured.
+    let row = |figure: &str, value: Option<String>, target: &str| {
+        if let Some(value) = value {
+            println!("| {figure} | {value} | {target} |");
+        }
+    };
+    println!("| figure | value | target |");
+    println!("|---|---|---|");
+    row(
+        "floor: one JSON line each way, Unix socket, 2 processes (µs)",
+        show(&figures.floor, MICROS, 1),
+        "",
+    );
+    row(
+        "floor through the shell's thread layout: caller thread → I/O thread → socket → tokio peer (µs)",
+        show(&figures.floor_threads, MICROS, 1),
+        "",
+    );
+    row(
+        "… as floor round trips",
+        show(&figures.floor_threads_ratio, 1.0, 2),
+        "",
+    );
+    row(
+        "uncontended call, coordinator in another process (µs)",
+        show(&figures.uncontended, MICROS, 1),
+        "",
+    );
+    row(
+        "… as floor round trips",
+        show(&figures.uncontended_ratio, 1.0, 2),
+        "≤ 1.5",
+    );
+    row(
+        "uncontended call, coordinator in the caller's process (µs)",
+        show(&figures.uncontended_own, MICROS, 1),
+        "",
+    );
+    row(
+        "… as floor round trips",
+        show(&figures.uncontended_own_ratio, 1.0, 2),
+        "",
+    );
+    let joiners = config.fanout_joiners;
+    row(
+        &format!("fan-out: land → last of {joiners} joiners has the value (µs)"),
+        show(&figures.fanout, MICROS, 0),
+        "",
+    );
+    row(
+        "… as floor round trips",
+        show(&figures.fanout_in_floors, 1.0, 1),
+        "≤ 10",
+    );
+    row(
+        &format!(
+            "floor of a fan-out: one process writes a line to each of {joiners} blocked readers → the last read returns (µs)"
+        ),
+        show(&figures.floor_fanout, MICROS, 0),
+        "",
+    );
+    row(
+        "… single-flight fan-out ÷ this floor",
+        show(&figures.fanout_over_floor_fanout, 1.0, 1),
+        "",
+    );
+    row(
+        &format!("flock chain: land → last of {joiners} waiters has the value (µs)"),
+        show(&figures.fanout_flock, MICROS, 0),
+        "",
+    );
+    row(
+        "… flock chain ÷ single-flight fan-out",
+        show(&figures.flock_over_fanout, 1.0, 2),
+        "≥ 5",
+    );
+    let shape = config.contended;
+    for (system, results) in &figures.contended {
+        let rates: Vec<f64> = results.iter().map(|r| r.calls_per_second).collect();
+        let p50: Vec<f64> = results.iter().map(|r| r.p50).collect();
+        let p99: Vec<f64> = results.iter().map(|r| r.p99).collect();
+        let led: Vec<f64> = results.iter().map(|r| r.led_share * 100.0).collect();
+        let cpu: Vec<f64> = results.iter().map(|r| r.cpu_per_call).collect();
+        let name = system.name();
+        row(
+            &format!(
+                "contended, {} processes × {} keys, work {} µs, {name}: calls/s",
+                shape.processes,
+                shape.keys,
+                shape.work.as_micros()
+            ),
+            show(&rates, 1.0, 0),
+            "",
+        );
+        row(
+            &format!("… {name}: call latency p50 (ms)"),
+            show(&p50, MILLIS, 2),
+            "",
+        );
+        row(
+            &format!("… {name}: call latency p99 (ms)"),
+            show(&p99, MILLIS, 2),
+            "",
+        );
+        row(
+            &format!("… {name}: calls that ran the work (%)"),
+            show(&led, 1.0, 1),
+            "",
+        );
+        row(
+            &format!("… {name}: CPU time per call, all processes (µs)"),
+            show(&cpu, MICROS, 1),
+            "",
+        );
+        let failed: u64 = results.iter().map(|r| r.failed).sum();
+        if failed > 0 {
+            row(
+                &format!("… {name}: calls that failed, all rounds (their stderr is above)"),
+                Some(failed.to_string()),
+                "0",
+            );
+        }
+    }
+    row(
+        "… single-flight ÷ flock (calls/s)",
+        show(&figures.over_flock, 1.0, 2),
+        "≥ 1",
+    );
+    row(
+        "… single-flight ÷ Redis (calls/s)",
+        show(&figures.over_redis, 1.0, 2),
+        "≥ 3",
+    );
+    let failover = config.failover;
+    let kills = figures.failover_all.len();
+    if kills > 0 {
+        let grace = failover.grace.as_millis();
+        row(
+            &format!("failover beyond the {grace} ms grace window, p50 of all {kills} kills (ms)"),
+            Some(format!(
+                "{:.1}",
+                percentile(&figures.failover_all, 50.0) / MILLIS
+            )),
+            "",
+        );
+        row(
+            &format!("failover beyond the {grace} ms grace window, p99 of all {kills} kills (ms)"),
+            Some(format!(
+                "{:.1}",
+                percentile(&figures.failover_all, 99.0) / MILLIS
+            )),
+            "≤ 15",
+        );
+        row(
+            &format!("… p50 per round of {} kills (ms)", failover.kills),
+            show(&figures.failover_p50, MILLIS, 1),
+            "",
+        );
+        row(
+            &format!("… p99 per round of {} kills (ms)", failover.kills),
+            show(&figures.failover_p99, MILLIS, 1),
+            "",
+        );
+    }
+}
+
+/// CPU model, cores and kernel, read from /proc.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim())
+        .to_owned();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|l| l.trim().strip_suffix(" kB")?.parse::<u64>().ok())
+        .map_or(String::new(), |kb| format!(", {} GiB", kb / 1024 / 1024));
+    format!("{model}, {cores} cores{memory}, Linux {}", kernel.trim())
+}
+
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn redis_version() -> String {
+    std::process::Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix("v=").map(str::to_owned))
+        })
+        .map_or("redis-server".into(), |v| format!("redis-server {v}"))
+}
+
+/// The date and time in UTC, from the system clock (civil-from-days, after
+/// Howard Hinnant's algorithm), so that no date crate is needed.
+fn utc_now() -> String {
+    let seconds = process::wall_nanos() / 1_000_000_000;
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        of_day / 3600,
+        of_day % 3600 / 60
+    )
+}

@@ -1,0 +1,205 @@
+//! Worker processes: this binary run again as `bench worker KIND ARGS…`,
+//! driven by lines on its stdin and answering by lines on its stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest the orchestrator waits for any one line of a worker before
+/// it gives up: far above anything a healthy run takes, so that a broken
+/// benchmark stops with a message instead of hanging.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A worker process and the lines it prints.
+pub struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    name: String,
+}
+
+impl Worker {
+    /// Starts `bench worker <args…>`.
+    pub fn spawn(args: &[&str]) -> Worker {
+        let exe = std::env::current_exe().expect("the bench binary knows its own path");
+        let mut child = Command::new(exe)
+            .arg("worker")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("a worker process starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Worker {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            name: args.first().copied().unwrap_or("worker").to_owned(),
+        }
+    }
+
+    /// Waits for `READY` and returns the worker.
+    pub fn ready(self) -> Worker {
+        self.expect("READY");
+        self
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends one command line.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("the worker is not closed");
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|error| panic!("worker {} stopped reading: {error}", self.name));
+    }
+
+    /// The rest of the next line that starts with `prefix`; other lines are
+    /// passed on to stderr.
+    pub fn expect(&self, prefix: &str) -> String {
+        loop {
+            let line = match self.lines.recv_timeout(PATIENCE) {
+                Ok(line) => line,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "worker {} (pid {}) printed no {prefix:?} line within {PATIENCE:?}",
+                    self.name,
+                    self.child.id()
+                ),
+                Err(mpsc::RecvTimeoutError::Disconnected) => panic!(
+                    "worker {} (pid {}) ended before its {prefix:?} line (its stderr is above)",
+                    self.name,
+                    self.child.id()
+                ),
+            };
+            match line.strip_prefix(prefix) {
+                Some(rest) => return rest.trim().to_owned(),
+                None => eprintln!("[{} {}] {line}", self.name, self.child.id()),
+            }
+        }
+    }
+
+    /// The next line, if one arrives within `wait`.
+    pub fn try_line(&self, wait: Duration) -> Option<String> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// `kill -9`, and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `count` workers at once and waits until each printed `READY`.
+pub fn spawn_ready(count: usize, args: &[&str]) -> Vec<Worker> {
+    let workers: Vec<Worker> = (0..count).map(|_| Worker::spawn(args)).collect();
+    for worker in &workers {
+        worker.expect("READY");
+    }
+    workers
+}
+
+/// A scratch directory for one benchmark, removed when dropped. Short, so
+/// that socket paths stay far below the 107-byte limit.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let path = std::env::temp_dir().join(format!("sf-bench-{}/{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("a scratch directory in the temp dir");
+        Scratch { path }
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        // The run's own directory goes with its last benchmark.
+        if let Some(parent) = self.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch: the one clock that every process of
+/// the machine reads alike, for times compared across processes.
+pub fn wall_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .as_nanos() as u64
+}
+
+/// Prints one line for the orchestrator (stdout is line-buffered).
+pub fn say(line: impl std::fmt::Display) {
+    println!("{line}");
+}
+
+/// The lines of stdin, read on a thread of their own.
+pub fn stdin_lines() -> mpsc::Receiver<String> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { return };
+            if sender.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// CPU time a process has used (all its threads, user and system), in
+/// nanoseconds, from `/proc/<pid>/stat` (`None`: this process). The kernel
+/// counts it in ticks of 1/100 s (`USER_HZ` on Linux), which is fine over
+/// runs of seconds.
+pub fn cpu_nanos(pid: Option<u32>) -> u64 {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: state is the first, utime the 12th, stime the 13th.
+    let fields: Vec<&str> = text
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |at: usize| fields.get(at).and_then(|f| f.parse::<u64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(user), Some(system)) => (user + system) * 10_000_000,
+        _ => 0,
+    }
+}
