@@ -1,0 +1,145 @@
+//! Running the checker and judging its result, shared by the tests and the
+//! `check` command.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use stateright::{Checker, Expectation, HasDiscoveries, Model};
+
+use crate::directory::{Action, Directory};
+use crate::properties::KNOWN_VIOLATIONS;
+
+/// Threads of the checker: CI machines have two cores.
+pub const THREADS: usize = 2;
+
+/// What one run of the checker found.
+#[derive(Debug)]
+pub struct Report {
+    pub directory: Directory,
+    pub unique_states: usize,
+    pub states: usize,
+    pub max_depth: usize,
+    pub elapsed: Duration,
+    /// Whether the run visited every state the bounds allow (see
+    /// [`check`]).
+    pub complete: bool,
+    /// The path to each discovery, by property name.
+    pub discoveries: BTreeMap<&'static str, Vec<Action>>,
+}
+
+/// Checks `directory` exhaustively: depth-first, [`THREADS`] threads,
+/// symmetry reduction, no state, depth or time cap.
+pub fn check(directory: Directory) -> Report {
+    run(directory, HasDiscoveries::All)
+}
+
+/// Checks `directory` until one of the properties that the shipped core
+/// keeps fails: for the seeded bugs, whose runs need not be complete.
+pub fn hunt(directory: Directory) -> Report {
+    run(directory, HasDiscoveries::AnyOf(must_hold()))
+}
+
+/// The `always` properties the shipped core keeps: all of them but the
+/// [`KNOWN_VIOLATIONS`].
+pub fn must_hold() -> BTreeSet<&'static str> {
+    crate::properties::all()
+        .into_iter()
+        .filter(|property| property.expectation == Expectation::Always)
+        .map(|property| property.name)
+        .filter(|name| !KNOWN_VIOLATIONS.contains(name))
+        .collect()
+}
+
+fn run(directory: Directory, finish_when: HasDiscoveries) -> Report {
+    // The model is not the pure core: it may read a clock, to report how
+    // long a check took (never to decide anything).
+    #[allow(clippy::disallowed_methods)]
+    let started = Instant::now();
+    let checker = directory
+        .clone()
+        .checker()
+        .symmetry()
+        .threads(THREADS)
+        .finish_when(finish_when)
+        .spawn_dfs()
+        .join();
+    let elapsed = started.elapsed();
+    let discoveries: BTreeMap<&'static str, Vec<Action>> = checker
+        .discoveries()
+        .into_iter()
+        .map(|(name, path)| (name, path.into_actions()))
+        .collect();
+    // Stateright 0.31 reports a run as done when every property has a
+    // discovery, even if states remain. With no cap set, a run that ends
+    // while some property still waits for one has visited every state.
+    let complete = checker.is_done() && discoveries.len() < directory.properties().len();
+    Report {
+        directory,
+        unique_states: checker.unique_state_count(),
+        states: checker.state_count(),
+        max_depth: checker.max_depth(),
+        elapsed,
+        complete,
+        discoveries,
+    }
+}
+
+impl Report {
+    /// One line for logs and the README.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} unique states ({} generated, depth {}) in {:.1} s, {}",
+            self.unique_states,
+            self.states,
+            self.max_depth,
+            self.elapsed.as_secs_f64(),
+            if self.complete {
+                "complete"
+            } else {
+                "INCOMPLETE"
+            }
+        )
+    }
+
+    /// Everything wrong with this run of the shipped core, with the paths
+    /// to show it; empty when the run was complete, every property that
+    /// must hold held, and every `sometimes` property was reached. The
+    /// known violations may or may not show in a configuration; the tests
+    /// of `tests/known_core_bugs.rs` pin them.
+    pub fn problems(&self) -> String {
+        let mut text = String::new();
+        if !self.complete {
+            let _ = writeln!(text, "the run was not complete: {}", self.summary());
+        }
+        for property in self.directory.properties() {
+            let name = property.name;
+            let found = self.discoveries.get(name);
+            match (property.expectation, found) {
+                (Expectation::Sometimes, None) => {
+                    let _ = writeln!(text, "never reached: {name:?} (the model proves nothing)");
+                }
+                (Expectation::Always | Expectation::Eventually, Some(path))
+                    if !KNOWN_VIOLATIONS.contains(&name) =>
+                {
+                    let _ = writeln!(text, "violated: {name:?}, by this path:");
+                    text.push_str(&self.directory.narrate(path));
+                }
+                _ => {}
+            }
+        }
+        text
+    }
+
+    /// The paths to the known violations, for the log.
+    pub fn known_violations(&self) -> String {
+        let mut text = String::new();
+        for name in KNOWN_VIOLATIONS {
+            if let Some(path) = self.discoveries.get(name) {
+                let _ = writeln!(text, "known violation {name:?} (a core bug), by this path:");
+                text.push_str(&self.directory.narrate(path));
+            }
+        }
+        text
+    }
+}

@@ -1,0 +1,839 @@
+//! The model of one directory (SPEC.md §12.1): its actions and how each one
+//! drives the real coordinator and clients.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use single_flight::client::{self, CallId, Resolution};
+use single_flight::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
+use single_flight::protocol::{Failure, Incoming, Key, Outcome, Request, Response};
+use single_flight::{Epoch, FencingToken};
+use stateright::{Model, Property};
+
+use crate::properties;
+use crate::state::{
+    CallRecord, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
+};
+
+/// A directory shared by a bounded number of processes, and the bounds of
+/// what may happen to it. Every bound is a budget the action generator
+/// spends; none is a depth limit, so every run the bounds allow is explored
+/// to its end.
+#[derive(Clone, Debug)]
+pub struct Directory {
+    /// Client processes (interchangeable: see `State`'s `Representative`).
+    pub processes: usize,
+    /// Keys the calls choose from (at most [`KEY_NAMES`]).
+    pub keys: usize,
+    /// Calls started in the whole run, by all processes together.
+    pub calls: u8,
+    /// Calls cancelled by their caller.
+    pub cancels: u8,
+    /// Client processes that die (each closes its connection).
+    pub process_deaths: u8,
+    /// Whether a dead process comes back as a fresh one (in the same slot),
+    /// as well as staying dead.
+    pub restarts: bool,
+    /// Connections that break while both of their processes live (an I/O
+    /// error, or a malformed line, SPEC.md §3.7); the client reconnects to
+    /// the same term.
+    pub disconnects: u8,
+    /// Coordinator processes that die; each is followed by a new term with
+    /// the next epoch and a grace window.
+    pub coordinator_deaths: u8,
+    /// Whether each work may end either way. When not, the token decides
+    /// ([`Ending::of`]), so that both kinds of outcome still occur: the core
+    /// never looks inside an outcome, and choosing for every flight would
+    /// triple the states.
+    pub failures: bool,
+    /// A seeded bug of the coordinator (SPEC.md §12.3), or none.
+    pub mutant: Option<Mutant>,
+}
+
+/// The names of the keys, in the order the model uses them.
+pub const KEY_NAMES: [&str; 3] = ["a", "b", "c"];
+
+/// One thing that may happen next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A caller of `process` starts a call for the `key`-th key.
+    CallStarts { process: usize, key: usize },
+    /// `process` connects to the current coordinator; the handshake is not
+    /// modelled (SPEC.md §4.2): the coordinator learns the connection
+    /// opened, then the client that it is ready.
+    Connects { process: usize },
+    /// The coordinator reads the first request waiting on `process`'s
+    /// connection.
+    RequestArrives { process: usize },
+    /// `process` reads the first response waiting on its connection.
+    ResponseArrives { process: usize },
+    /// The work that `call` of `process` leads finishes.
+    WorkFinishes {
+        process: usize,
+        call: CallId,
+        ending: Ending,
+    },
+    /// The caller of `call` of `process` gives up.
+    CallerCancels { process: usize, call: CallId },
+    /// `process` dies: its connection closes and both ends learn it, its
+    /// work stops, and (when `restarts`) a fresh process takes its slot.
+    ProcessDies { process: usize, restarts: bool },
+    /// `process`'s connection breaks; both ends learn it, both processes
+    /// live on, and whatever was queued on it is lost.
+    ConnectionBreaks { process: usize },
+    /// The coordinator's process dies: every connection closes, the
+    /// responses not yet read are lost, and a surviving process wins the
+    /// next term with the next epoch and a grace window (SPEC.md §10).
+    CoordinatorDies,
+    /// The grace window of the current term ends (SPEC.md §8.4).
+    GraceWindowEnds,
+}
+
+/// How work ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ending {
+    Value,
+    Failure,
+}
+
+impl Ending {
+    /// The ending of the work under `token` when the model does not choose:
+    /// a value for an odd sequence, a failure for an even one.
+    pub fn of(token: FencingToken) -> Ending {
+        if token.sequence() % 2 == 1 {
+            Ending::Value
+        } else {
+            Ending::Failure
+        }
+    }
+}
+
+impl Directory {
+    /// Checked in CI (SPEC.md §12.1): one key; a cancel, and a process
+    /// death (which may restart it) besides the failover. Three calls are
+    /// the fewest that show a flight led, joined, and led again after it.
+    /// The seeded bugs are hunted in this configuration.
+    pub fn small() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 1,
+            process_deaths: 1,
+            restarts: true,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            failures: false,
+            mutant: None,
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.1): two keys, so that flights of
+    /// different keys interleave through a failover (the grace window
+    /// settles waiting runs key by key).
+    pub fn two_keys() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 2,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 1,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            failures: false,
+            mutant: None,
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.1): a connection breaks while both
+    /// processes live, so that a client replays to the same term, outside
+    /// any grace window (reasserts rejected, rejoins of a flight still in
+    /// progress). One such break multiplies the states by ten in
+    /// [`Directory::small`], hence a configuration of its own.
+    pub fn disconnect() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 1,
+            coordinator_deaths: 1,
+            failures: false,
+            mutant: None,
+        }
+    }
+
+    /// The larger configuration, run on request (SPEC.md §12.1): three
+    /// processes, two keys, two failovers.
+    pub fn large() -> Directory {
+        Directory {
+            processes: 3,
+            keys: 2,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 2,
+            failures: false,
+            mutant: None,
+        }
+    }
+
+    pub fn with_mutant(self, mutant: Option<Mutant>) -> Directory {
+        Directory { mutant, ..self }
+    }
+
+    fn key(&self, index: usize) -> Key {
+        Key::new(KEY_NAMES[index]).expect("the model's key names are valid keys")
+    }
+
+    fn coordinator(&self, epoch: Epoch, term: Term) -> Coordinator {
+        Coordinator::new(epoch, term).with_mutant(self.mutant)
+    }
+
+    /// Applies `action` to a copy of `state`; with `log`, says what happened
+    /// in it, message by message (for counterexamples and the explorer).
+    pub fn apply(&self, state: &State, action: &Action, log: Option<&mut String>) -> State {
+        let mut step = Step {
+            model: self,
+            state: state.clone(),
+            log,
+        };
+        step.state.last_step = StepFacts::default();
+        step.act(action);
+        step.state
+    }
+
+    /// The actions of the path, replayed from the initial state with what
+    /// happened in each: the text printed for a counterexample.
+    pub fn narrate(&self, actions: &[Action]) -> String {
+        let mut state = self.init_states().remove(0);
+        let mut text = String::new();
+        for (number, action) in actions.iter().enumerate() {
+            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
+            let mut log = String::new();
+            state = self.apply(&state, action, Some(&mut log));
+            text.push_str(&log);
+            let facts = properties::describe(&state.last_step);
+            if !facts.is_empty() {
+                let _ = writeln!(text, "       !! {facts}");
+            }
+        }
+        text
+    }
+}
+
+impl Model for Directory {
+    type State = State;
+    type Action = Action;
+
+    /// The first term, with every process connected to it and idle.
+    fn init_states(&self) -> Vec<State> {
+        let mut coordinator = self.coordinator(Epoch::FIRST, Term::First);
+        let mut processes = Vec::new();
+        for number in 0..self.processes {
+            let connection = ConnectionId(number as u64);
+            let opened = coordinator.step(coordinator::Event::ConnectionOpened { connection });
+            debug_assert!(opened.is_empty());
+            let mut process = Process::fresh();
+            let ready = process.client.step(client::Event::ConnectionReady);
+            debug_assert!(ready.is_empty());
+            process.link = Some(Link::new(connection));
+            processes.push(Some(process));
+        }
+        vec![State {
+            processes,
+            coordinator,
+            durable_epoch: Epoch::FIRST,
+            next_connection: self.processes as u64,
+            used: Used::default(),
+            history: History::default(),
+            last_step: StepFacts::default(),
+        }]
+    }
+
+    /// Always in the same order: by process slot, then the coordinator's
+    /// actions, so that a path of action indices can be replayed.
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        for (index, process) in state.processes.iter().enumerate() {
+            let Some(process) = process else { continue };
+            if state.used.calls < self.calls {
+                for key in 0..self.keys {
+                    actions.push(Action::CallStarts {
+                        process: index,
+                        key,
+                    });
+                }
+            }
+            match &process.link {
+                None => actions.push(Action::Connects { process: index }),
+                Some(link) => {
+                    if !link.requests.is_empty() {
+                        actions.push(Action::RequestArrives { process: index });
+                    }
+                    if !link.responses.is_empty() {
+                        actions.push(Action::ResponseArrives { process: index });
+                    }
+                }
+            }
+            for (&call, &token) in &process.work {
+                if self.failures {
+                    for ending in [Ending::Value, Ending::Failure] {
+                        actions.push(Action::WorkFinishes {
+                            process: index,
+                            call,
+                            ending,
+                        });
+                    }
+                } else {
+                    actions.push(Action::WorkFinishes {
+                        process: index,
+                        call,
+                        ending: Ending::of(token),
+                    });
+                }
+            }
+            if state.used.cancels < self.cancels {
+                for (&call, record) in &process.calls {
+                    if !record.resolved && !record.cancelled {
+                        actions.push(Action::CallerCancels {
+                            process: index,
+                            call,
+                        });
+                    }
+                }
+            }
+            if process.link.is_some() && state.used.disconnects < self.disconnects {
+                actions.push(Action::ConnectionBreaks { process: index });
+            }
+            if state.used.process_deaths < self.process_deaths {
+                actions.push(Action::ProcessDies {
+                    process: index,
+                    restarts: false,
+                });
+                if self.restarts {
+                    actions.push(Action::ProcessDies {
+                        process: index,
+                        restarts: true,
+                    });
+                }
+            }
+        }
+        if state.used.coordinator_deaths < self.coordinator_deaths {
+            actions.push(Action::CoordinatorDies);
+        }
+        if state.coordinator.in_grace() {
+            actions.push(Action::GraceWindowEnds);
+        }
+    }
+
+    fn next_state(&self, state: &State, action: Action) -> Option<State> {
+        Some(self.apply(state, &action, None))
+    }
+
+    fn format_step(&self, state: &State, action: Action) -> Option<String> {
+        let mut log = String::new();
+        let next = self.apply(state, &action, Some(&mut log));
+        Some(format!("{log}\n{next:#?}"))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties::all()
+    }
+}
+
+/// One step in progress.
+struct Step<'a> {
+    model: &'a Directory,
+    state: State,
+    log: Option<&'a mut String>,
+}
+
+impl Step<'_> {
+    fn act(&mut self, action: &Action) {
+        match *action {
+            Action::CallStarts { process, key } => self.call_starts(process, key),
+            Action::Connects { process } => self.connects(process),
+            Action::RequestArrives { process } => self.request_arrives(process),
+            Action::ResponseArrives { process } => self.response_arrives(process),
+            Action::WorkFinishes {
+                process,
+                call,
+                ending,
+            } => self.work_finishes(process, call, ending),
+            Action::CallerCancels { process, call } => self.caller_cancels(process, call),
+            Action::ProcessDies { process, restarts } => self.process_dies(process, restarts),
+            Action::ConnectionBreaks { process } => {
+                self.state.used.disconnects += 1;
+                let connection = self
+                    .process(process)
+                    .link
+                    .as_ref()
+                    .map(|link| link.connection);
+                if let Some(connection) = connection {
+                    self.close(connection);
+                }
+            }
+            Action::CoordinatorDies => {
+                self.state.used.coordinator_deaths += 1;
+                self.fail_over();
+            }
+            Action::GraceWindowEnds => {
+                self.coordinator(coordinator::Event::GraceWindowEnded);
+                // Flights not taken back in the window are over (§8.4).
+                self.state.history.reassertable.clear();
+            }
+        }
+    }
+
+    fn call_starts(&mut self, index: usize, key: usize) {
+        self.state.used.calls += 1;
+        let key = self.model.key(key);
+        let process = self.process(index);
+        let call = CallId(process.calls.len() as u64 + 1);
+        process.calls.insert(call, CallRecord::new(key.clone()));
+        let effects = process
+            .client
+            .step(client::Event::CallStarted { call, key });
+        self.client_effects(index, effects);
+    }
+
+    fn connects(&mut self, index: usize) {
+        let connection = ConnectionId(self.state.next_connection);
+        self.state.next_connection += 1;
+        self.process(index).link = Some(Link::new(connection));
+        self.coordinator(coordinator::Event::ConnectionOpened { connection });
+        let effects = self
+            .process(index)
+            .client
+            .step(client::Event::ConnectionReady);
+        self.client_effects(index, effects);
+    }
+
+    fn request_arrives(&mut self, index: usize) {
+        let coordinator = &self.state.coordinator;
+        let in_grace = coordinator.in_grace();
+        let in_progress: BTreeSet<FencingToken> =
+            coordinator.flights().map(|(_, token)| token).collect();
+        let process = self.state.processes[index]
+            .as_mut()
+            .expect("actions name live processes only");
+        let link = process.link.as_mut().expect("enabled only when connected");
+        let connection = link.connection;
+        let request = link
+            .requests
+            .pop_front()
+            .expect("enabled only with a request waiting");
+        if let Request::Run { id, flight, .. } = &request
+            && let Some(record) = call_of(id).and_then(|call| process.calls.get_mut(&call))
+        {
+            record.rejoin = flight.map(|flight| Rejoin {
+                flight,
+                answerable: in_grace || in_progress.contains(&flight),
+            });
+        }
+        self.note(format_args!("coordinator reads {request:?}"));
+        // What the request is, for the checks after the coordinator's step:
+        // a land (or a landed reassert, SPEC.md §8.3) may be rejected; a
+        // running reassert is accepted silently, a landed one with `ack`.
+        let answered_by_outcome = matches!(
+            request,
+            Request::Land { .. }
+                | Request::Reassert {
+                    outcome: Some(_),
+                    ..
+                }
+        );
+        let reassert = match &request {
+            Request::Reassert {
+                key,
+                token,
+                outcome,
+                ..
+            } => Some((key.clone(), *token, outcome.is_some())),
+            _ => None,
+        };
+        let id = request.id().clone();
+        let sent = self.coordinator(coordinator::Event::RequestReceived {
+            connection,
+            request: Incoming::Request(request),
+        });
+        let answer = |wanted: fn(&Response) -> bool| {
+            sent.iter()
+                .any(|(to, response)| *to == connection && *response.id() == id && wanted(response))
+        };
+        if answered_by_outcome && answer(|response| matches!(response, Response::Rejected { .. })) {
+            self.state.last_step.witness(Witness::StaleLandRejected);
+        }
+        let Some((key, token, landed)) = reassert else {
+            return;
+        };
+        let accepted = if landed {
+            answer(|response| matches!(response, Response::Ack { .. }))
+        } else {
+            // A running reassert that is accepted sends nothing: it shows as
+            // its flight in progress again.
+            self.state
+                .coordinator
+                .flights()
+                .any(|(in_progress, t)| *in_progress == key && t == token)
+        };
+        if !accepted {
+            return;
+        }
+        if !in_grace {
+            self.state
+                .last_step
+                .violate(Violation::ReassertOutsideGrace);
+        }
+        self.state.history.reasserted.insert(token);
+        if landed {
+            self.state
+                .last_step
+                .witness(Witness::LandedReassertAcknowledged);
+        } else {
+            if self.state.history.ever_landed.contains(&token) {
+                self.state.last_step.violate(Violation::LandedFlightResumed);
+            }
+            self.state.last_step.witness(Witness::ReassertAccepted);
+        }
+    }
+
+    fn response_arrives(&mut self, index: usize) {
+        let facts = &mut self.state.last_step;
+        let process = self.state.processes[index]
+            .as_mut()
+            .expect("actions name live processes only");
+        let link = process.link.as_mut().expect("enabled only when connected");
+        let response = link
+            .responses
+            .pop_front()
+            .expect("enabled only with a response waiting");
+        if let Some(record) = call_of(response.id()).and_then(|call| process.calls.get_mut(&call)) {
+            match response {
+                // A call knows it joined only once it reads `joined`: one
+                // lost with its coordinator leaves it asking (SPEC.md §9.4).
+                Response::Joined { .. } => record.joined = true,
+                Response::Lead { .. } if record.joined => facts.violate(Violation::JoinedLeads),
+                // `ack` settles a land; `rejected` takes the flight from a
+                // leader whose reassert came too late (SPEC.md §9.3). Either
+                // way the client no longer holds the lead.
+                Response::Ack { .. } | Response::Rejected { .. } => record.holds_lead = false,
+                _ => {}
+            }
+        }
+        let effects = process.client.step(client::Event::ResponseReceived {
+            response: response.clone(),
+        });
+        self.note(format_args!("process {index} reads {response:?}"));
+        self.client_effects(index, effects);
+    }
+
+    fn work_finishes(&mut self, index: usize, call: CallId, ending: Ending) {
+        let process = self.process(index);
+        let token = process
+            .work
+            .remove(&call)
+            .expect("enabled only while the work runs");
+        // The outcome names its token, so that a joiner's outcome shows
+        // which flight's work produced it.
+        let outcome = match ending {
+            Ending::Value => Outcome::Value(token.to_string()),
+            Ending::Failure => Outcome::Failure(Failure {
+                name: "Error".to_owned(),
+                message: token.to_string(),
+                code: None,
+            }),
+        };
+        let effects = process.client.step(client::Event::WorkFinished {
+            call,
+            outcome: outcome.clone(),
+        });
+        self.state.history.outcomes.insert(token, outcome);
+        self.client_effects(index, effects);
+    }
+
+    fn caller_cancels(&mut self, index: usize, call: CallId) {
+        self.state.used.cancels += 1;
+        let process = self.process(index);
+        let record = process
+            .calls
+            .get_mut(&call)
+            .expect("enabled only for a started call");
+        record.cancelled = true;
+        record.holds_lead = false;
+        // The shell drops the work of a cancelled call.
+        process.work.remove(&call);
+        let effects = process.client.step(client::Event::CallCancelled { call });
+        self.client_effects(index, effects);
+    }
+
+    fn process_dies(&mut self, index: usize, restarts: bool) {
+        self.state.used.process_deaths += 1;
+        let process = self.state.processes[index]
+            .take()
+            .expect("enabled only for a live process");
+        if restarts {
+            self.state.processes[index] = Some(Process::fresh());
+        }
+        // The process is gone before the coordinator learns it, so that
+        // anything sent to it afterwards counts as sent on a closed
+        // connection.
+        if let Some(link) = process.link {
+            let connection = link.connection;
+            self.coordinator(coordinator::Event::ConnectionClosed { connection });
+        }
+    }
+
+    /// The coordinator's process is gone (it died, or resigned after
+    /// `EndTerm`): every connection closes, and the next term begins.
+    fn fail_over(&mut self) {
+        let old = &self.state.coordinator;
+        let mut reassertable: BTreeSet<(Key, FencingToken)> = old
+            .flights()
+            .map(|(key, token)| (key.clone(), token))
+            .collect();
+        if old.in_grace() {
+            // A term that dies in its grace window has not ended the
+            // flights of earlier terms that it has not taken back yet.
+            reassertable.append(&mut self.state.history.reassertable);
+        }
+        self.state.history.reassertable = reassertable;
+        self.state.history.reasserted.clear();
+        self.state.history.landed.clear();
+        for index in 0..self.state.processes.len() {
+            let Some(process) = self.state.processes[index].as_mut() else {
+                continue;
+            };
+            for record in process.calls.values_mut() {
+                record.answered_for_good = false;
+                record.rejoin = None;
+            }
+            if process.link.take().is_some() {
+                let effects = process.client.step(client::Event::ConnectionLost);
+                self.client_effects(index, effects);
+            }
+        }
+        let previous = self.state.durable_epoch;
+        let epoch = previous
+            .next()
+            .expect("the model's few terms stay far below Epoch::MAX");
+        self.state.durable_epoch = epoch;
+        self.state.coordinator = self.model.coordinator(epoch, Term::AfterFailover);
+        if self.state.coordinator.epoch() <= previous {
+            self.state.last_step.violate(Violation::EpochNotIncreasing);
+        }
+        self.state.next_connection = 0;
+        self.note(format_args!(
+            "term {epoch} begins with a grace window; every connection is closed"
+        ));
+    }
+
+    /// Feeds `event` to the coordinator, carries out its effects, and checks
+    /// what it did. Returns the responses it sent.
+    fn coordinator(&mut self, event: coordinator::Event) -> Vec<(ConnectionId, Response)> {
+        let before: BTreeMap<Key, FencingToken> = self
+            .state
+            .coordinator
+            .flights()
+            .map(|(key, token)| (key.clone(), token))
+            .collect();
+        let effects = self.state.coordinator.step(event);
+        let mut sent = Vec::new();
+        let mut led = BTreeSet::new();
+        let mut term_ended = false;
+        for effect in effects {
+            match effect {
+                coordinator::Effect::Send {
+                    connection,
+                    response,
+                } => {
+                    self.send(connection, response.clone(), &before, &mut led);
+                    sent.push((connection, response));
+                }
+                coordinator::Effect::Close { connection, .. } => self.close(connection),
+                coordinator::Effect::EndTerm => term_ended = true,
+            }
+        }
+        if !led.is_empty() && self.state.coordinator.in_grace() {
+            self.state.last_step.violate(Violation::LeadInGrace);
+        }
+        if term_ended {
+            // SPEC.md §8.9: the shell resigns and the processes fail over.
+            // Unreachable with the model's few tokens per term; handled so
+            // that a change to that limit cannot silently stall the model.
+            self.fail_over();
+        }
+        sent
+    }
+
+    /// Carries out the coordinator's `Send`, checking it against the rules
+    /// of SPEC.md §8.10.
+    fn send(
+        &mut self,
+        connection: ConnectionId,
+        response: Response,
+        flights_before: &BTreeMap<Key, FencingToken>,
+        led: &mut BTreeSet<Key>,
+    ) {
+        self.note(format_args!(
+            "coordinator sends {response:?} on {connection:?}"
+        ));
+        let coordinator_epoch = self.state.coordinator.epoch();
+        let Some(index) = self.state.processes.iter().position(|process| {
+            process
+                .as_ref()
+                .and_then(|process| process.link.as_ref())
+                .is_some_and(|link| link.connection == connection)
+        }) else {
+            self.state.last_step.violate(Violation::SentOnClosed);
+            return;
+        };
+        let history = &mut self.state.history;
+        let facts = &mut self.state.last_step;
+        let process = self.state.processes[index]
+            .as_mut()
+            .expect("found among the live processes");
+        if let Some(record) = call_of(response.id()).and_then(|call| process.calls.get_mut(&call)) {
+            if record.answered_for_good {
+                facts.violate(Violation::AnsweredAfterFinal);
+            }
+            match &response {
+                Response::Lead { token, .. } => {
+                    if record.joined {
+                        facts.violate(Violation::JoinedLeads);
+                    }
+                    if flights_before.contains_key(&record.key) || !led.insert(record.key.clone()) {
+                        facts.violate(Violation::SecondFlight);
+                    }
+                    if history.last_minted.is_some_and(|last| *token <= last)
+                        || token.epoch() != coordinator_epoch
+                    {
+                        facts.violate(Violation::TokenNotIncreasing);
+                    }
+                    history.last_minted = Some(*token);
+                }
+                Response::Landed { .. } => record.answered_for_good = true,
+                Response::Interrupted { .. } => {
+                    record.answered_for_good = true;
+                    if let Some(rejoin) = record.rejoin {
+                        facts.witness(Witness::RejoinInterrupted);
+                        if rejoin.answerable
+                            && history.reasserted.contains(&rejoin.flight)
+                            && history.landed.contains(&rejoin.flight)
+                        {
+                            facts.violate(Violation::RejoinMissedOutcome);
+                        }
+                    }
+                }
+                Response::Ack { .. } => {
+                    if let Some(token) = record.token {
+                        history.landed.insert(token);
+                        history.ever_landed.insert(token);
+                    }
+                }
+                _ => {}
+            }
+        }
+        process
+            .link
+            .as_mut()
+            .expect("found by its link")
+            .responses
+            .push_back(response);
+    }
+
+    /// `connection` closes while both of its processes live (it broke, or
+    /// the coordinator closed it, SPEC.md §8.9): the client learns it, then
+    /// the coordinator; what was queued on it is lost, and the client
+    /// reconnects later.
+    fn close(&mut self, connection: ConnectionId) {
+        let found = self.state.processes.iter().position(|process| {
+            process
+                .as_ref()
+                .and_then(|process| process.link.as_ref())
+                .is_some_and(|link| link.connection == connection)
+        });
+        if let Some(index) = found {
+            let process = self.process(index);
+            process.link = None;
+            for record in process.calls.values_mut() {
+                record.answered_for_good = false;
+                record.rejoin = None;
+            }
+            let effects = process.client.step(client::Event::ConnectionLost);
+            self.client_effects(index, effects);
+        }
+        self.coordinator(coordinator::Event::ConnectionClosed { connection });
+    }
+
+    /// Carries out a client's effects, checking them against SPEC.md §9.
+    fn client_effects(&mut self, index: usize, effects: Vec<client::Effect>) {
+        let coordinator_epoch = self.state.coordinator.epoch();
+        for effect in effects {
+            self.note(format_args!("process {index}: {effect:?}"));
+            let history = &self.state.history;
+            let facts = &mut self.state.last_step;
+            let process = self.state.processes[index]
+                .as_mut()
+                .expect("effects come from a live process");
+            match effect {
+                client::Effect::Send(request) => match process.link.as_mut() {
+                    Some(link) => link.requests.push_back(request),
+                    None => facts.violate(Violation::SentOnClosed),
+                },
+                client::Effect::StartWork { call, token } => {
+                    process.work.insert(call, token);
+                    if let Some(record) = process.calls.get_mut(&call) {
+                        if record.joined {
+                            facts.violate(Violation::JoinedLeads);
+                        }
+                        record.token = Some(token);
+                        record.holds_lead = true;
+                    }
+                }
+                client::Effect::Resolve { call, resolution } => {
+                    let Some(record) = process.calls.get_mut(&call) else {
+                        continue;
+                    };
+                    if record.resolved {
+                        facts.violate(Violation::ResolvedTwice);
+                    }
+                    record.resolved = true;
+                    if let Resolution::Joined { flight, outcome } = &resolution {
+                        if history.outcomes.get(flight) != Some(outcome) {
+                            facts.violate(Violation::WrongOutcome);
+                        }
+                        if flight.epoch() < coordinator_epoch
+                            && matches!(outcome, Outcome::Value(_))
+                        {
+                            facts.witness(Witness::ValueAfterFailover);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn process(&mut self, index: usize) -> &mut Process {
+        self.state.processes[index]
+            .as_mut()
+            .expect("actions name live processes only")
+    }
+
+    fn note(&mut self, line: std::fmt::Arguments<'_>) {
+        if let Some(log) = self.log.as_deref_mut() {
+            let _ = writeln!(log, "       {line}");
+        }
+    }
+}
+
+/// The call a request id names: the client's ids are call numbers in
+/// decimal (SPEC.md §3.1).
+fn call_of(id: &single_flight::protocol::RequestId) -> Option<CallId> {
+    id.as_str().parse().ok().map(CallId)
+}

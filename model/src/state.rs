@@ -1,0 +1,302 @@
+//! What the model checker stores for one moment of a directory: the real
+//! state machines, the connections between them, the budgets of the bounded
+//! actions, and the history the properties need (SPEC.md §12.1).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use single_flight::client::{CallId, Client};
+use single_flight::coordinator::{ConnectionId, Coordinator};
+use single_flight::protocol::{Key, Outcome, Request, Response};
+use single_flight::{Epoch, FencingToken};
+use stateright::Representative;
+
+/// One moment of the directory.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The client processes, by slot; `None` once a process died for good.
+    /// Slots are interchangeable (nothing else names a slot), which is what
+    /// makes symmetry reduction sound (see [`Representative`] below).
+    pub processes: Vec<Option<Process>>,
+    /// The coordinator of the current term. A dead coordinator is replaced
+    /// in the same step by the next term's (the election is atomic in the
+    /// model; see `Action::CoordinatorDies`).
+    pub coordinator: Coordinator,
+    /// The durable epoch of the election (SPEC.md §7.3): the epoch of the
+    /// current term, from which the next term's is made.
+    pub durable_epoch: Epoch,
+    /// The next connection number of this term: the shell never reuses one
+    /// within a term (the coordinator's driving contract).
+    pub next_connection: u64,
+    /// How much of each bounded action has been used.
+    pub used: Used,
+    /// Facts about the past that the properties need and no state machine
+    /// keeps.
+    pub history: History,
+    /// What the step that led to this state broke or showed. Cleared at
+    /// every step, so that it does not multiply the states; a property
+    /// looks at it in the state right after the step.
+    pub last_step: StepFacts,
+}
+
+/// One client process: a real [`Client`] with its connection, the work its
+/// leading calls run, and the model's record of each call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Process {
+    pub client: Client,
+    /// The connection to the current coordinator, once the client connected.
+    pub link: Option<Link>,
+    /// The work that runs for a leading call, under its token. Ends when it
+    /// finishes, or when its caller cancels (the shell drops it).
+    pub work: BTreeMap<CallId, FencingToken>,
+    /// Every call this process started, numbered from 1 in start order.
+    pub calls: BTreeMap<CallId, CallRecord>,
+}
+
+/// One connection: ordered and reliable in each direction until it breaks,
+/// like a Unix socket. Both queues vanish with it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Link {
+    pub connection: ConnectionId,
+    /// Requests written by the client, not yet read by the coordinator.
+    pub requests: VecDeque<Request>,
+    /// Responses written by the coordinator, not yet read by the client.
+    pub responses: VecDeque<Response>,
+}
+
+/// What the model knows about one call, from the messages and effects it
+/// saw (it never looks inside the state machines).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallRecord {
+    pub key: Key,
+    /// The client read a `joined` answer to it at least once.
+    pub joined: bool,
+    /// The token it leads under, once its work started.
+    pub token: Option<FencingToken>,
+    /// It leads and has not been told `ack` or `rejected` since: the client
+    /// holds the lead (its work runs, or its land waits to be settled).
+    pub holds_lead: bool,
+    /// The client resolved it.
+    pub resolved: bool,
+    /// Its caller cancelled it.
+    pub cancelled: bool,
+    /// It was answered `landed` or `interrupted` on its current connection.
+    pub answered_for_good: bool,
+    /// Its latest request on its current connection was a rejoin.
+    pub rejoin: Option<Rejoin>,
+}
+
+/// A rejoin as the coordinator received it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rejoin {
+    pub flight: FencingToken,
+    /// It arrived while its flight could still answer it: in the grace
+    /// window (the flight may be reasserted, or may have ended in it), or
+    /// while the flight was in progress.
+    pub answerable: bool,
+}
+
+/// Budgets of the bounded actions, counted up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Used {
+    pub calls: u8,
+    pub cancels: u8,
+    pub process_deaths: u8,
+    pub disconnects: u8,
+    pub coordinator_deaths: u8,
+}
+
+/// The past, as far as the properties need it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct History {
+    /// The last token any coordinator minted (answered `lead` with).
+    pub last_minted: Option<FencingToken>,
+    /// What the work under each token produced.
+    pub outcomes: BTreeMap<FencingToken, Outcome>,
+    /// Flights that were in progress when a coordinator died, and that a
+    /// later term may still take back by reassert: kept through the next
+    /// grace window, dropped when it ends (SPEC.md §8.4).
+    pub reassertable: BTreeSet<(Key, FencingToken)>,
+    /// Flights that the current term took back: a running reassert
+    /// accepted, or a landed one acknowledged.
+    pub reasserted: BTreeSet<FencingToken>,
+    /// Flights whose land the current term acknowledged.
+    pub landed: BTreeSet<FencingToken>,
+    /// Flights whose land any term acknowledged.
+    pub ever_landed: BTreeSet<FencingToken>,
+}
+
+/// What the last step broke ([`Violation`]) and showed ([`Witness`]), as
+/// bit sets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StepFacts {
+    pub violations: u16,
+    pub witnessed: u8,
+}
+
+/// A broken rule seen during a step. Recorded as a flag rather than a panic,
+/// because a panic inside `next_state` ends the run without a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// A coordinator answered `lead` for a key whose flight was in progress,
+    /// or twice for one key in one step.
+    SecondFlight,
+    /// A coordinator minted a token not greater than the last one minted.
+    TokenNotIncreasing,
+    /// A new term's epoch is not greater than the last term's.
+    EpochNotIncreasing,
+    /// A call that was answered `joined` was answered `lead`, or started work.
+    JoinedLeads,
+    /// A joiner resolved with an outcome that its flight's work did not
+    /// produce.
+    WrongOutcome,
+    /// A reassert was accepted for a flight that had already landed.
+    LandedFlightResumed,
+    /// A call resolved twice.
+    ResolvedTwice,
+    /// A call got an answer after `landed` or `interrupted` on the same
+    /// connection.
+    AnsweredAfterFinal,
+    /// Something was sent on a connection that is not open.
+    SentOnClosed,
+    /// A flight was led during a grace window.
+    LeadInGrace,
+    /// A reassert was accepted outside the grace window.
+    ReassertOutsideGrace,
+    /// A rejoin that arrived in the grace window of the term that took back
+    /// its flight, which then landed, was answered `interrupted`.
+    RejoinMissedOutcome,
+}
+
+/// Something worth reaching, seen during a step (for `sometimes`
+/// properties: a model that never gets there proves nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Witness {
+    /// A later term accepted a running reassert: a flight lived through a
+    /// failover.
+    ReassertAccepted,
+    /// A later term acknowledged a landed reassert: the outcome of a flight
+    /// whose land was lost with its coordinator reached the new term.
+    LandedReassertAcknowledged,
+    /// A rejoin was answered `interrupted`.
+    RejoinInterrupted,
+    /// A land, or a landed reassert, was answered `rejected`.
+    StaleLandRejected,
+    /// A joiner of an earlier term's flight resolved with its value.
+    ValueAfterFailover,
+}
+
+impl StepFacts {
+    pub fn has(&self, violation: Violation) -> bool {
+        self.violations & (1 << violation as u16) != 0
+    }
+
+    pub fn saw(&self, witness: Witness) -> bool {
+        self.witnessed & (1 << witness as u8) != 0
+    }
+
+    pub fn violate(&mut self, violation: Violation) {
+        self.violations |= 1 << violation as u16;
+    }
+
+    pub fn witness(&mut self, witness: Witness) {
+        self.witnessed |= 1 << witness as u8;
+    }
+}
+
+impl Process {
+    /// A process that just started: no calls, not connected.
+    pub fn fresh() -> Process {
+        Process {
+            client: Client::new(),
+            link: None,
+            work: BTreeMap::new(),
+            calls: BTreeMap::new(),
+        }
+    }
+}
+
+impl Link {
+    pub fn new(connection: ConnectionId) -> Link {
+        Link {
+            connection,
+            requests: VecDeque::new(),
+            responses: VecDeque::new(),
+        }
+    }
+}
+
+impl CallRecord {
+    pub fn new(key: Key) -> CallRecord {
+        CallRecord {
+            key,
+            joined: false,
+            token: None,
+            holds_lead: false,
+            resolved: false,
+            cancelled: false,
+            answered_for_good: false,
+            rejoin: None,
+        }
+    }
+}
+
+/// Processes are interchangeable: the coordinator names connections, never
+/// slots, and every other part of the state names tokens, keys and calls of
+/// a process inside that process. So any permutation of the slots is a state
+/// that behaves the same, and sorting the slots picks one per class.
+///
+/// The sort key is a hash because `Client` is not `Ord`; two processes with
+/// the same hash keep their order, which at worst leaves two
+/// representatives for one class (a smaller reduction, never a wrong one).
+impl Representative for State {
+    fn representative(&self) -> State {
+        let mut state = self.clone();
+        state.processes.sort_by_cached_key(|process| {
+            let mut hasher = SortKey::default();
+            process.hash(&mut hasher);
+            hasher.finish()
+        });
+        state
+    }
+}
+
+/// A fast, fixed hash (FNV-1a over 64-bit words) for sorting processes: the
+/// sort runs for every state the checker generates, where the standard
+/// SipHash showed up in profiles. Its quality only affects how often two
+/// different processes tie, which costs reduction, never soundness.
+struct SortKey(u64);
+
+impl Default for SortKey {
+    fn default() -> SortKey {
+        SortKey(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for SortKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+
+    fn write_u8(&mut self, word: u8) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+}

@@ -1,0 +1,36 @@
+//! The checker bites (SPEC.md §12.3): every seeded bug of the coordinator
+//! breaks a property that the shipped coordinator keeps, with a path to
+//! show it.
+
+use single_flight::coordinator::Mutant;
+use single_flight_model::Directory;
+use single_flight_model::check::{hunt, must_hold};
+
+#[test]
+fn every_seeded_bug_is_caught() {
+    let must_hold = must_hold();
+    let mut missed = Vec::new();
+    for mutant in Mutant::ALL {
+        let report = hunt(Directory::small().with_mutant(Some(mutant)));
+        let caught = report
+            .discoveries
+            .iter()
+            .find(|(name, _)| must_hold.contains(*name));
+        match caught {
+            Some((name, path)) => {
+                println!("{mutant:?} breaks {name:?} ({}):", report.summary());
+                print!("{}", report.directory.narrate(path));
+            }
+            None => {
+                println!("{mutant:?} is NOT caught ({})", report.summary());
+                missed.push(mutant);
+            }
+        }
+    }
+    println!(
+        "{} of {} seeded bugs caught",
+        Mutant::ALL.len() - missed.len(),
+        Mutant::ALL.len()
+    );
+    assert!(missed.is_empty(), "not caught: {missed:?}");
+}
