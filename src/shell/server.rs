@@ -298,9 +298,13 @@ impl Server {
         queued <= MAX_QUEUED_BYTES && writer.lines.send(line).is_ok()
     }
 
-    /// Drops both tasks of a connection, which closes it.
+    /// Stops both tasks of a connection, which closes it. The writer is
+    /// aborted, not left to drain: a client that does not read would keep
+    /// it blocked, and with it the socket open (SPEC.md §11.3).
     fn forget(&mut self, connection: ConnectionId) {
-        self.writers.remove(&connection);
+        if let Some(writer) = self.writers.remove(&connection) {
+            writer.task.abort();
+        }
         if let Some(reader) = self.readers.remove(&connection) {
             reader.abort();
         }

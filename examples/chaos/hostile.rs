@@ -1,0 +1,727 @@
+//! The second lane of the nemesis: hostile clients that speak to the
+//! coordinator's socket directly (SPEC.md §3.6, §3.7, §4, §8.8, §11.3).
+//! Each one checks what the coordinator must do, and the verdict is logged:
+//! as specified, a violation, or inconclusive when another fault (a killed
+//! or stopped coordinator, a removed socket) got in the way.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use single_flight::protocol::limits::MAX_FRAME_BYTES;
+use single_flight::protocol::{Response, decode_coordinator_hello, decode_response};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::records::{Record, Verdict, now_us};
+use crate::rng::Rng;
+use crate::run::{Shared, fresh_status};
+use crate::schedule::{Hostile, Schedule, hostile_name};
+
+const HELLO: &[u8] = b"{\"protocol\":\"single-flight\",\"version\":1}\n";
+
+/// The longest one hostile client may take before it counts as stuck.
+const ATTACK_BOUND: Duration = Duration::from_secs(40);
+
+/// How long to wait for an answer the coordinator owes. Far above its
+/// normal latency; a stopped coordinator makes the verdict inconclusive.
+const ANSWER_WAIT: Duration = Duration::from_secs(5);
+
+/// Light clients at once, and heavy ones (megabytes, thousands of
+/// connections) one at a time, so that the lane loads the coordinator
+/// without starving the workers of a 2-core machine.
+const LIGHT_AT_ONCE: usize = 4;
+
+/// How long the client that never reads may be kept writing. The
+/// coordinator reads its requests until it closes the connection, which
+/// takes it well under a second on this machine; a stopped coordinator
+/// blocks the writes longer, and makes the verdict inconclusive.
+const WRITE_PATIENCE: Duration = Duration::from_secs(6);
+
+/// Numbers of the calm phase's clients (used in their key names), far
+/// above those of the lane.
+const CALM_NUMBERS: u64 = 1_000_000;
+
+/// The wait before a calm client is tried again.
+const CALM_RETRY: Duration = Duration::from_secs(2);
+
+/// Bytes per write of an oversized line.
+const CHUNK: usize = 64 * 1024;
+
+pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) -> Vec<JoinHandle<()>> {
+    let light = Arc::new(Semaphore::new(LIGHT_AT_ONCE));
+    let heavy = Arc::new(Semaphore::new(1));
+    let mut tasks: Vec<JoinHandle<()>> = Vec::new();
+    for (number, planned) in schedule.hostiles().enumerate() {
+        tokio::time::sleep(Duration::from_millis(planned.gap_ms)).await;
+        if Instant::now() >= until {
+            break;
+        }
+        let permits = if heavy_kind(planned.kind) {
+            &heavy
+        } else {
+            &light
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            judge(&shared, planned.kind, planned.draw, number as u64).await;
+            drop(permit);
+        }));
+        tasks.retain(|task| !task.is_finished());
+    }
+    tasks
+}
+
+/// After the lanes: every hostile client once, one at a time, while no
+/// other fault runs, so that each gets a conclusive verdict in every run.
+/// An inconclusive one (a lingering fault) is tried again once.
+pub async fn calm(shared: Arc<Shared>, draw: u64) {
+    let mut rng = Rng::new(draw);
+    for (number, &kind) in Hostile::ALL.iter().enumerate() {
+        for attempt in 0..2 {
+            let number = CALM_NUMBERS + number as u64 * 2 + attempt;
+            if judge(&shared, kind, rng.next_u64(), number).await != Verdict::Inconclusive {
+                break;
+            }
+            tokio::time::sleep(CALM_RETRY).await;
+        }
+    }
+}
+
+/// Runs one hostile client and logs its verdict.
+async fn judge(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Verdict {
+    let t = now_us();
+    let before = shared.seen().map(|s| (s.epoch, s.pid));
+    let outcome = tokio::time::timeout(ATTACK_BOUND, attack(shared, kind, draw, number))
+        .await
+        .unwrap_or_else(|_| Err(Miss::Wrong(format!("did not end within {ATTACK_BOUND:?}"))));
+    let after = shared.seen().map(|s| (s.epoch, s.pid));
+    let disturbed = before != after || shared.disturbed(t, now_us());
+    let (verdict, detail) = match outcome {
+        // A kill closes every connection: a close proves nothing then.
+        Ok(detail) if disturbed && closing_kind(kind) => (Verdict::Inconclusive, detail),
+        Ok(detail) => (Verdict::AsSpecified, detail),
+        Err(Miss::Wrong(detail)) if !disturbed => (Verdict::Violation, detail),
+        Err(Miss::Wrong(detail) | Miss::Unreachable(detail)) => (Verdict::Inconclusive, detail),
+    };
+    shared.log(Record::Hostile {
+        t,
+        kind: hostile_name(kind),
+        verdict,
+        detail,
+    });
+    verdict
+}
+
+/// Clients of megabytes or thousands of connections.
+fn heavy_kind(kind: Hostile) -> bool {
+    matches!(
+        kind,
+        Hostile::Flood
+            | Hostile::NoRead
+            | Hostile::NoReadJoins
+            | Hostile::OversizeLine
+            | Hostile::OversizeHello
+    )
+}
+
+/// Clients whose success is that the coordinator closes their connection.
+fn closing_kind(kind: Hostile) -> bool {
+    matches!(
+        kind,
+        Hostile::OversizeLine
+            | Hostile::OversizeHello
+            | Hostile::NoNewline
+            | Hostile::InvalidUtf8
+            | Hostile::DeepNesting
+            | Hostile::DeepHello
+            | Hostile::NoRead
+            | Hostile::WrongProtocol
+            | Hostile::WrongVersion
+            | Hostile::NoHello
+            | Hostile::GarbageHello
+    )
+}
+
+/// Why an attack did not go as SPEC.md says.
+enum Miss {
+    /// No coordinator to talk to (refused, or no hello in time).
+    Unreachable(String),
+    /// The coordinator answered or behaved otherwise than specified.
+    Wrong(String),
+}
+
+type Attack = Result<String, Miss>;
+
+struct Connection {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+}
+
+async fn connect(shared: &Shared) -> Result<Connection, Miss> {
+    let path = shared.paths.flights.join("flight.sock");
+    let stream = tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(&path))
+        .await
+        .map_err(|_| Miss::Unreachable("connect did not finish".into()))?
+        .map_err(|e| Miss::Unreachable(format!("connect: {e}")))?;
+    let (read, writer) = stream.into_split();
+    Ok(Connection {
+        reader: BufReader::new(read),
+        writer,
+    })
+}
+
+/// Connects and completes the handshake (SPEC.md §4.2).
+async fn open(shared: &Shared) -> Result<Connection, Miss> {
+    let mut connection = connect(shared).await?;
+    send(&mut connection, HELLO).await?;
+    match read_line(&mut connection, ANSWER_WAIT).await {
+        Read::Line(line) => decode_coordinator_hello(&line)
+            .map(|_| connection)
+            .map_err(|e| Miss::Wrong(format!("the coordinator's hello does not decode: {e}"))),
+        other => Err(Miss::Unreachable(format!("no hello: {}", other.describe()))),
+    }
+}
+
+async fn send(connection: &mut Connection, bytes: &[u8]) -> Result<(), Miss> {
+    connection
+        .writer
+        .write_all(bytes)
+        .await
+        .map_err(|e| Miss::Unreachable(format!("write: {e}")))
+}
+
+enum Read {
+    Line(Vec<u8>),
+    Eof,
+    Timeout,
+    Error(String),
+}
+
+impl Read {
+    fn describe(&self) -> String {
+        match self {
+            Read::Line(line) => format!("a line {:?}", String::from_utf8_lossy(line)),
+            Read::Eof => "the end of the stream".into(),
+            Read::Timeout => "nothing in time".into(),
+            Read::Error(error) => format!("an error ({error})"),
+        }
+    }
+}
+
+/// One line without its newline.
+async fn read_line(connection: &mut Connection, wait: Duration) -> Read {
+    let mut line = Vec::new();
+    match tokio::time::timeout(wait, connection.reader.read_until(b'\n', &mut line)).await {
+        Err(_) => Read::Timeout,
+        Ok(Err(error)) => Read::Error(error.to_string()),
+        Ok(Ok(0)) => Read::Eof,
+        Ok(Ok(_)) if line.last() == Some(&b'\n') => {
+            line.pop();
+            Read::Line(line)
+        }
+        // Bytes without a newline, then the end: no message (SPEC.md §4.1).
+        Ok(Ok(_)) => Read::Eof,
+    }
+}
+
+/// Reads until the coordinator closes the connection; the lines it sent
+/// first, or `None` if it kept the connection open past `wait`. A reset
+/// counts as closed.
+async fn lines_until_closed(
+    reader: &mut BufReader<OwnedReadHalf>,
+    wait: Duration,
+) -> Option<Vec<Vec<u8>>> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut lines = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        match tokio::time::timeout_at(deadline, reader.read_until(b'\n', &mut line)).await {
+            Err(_) => return None,
+            Ok(Err(_)) | Ok(Ok(0)) => return Some(lines),
+            Ok(Ok(_)) => lines.push(line),
+        }
+    }
+}
+
+/// Counts bytes until the coordinator closes; `None` if it did not within
+/// `wait`.
+async fn bytes_until_closed(reader: &mut BufReader<OwnedReadHalf>, wait: Duration) -> Option<u64> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut total = 0u64;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, reader.read(&mut buffer)).await {
+            Err(_) => return None,
+            Ok(Err(_)) | Ok(Ok(0)) => return Some(total),
+            Ok(Ok(n)) => total += n as u64,
+        }
+    }
+}
+
+fn response(read: Read) -> Result<Response, Miss> {
+    match read {
+        Read::Line(line) => decode_response(&line)
+            .map_err(|e| Miss::Wrong(format!("an answer that does not decode ({e})"))),
+        other => Err(Miss::Wrong(format!(
+            "expected an answer, got {}",
+            other.describe()
+        ))),
+    }
+}
+
+/// Expects the coordinator to close the connection without answering.
+async fn closed_silently(connection: &mut Connection, what: &str) -> Attack {
+    match lines_until_closed(&mut connection.reader, ANSWER_WAIT).await {
+        Some(lines) if lines.is_empty() => Ok(format!("{what}: closed without an answer")),
+        Some(lines) => Err(Miss::Wrong(format!(
+            "{what}: answered {:?} before closing",
+            String::from_utf8_lossy(&lines[0])
+        ))),
+        None => Err(Miss::Wrong(format!(
+            "{what}: the connection stayed open for {ANSWER_WAIT:?}"
+        ))),
+    }
+}
+
+/// How long a `status` takes now: a slow client must not delay anyone
+/// else's answers (SPEC.md §11.3).
+async fn status_latency(shared: &Shared, what: &str) -> String {
+    let started = Instant::now();
+    let t = now_us();
+    let answered = fresh_status(&shared.paths.flights).await.is_some();
+    let ms = started.elapsed().as_millis() as u64;
+    shared.log(Record::Latency {
+        t,
+        what: what.to_owned(),
+        ms,
+        disturbed: shared.disturbed(t, now_us()),
+    });
+    if answered {
+        format!("status answered in {ms} ms meanwhile")
+    } else {
+        format!("status did not answer meanwhile ({ms} ms)")
+    }
+}
+
+async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attack {
+    let mut rng = Rng::new(draw);
+    match kind {
+        Hostile::OversizeLine | Hostile::OversizeHello => {
+            let connection = if kind == Hostile::OversizeLine {
+                open(shared).await?
+            } else {
+                connect(shared).await?
+            };
+            let Connection { mut reader, writer } = connection;
+            // The writer stops at the first refused write and hands its half
+            // back, so that the stream is not ended by us.
+            let total = MAX_FRAME_BYTES + 4 * CHUNK;
+            let writing = tokio::spawn(async move {
+                let mut writer = writer;
+                let chunk = vec![b'a'; CHUNK];
+                let mut written = 0;
+                while written < total {
+                    if writer.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    written += CHUNK;
+                }
+                (writer, written)
+            });
+            let closed = bytes_until_closed(&mut reader, Duration::from_secs(20)).await;
+            let (_writer, written) = writing.await.map_err(|e| Miss::Wrong(e.to_string()))?;
+            match closed {
+                Some(_) => Ok(format!(
+                    "closed; {written} bytes of one line were sent (limit {MAX_FRAME_BYTES})"
+                )),
+                None => Err(Miss::Wrong(format!(
+                    "a line of {written} bytes without a newline, over the limit of {MAX_FRAME_BYTES}, did not close the connection"
+                ))),
+            }
+        }
+        Hostile::NoNewline => {
+            let mut connection = open(shared).await?;
+            send(&mut connection, b"{\"op\":\"status\",\"id\":\"nl\"}").await?;
+            let early = read_line(&mut connection, Duration::from_millis(300)).await;
+            if let Read::Line(line) = early {
+                return Err(Miss::Wrong(format!(
+                    "answered a request without its newline: {:?}",
+                    String::from_utf8_lossy(&line)
+                )));
+            }
+            let _ = connection.writer.shutdown().await;
+            closed_silently(&mut connection, "a request without a newline, then the end").await
+        }
+        Hostile::InvalidUtf8 => {
+            let mut connection = open(shared).await?;
+            send(
+                &mut connection,
+                b"{\"op\":\"run\",\"id\":\"1\",\"key\":\"\xff\xfe\xfd\"}\n",
+            )
+            .await?;
+            closed_silently(&mut connection, "a run whose key is not UTF-8").await
+        }
+        Hostile::DeepNesting | Hostile::DeepHello => {
+            let depth = rng.range(1_000, 400_000) as usize;
+            let mut line = Vec::with_capacity(depth * 2 + 64);
+            if kind == Hostile::DeepNesting {
+                line.extend_from_slice(b"{\"op\":\"status\",\"id\":\"deep\",\"x\":");
+            }
+            line.extend(std::iter::repeat_n(b'[', depth));
+            line.extend(std::iter::repeat_n(b']', depth));
+            if kind == Hostile::DeepNesting {
+                line.push(b'}');
+            }
+            line.push(b'\n');
+            let mut connection = if kind == Hostile::DeepNesting {
+                open(shared).await?
+            } else {
+                connect(shared).await?
+            };
+            send(&mut connection, &line).await?;
+            let what = format!("{depth} levels of nesting");
+            if kind == Hostile::DeepNesting {
+                closed_silently(&mut connection, &what).await
+            } else {
+                refused_hello(&mut connection, &what, false).await
+            }
+        }
+        Hostile::Flood => flood(shared, &mut rng).await,
+        Hostile::NoRead => no_read(shared, &mut rng).await,
+        Hostile::NoReadJoins => {
+            let mut connection = open(shared).await?;
+            let key = format!("k{}", rng.below(shared.config.keys as u64));
+            let runs = rng.range(5_000, 20_000);
+            let mut batch = Vec::new();
+            for i in 0..runs {
+                batch.extend_from_slice(
+                    format!("{{\"op\":\"run\",\"id\":\"j{i}\",\"key\":\"{key}\"}}\n").as_bytes(),
+                );
+            }
+            send(&mut connection, &batch).await?;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let latency =
+                status_latency(shared, "status while a client with joins never reads").await;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            // Before leaving, learn whether the first run led (its token is
+            // then one minted to us).
+            let mut led = None;
+            if let Read::Line(line) = read_line(&mut connection, Duration::from_millis(200)).await
+                && let Ok(Response::Lead { token, .. }) = decode_response(&line)
+            {
+                led = Some(token.get());
+                shared.log(Record::RawLead {
+                    t: now_us(),
+                    key: key.clone(),
+                    token: token.get(),
+                });
+            }
+            Ok(format!(
+                "{runs} runs of {key} never read for 2 s (led: {led:?}); {latency}"
+            ))
+        }
+        Hostile::UnknownOp => {
+            let mut connection = open(shared).await?;
+            send(
+                &mut connection,
+                b"{\"op\":\"frobnicate\",\"id\":\"u1\"}\n{\"op\":\"status\",\"id\":\"s1\"}\n",
+            )
+            .await?;
+            let first = response(read_line(&mut connection, ANSWER_WAIT).await)?;
+            let second = response(read_line(&mut connection, ANSWER_WAIT).await)?;
+            match (&first, &second) {
+                (Response::Unsupported { id }, Response::Status { id: status, .. })
+                    if id.as_str() == "u1" && status.as_str() == "s1" =>
+                {
+                    Ok("unsupported, and the connection still answers".into())
+                }
+                _ => Err(Miss::Wrong(format!(
+                    "an unknown op was answered {first:?}, then {second:?}"
+                ))),
+            }
+        }
+        Hostile::WrongProtocol => {
+            let mut connection = connect(shared).await?;
+            send(&mut connection, b"{\"protocol\":\"other\",\"version\":1}\n").await?;
+            refused_hello(&mut connection, "a hello of another protocol", false).await
+        }
+        Hostile::WrongVersion => {
+            let mut connection = connect(shared).await?;
+            send(
+                &mut connection,
+                b"{\"protocol\":\"single-flight\",\"version\":2}\n",
+            )
+            .await?;
+            refused_hello(&mut connection, "a hello of version 2", true).await
+        }
+        Hostile::NoHello => {
+            let mut connection = connect(shared).await?;
+            let started = Instant::now();
+            match lines_until_closed(
+                &mut connection.reader,
+                single_flight::shell::HANDSHAKE_TIMEOUT + ANSWER_WAIT,
+            )
+            .await
+            {
+                Some(lines) if lines.is_empty() => Ok(format!(
+                    "closed after {} ms of silence",
+                    started.elapsed().as_millis()
+                )),
+                Some(_) => Err(Miss::Wrong(
+                    "sent something to a client that said nothing".into(),
+                )),
+                None => Err(Miss::Wrong(format!(
+                    "a client that sent no hello was kept for {:?}",
+                    started.elapsed()
+                ))),
+            }
+        }
+        Hostile::GarbageHello => {
+            let mut connection = connect(shared).await?;
+            send(&mut connection, b"hello there\n").await?;
+            refused_hello(&mut connection, "a first line that is not JSON", false).await
+        }
+        Hostile::DropMidFlight => {
+            let mut connection = open(shared).await?;
+            let key = format!("k{}", rng.below(shared.config.keys as u64));
+            send(
+                &mut connection,
+                format!("{{\"op\":\"run\",\"id\":\"1\",\"key\":\"{key}\"}}\n").as_bytes(),
+            )
+            .await?;
+            let wait = ANSWER_WAIT + Duration::from_millis(shared.config.grace_ms);
+            let answer = response(read_line(&mut connection, wait).await)?;
+            let role = match answer {
+                Response::Lead { token, .. } => {
+                    shared.log(Record::RawLead {
+                        t: now_us(),
+                        key: key.clone(),
+                        token: token.get(),
+                    });
+                    format!("led {key} with token {token}")
+                }
+                Response::Joined { flight, .. } => format!("joined {key}'s flight {flight}"),
+                other => return Err(Miss::Wrong(format!("a run was answered {other:?}"))),
+            };
+            tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+            Ok(format!("{role}, then dropped the connection"))
+        }
+        Hostile::LandWithoutLead => {
+            let mut connection = open(shared).await?;
+            send(
+                &mut connection,
+                b"{\"op\":\"land\",\"id\":\"x\",\"outcome\":{\"value\":\"1\"}}\n{\"op\":\"cancel\",\"id\":\"nobody\"}\n{\"op\":\"status\",\"id\":\"s\"}\n",
+            )
+            .await?;
+            let first = response(read_line(&mut connection, ANSWER_WAIT).await)?;
+            let second = response(read_line(&mut connection, ANSWER_WAIT).await)?;
+            match (&first, &second) {
+                (Response::Rejected { id }, Response::Status { id: status, .. })
+                    if id.as_str() == "x" && status.as_str() == "s" =>
+                {
+                    Ok("land rejected, cancel ignored".into())
+                }
+                _ => Err(Miss::Wrong(format!(
+                    "a land without a lead and a cancel of nobody were answered {first:?}, then {second:?}"
+                ))),
+            }
+        }
+        Hostile::DuplicateId => {
+            let mut connection = open(shared).await?;
+            let key = format!("hostile-dup-{number}");
+            send(
+                &mut connection,
+                format!("{{\"op\":\"run\",\"id\":\"d\",\"key\":\"{key}\"}}\n").as_bytes(),
+            )
+            .await?;
+            let wait = ANSWER_WAIT + Duration::from_millis(shared.config.grace_ms);
+            let token = match response(read_line(&mut connection, wait).await)? {
+                Response::Lead { id, token } if id.as_str() == "d" => token,
+                other => {
+                    return Err(Miss::Wrong(format!(
+                        "the run of a fresh key was answered {other:?}"
+                    )));
+                }
+            };
+            shared.log(Record::RawLead {
+                t: now_us(),
+                key: key.clone(),
+                token: token.get(),
+            });
+            send(
+                &mut connection,
+                format!("{{\"op\":\"run\",\"id\":\"d\",\"key\":\"{key}\"}}\n{{\"op\":\"status\",\"id\":\"s\"}}\n").as_bytes(),
+            )
+            .await?;
+            match response(read_line(&mut connection, ANSWER_WAIT).await)? {
+                Response::Status { id, .. } if id.as_str() == "s" => {}
+                other => {
+                    return Err(Miss::Wrong(format!(
+                        "a run with the id of an open party was answered {other:?}"
+                    )));
+                }
+            }
+            send(
+                &mut connection,
+                b"{\"op\":\"land\",\"id\":\"d\",\"outcome\":{\"value\":\"\\\"dup\\\"\"}}\n",
+            )
+            .await?;
+            match response(read_line(&mut connection, ANSWER_WAIT).await)? {
+                Response::Ack { id } if id.as_str() == "d" => {
+                    Ok(format!("duplicate run ignored; the lead of {token} landed"))
+                }
+                other => Err(Miss::Wrong(format!(
+                    "the land after a duplicate run was answered {other:?}"
+                ))),
+            }
+        }
+    }
+}
+
+/// A refused first line: the connection closes, after at most the
+/// coordinator's hello (which it sends to a client of another version so
+/// that it learns ours, SPEC.md §4.2). `hello_required` for a version
+/// mismatch.
+async fn refused_hello(connection: &mut Connection, what: &str, hello_required: bool) -> Attack {
+    let Some(lines) = lines_until_closed(&mut connection.reader, ANSWER_WAIT).await else {
+        return Err(Miss::Wrong(format!(
+            "{what}: the connection stayed open for {ANSWER_WAIT:?}"
+        )));
+    };
+    let hellos = lines
+        .iter()
+        .filter(|line| decode_coordinator_hello(line.trim_ascii_end()).is_ok())
+        .count();
+    match (lines.len(), hellos) {
+        (0, 0) if !hello_required => Ok(format!("{what}: closed without a word")),
+        (1, 1) => Ok(format!("{what}: the coordinator's hello, then closed")),
+        _ => Err(Miss::Wrong(format!(
+            "{what}: {} lines before the close ({hellos} hellos), expected {}",
+            lines.len(),
+            if hello_required {
+                "its hello"
+            } else {
+                "at most its hello"
+            }
+        ))),
+    }
+}
+
+/// Many connections at once: beyond `MAX_CONNECTIONS` they are closed at
+/// accept; when they go, the coordinator must give back their descriptors.
+async fn flood(shared: &Shared, rng: &mut Rng) -> Attack {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1024);
+    // Keep our own descriptors for the rest of the run.
+    let count = rng.range(200, 4_500).min(limit.saturating_sub(300)) as usize;
+    let path = shared.paths.flights.join("flight.sock");
+    let coordinator = shared.seen().map(|s| s.pid);
+    let fds_before = coordinator.map(descriptors_of);
+    // Connections past MAX_CONNECTIONS are closed at accept, as specified:
+    // other clients' surprises meanwhile prove nothing.
+    let t = now_us();
+    let disturbance = shared.disturb(t, u64::MAX);
+    let mut streams = Vec::with_capacity(count);
+    let mut refused = 0;
+    for i in 0..count {
+        match tokio::time::timeout(Duration::from_millis(500), UnixStream::connect(&path)).await {
+            Ok(Ok(mut stream)) => {
+                if i % 2 == 0 {
+                    let _ = stream.write_all(HELLO).await;
+                }
+                streams.push(stream);
+            }
+            _ => refused += 1,
+        }
+    }
+    let latency = status_latency(shared, "status during a flood of connections").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let opened = streams.len();
+    drop(streams);
+    // The coordinator learns of each close from its reader, within moments.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let answered = fresh_status(&shared.paths.flights).await;
+    shared.end_disturbance(disturbance, now_us());
+    let Some(status) = answered else {
+        return Err(Miss::Unreachable(format!(
+            "no status after a flood of {opened} connections ({refused} refused)"
+        )));
+    };
+    let fds_after = descriptors_of(status.pid);
+    let detail = format!(
+        "{opened} connections ({refused} refused); {latency}; coordinator descriptors {fds_before:?} → {fds_after}"
+    );
+    match fds_before {
+        Some(before) if coordinator == Some(status.pid) && fds_after > before + 64 => {
+            Err(Miss::Wrong(format!(
+                "descriptors not given back after a flood: {detail}"
+            )))
+        }
+        _ => Ok(detail),
+    }
+}
+
+/// Tens of thousands of unknown-op requests with long ids, never reading
+/// the answers: past `MAX_QUEUED_BYTES` of queued answers the coordinator
+/// must close the connection (SPEC.md §11.3), and meanwhile answer others.
+async fn no_read(shared: &Shared, rng: &mut Rng) -> Attack {
+    let connection = open(shared).await?;
+    let Connection { mut reader, writer } = connection;
+    let requests = rng.range(90_000, 120_000);
+    let pad = "p".repeat(110);
+    let mut batch = Vec::with_capacity(requests as usize * 150);
+    for i in 0..requests {
+        batch.extend_from_slice(
+            format!("{{\"op\":\"x-never-read\",\"id\":\"{pad}{i:08}\"}}\n").as_bytes(),
+        );
+    }
+    let sent_bytes = batch.len();
+    let writing = tokio::spawn(async move {
+        let mut writer = writer;
+        let result = writer.write_all(&batch).await;
+        (writer, result.is_ok())
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let latency = status_latency(shared, "status while a client never reads").await;
+    // The coordinator reads until it closes the connection, so our writes
+    // end (sent, or refused by the close) within moments.
+    let abort = writing.abort_handle();
+    let (_writer, all_sent) = match tokio::time::timeout(WRITE_PATIENCE, writing).await {
+        Ok(Ok(done)) => done,
+        _ => {
+            // Our own half goes, so that neither side keeps the socket.
+            abort.abort();
+            return Err(Miss::Wrong(format!(
+                "after {requests} requests whose answers were never read, the coordinator stopped reading and did not close the connection: our writes were blocked for {WRITE_PATIENCE:?}; {latency}"
+            )));
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let received = bytes_until_closed(&mut reader, Duration::from_secs(10)).await;
+    // Each answer is an `unsupported` line with the request's id.
+    let answer_bytes =
+        format!("{{\"op\":\"unsupported\",\"id\":\"{pad}00000000\"}}\n").len() as u64;
+    let all_answers = requests * answer_bytes;
+    match received {
+        Some(bytes) if bytes < all_answers => Ok(format!(
+            "{requests} requests ({sent_bytes} bytes, all sent: {all_sent}); closed after {bytes} of {all_answers} bytes of answers; {latency}"
+        )),
+        Some(bytes) => Err(Miss::Wrong(format!(
+            "all {bytes} bytes of answers were queued for a client that did not read; {latency}"
+        ))),
+        None => Err(Miss::Wrong(format!(
+            "a client that never read {all_answers} bytes of answers was never closed; {latency}"
+        ))),
+    }
+}
+
+fn descriptors_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
+}

@@ -1,0 +1,256 @@
+//! The seeded fault schedule. Two lanes, each an endless sequence drawn
+//! from its own stream of the seed: the process and file system faults
+//! (one at a time, since each waits for its effect), and the hostile
+//! clients (several at a time). The same seed always gives the same two
+//! sequences; which process a fault hits depends on what runs at that
+//! moment, chosen with the fault's own draw among the candidates.
+
+use crate::rng::Rng;
+
+/// The faults of the first lane, with their weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// `kill -9` of the coordinator's process while flights are in progress.
+    KillCoordinator,
+    /// `kill -9` of a process leading a flight (with joiners when possible).
+    KillLeader,
+    /// `kill -9` of a process that only joins.
+    KillJoiner,
+    /// `SIGSTOP` of a leader for less than the grace window.
+    PauseLeaderShort,
+    /// The same, while the coordinator is killed: the leader resumes within
+    /// the next term's grace window and reasserts its flight.
+    PauseLeaderShortFailover,
+    /// `SIGSTOP` of a leader for more than the grace window; its flight and
+    /// joiners wait for it.
+    PauseLeaderLong,
+    /// The same, while the coordinator is killed: the leader misses the
+    /// grace window, a newer flight writes, and its late write is fenced.
+    PauseLeaderLongFailover,
+    /// `SIGSTOP` of the coordinator, briefly or past the calls' deadline.
+    PauseCoordinator,
+    /// A worker closes its `SingleFlight` with calls in progress and opens
+    /// a new one: its connection drops.
+    DropConnection,
+    RemoveSocket,
+    RenameSocket,
+    /// A regular file renamed over `flight.sock`.
+    ReplaceSocket,
+    /// Stale `flight.epoch.tmp.*` and `flight.sock.tmp.*` files.
+    LeftoverTemps,
+    /// A damaged `flight.epoch`, in a directory of its own.
+    CorruptEpoch,
+}
+
+const FAULTS: [(Fault, u64); 14] = [
+    (Fault::KillCoordinator, 16),
+    (Fault::KillLeader, 9),
+    (Fault::KillJoiner, 7),
+    (Fault::PauseLeaderShort, 7),
+    (Fault::PauseLeaderShortFailover, 6),
+    (Fault::PauseLeaderLong, 5),
+    (Fault::PauseLeaderLongFailover, 10),
+    (Fault::PauseCoordinator, 8),
+    (Fault::DropConnection, 7),
+    (Fault::RemoveSocket, 6),
+    (Fault::RenameSocket, 5),
+    (Fault::ReplaceSocket, 3),
+    (Fault::LeftoverTemps, 5),
+    (Fault::CorruptEpoch, 6),
+];
+
+/// The hostile clients of the second lane, with their weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hostile {
+    /// A request line over `MAX_FRAME_BYTES`, after the hello.
+    OversizeLine,
+    /// A first line over `MAX_FRAME_BYTES`.
+    OversizeHello,
+    /// A request without its newline, then the end of the stream.
+    NoNewline,
+    InvalidUtf8,
+    /// A request nested far deeper than 128 levels.
+    DeepNesting,
+    DeepHello,
+    /// Hundreds to thousands of connections at once.
+    Flood,
+    /// Tens of thousands of requests whose answers it never reads.
+    NoRead,
+    /// Thousands of runs of a real key (joins) whose answers it never reads.
+    NoReadJoins,
+    UnknownOp,
+    WrongProtocol,
+    WrongVersion,
+    /// Connects and says nothing.
+    NoHello,
+    GarbageHello,
+    /// Runs a real key, then drops its connection mid-flight.
+    DropMidFlight,
+    /// `land` of a run it does not lead, `cancel` of an unknown id.
+    LandWithoutLead,
+    /// A second `run` with the id of an open party.
+    DuplicateId,
+}
+
+impl Hostile {
+    pub const ALL: [Hostile; 17] = [
+        Hostile::OversizeLine,
+        Hostile::OversizeHello,
+        Hostile::NoNewline,
+        Hostile::InvalidUtf8,
+        Hostile::DeepNesting,
+        Hostile::DeepHello,
+        Hostile::Flood,
+        Hostile::NoRead,
+        Hostile::NoReadJoins,
+        Hostile::UnknownOp,
+        Hostile::WrongProtocol,
+        Hostile::WrongVersion,
+        Hostile::NoHello,
+        Hostile::GarbageHello,
+        Hostile::DropMidFlight,
+        Hostile::LandWithoutLead,
+        Hostile::DuplicateId,
+    ];
+}
+
+const HOSTILES: [(Hostile, u64); 17] = [
+    (Hostile::OversizeLine, 5),
+    (Hostile::OversizeHello, 3),
+    (Hostile::NoNewline, 7),
+    (Hostile::InvalidUtf8, 8),
+    (Hostile::DeepNesting, 7),
+    (Hostile::DeepHello, 4),
+    (Hostile::Flood, 4),
+    (Hostile::NoRead, 4),
+    (Hostile::NoReadJoins, 3),
+    (Hostile::UnknownOp, 9),
+    (Hostile::WrongProtocol, 6),
+    (Hostile::WrongVersion, 6),
+    (Hostile::NoHello, 5),
+    (Hostile::GarbageHello, 5),
+    (Hostile::DropMidFlight, 10),
+    (Hostile::LandWithoutLead, 6),
+    (Hostile::DuplicateId, 6),
+];
+
+/// The pause before each fault of the first lane, in ms: the lane also
+/// waits for each fault's effect, so faults never pile up on each other.
+const FAULT_GAP_MS: (u64, u64) = (50, 400);
+/// The pause between two hostile clients, in ms.
+const HOSTILE_GAP_MS: (u64, u64) = (80, 450);
+
+/// One planned fault: wait `gap_ms`, then inject `kind`, deciding its
+/// details (durations, which candidate) from `draw`.
+#[derive(Clone, Copy, Debug)]
+pub struct Planned<K> {
+    pub gap_ms: u64,
+    pub kind: K,
+    pub draw: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    seed: u64,
+}
+
+fn weighted<K: Copy>(rng: &mut Rng, table: &[(K, u64)]) -> K {
+    let total: u64 = table.iter().map(|(_, w)| w).sum();
+    let mut point = rng.below(total);
+    for &(kind, weight) in table {
+        if point < weight {
+            return kind;
+        }
+        point -= weight;
+    }
+    table[0].0
+}
+
+impl Schedule {
+    pub fn new(seed: u64) -> Schedule {
+        Schedule { seed }
+    }
+
+    pub fn faults(&self) -> impl Iterator<Item = Planned<Fault>> + Send + use<> {
+        let mut rng = Rng::fork(self.seed, 1);
+        std::iter::repeat_with(move || Planned {
+            gap_ms: rng.range(FAULT_GAP_MS.0, FAULT_GAP_MS.1),
+            kind: weighted(&mut rng, &FAULTS),
+            draw: rng.next_u64(),
+        })
+    }
+
+    pub fn hostiles(&self) -> impl Iterator<Item = Planned<Hostile>> + Send + use<> {
+        let mut rng = Rng::fork(self.seed, 2);
+        std::iter::repeat_with(move || Planned {
+            gap_ms: rng.range(HOSTILE_GAP_MS.0, HOSTILE_GAP_MS.1),
+            kind: weighted(&mut rng, &HOSTILES),
+            draw: rng.next_u64(),
+        })
+    }
+
+    /// A digest of the first thousand entries of both lanes (FNV-1a), so
+    /// that two runs can show they replayed the same schedule.
+    pub fn fingerprint(&self) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |text: String| {
+            for byte in text.bytes() {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        for planned in self.faults().take(1000) {
+            feed(format!("{planned:?}"));
+        }
+        for planned in self.hostiles().take(1000) {
+            feed(format!("{planned:?}"));
+        }
+        format!("{hash:016x}")
+    }
+
+    /// The first `count` entries of both lanes, for `--schedule`.
+    pub fn describe(&self, count: usize) -> String {
+        let mut text =
+            String::from("lane 1 (processes and files), each after the previous one ends:\n");
+        for planned in self.faults().take(count) {
+            text.push_str(&format!(
+                "  wait {:>4} ms, {:?}  draw {:016x}\n",
+                planned.gap_ms, planned.kind, planned.draw
+            ));
+        }
+        text.push_str("lane 2 (hostile clients), at times from the start:\n");
+        let mut at = 0;
+        for planned in self.hostiles().take(count) {
+            at += planned.gap_ms;
+            text.push_str(&format!(
+                "  +{at:>6} ms  {:?}  draw {:016x}\n",
+                planned.kind, planned.draw
+            ));
+        }
+        text
+    }
+}
+
+/// The names used in logs and reports.
+pub fn fault_name(fault: Fault) -> String {
+    snake(&format!("{fault:?}"))
+}
+
+pub fn hostile_name(hostile: Hostile) -> String {
+    snake(&format!("{hostile:?}"))
+}
+
+fn snake(camel: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
