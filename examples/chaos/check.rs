@@ -425,7 +425,12 @@ pub fn check(paths: &Paths) -> Report {
             accepted += 1;
         } else {
             refused += 1;
-            if stopped_within(write.worker, work.t, write.t) > 0 {
+            // Stopped at any time during the call: between its lead and its
+            // work's start counts too.
+            let since = calls
+                .get(&(write.worker, write.call))
+                .map_or(work.t, |call| call.t);
+            if stopped_within(write.worker, since, write.t) > 0 {
                 refused_after_pause += 1;
             }
         }
@@ -882,7 +887,7 @@ pub fn check(paths: &Paths) -> Report {
     }
     let _ = writeln!(
         text,
-        "\nfenced resource: {accepted} writes accepted, {refused} refused (stale tokens); {refused_after_pause} refused writes came from leaders stopped during their work"
+        "\nfenced resource: {accepted} writes accepted, {refused} refused (stale tokens); {refused_after_pause} refused writes came from leaders stopped during their call"
     );
     let _ = writeln!(
         text,
