@@ -9,6 +9,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -528,5 +529,32 @@ async fn serve_and_status() {
     assert!(status.flights.is_empty());
     stop.send(()).unwrap();
     serving.await.unwrap().unwrap();
-    assert!(scene.dir.join(single_flight::shell::CLEAN_FILE).exists());
+    // §7.1: every file of the directory is the owner's alone.
+    for file in [
+        single_flight::shell::CLEAN_FILE,
+        "flight.lock",
+        "flight.epoch",
+    ] {
+        let mode = std::fs::metadata(scene.dir.join(file))
+            .unwrap_or_else(|error| panic!("{file}: {error}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file} has mode {mode:o}");
+    }
+}
+
+/// §3.5, §11.1: a directory too long for a socket address that does not
+/// exist has no coordinator, like a short one.
+#[tokio::test]
+async fn status_of_a_missing_long_directory() {
+    let scene = Scene::new("status-long");
+    let long = scene.root.join("d".repeat(150)).join("missing");
+    let missing = single_flight::status(&long).await;
+    assert!(
+        matches!(
+            missing,
+            Err(single_flight::StatusError::NoCoordinator { .. })
+        ),
+        "{missing:?}"
+    );
 }

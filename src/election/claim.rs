@@ -8,6 +8,8 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::ffi::c_int;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -23,6 +25,10 @@ use super::epoch::{self, EPOCH_FILE};
 /// The name of the lock file in the flight directory (SPEC.md §7.1). It holds
 /// no data: what matters is the lock on it.
 pub const LOCK_FILE: &str = "flight.lock";
+
+/// `flight.lock`'s mode: read and written by the owner only, like every file
+/// of the flight directory (§7.1).
+const LOCK_FILE_MODE: u32 = 0o600;
 
 /// How long a campaign waits between two attempts at the claim (SPEC.md §7.2).
 /// It bounds how long the processes go without a coordinator after one dies:
@@ -145,6 +151,19 @@ impl LeaderElection {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_NOFOLLOW;
         let connection = Connection::open_with_flags(&self.lock_path, flags).map_err(failed)?;
+        // SQLite creates the file with mode 0644 (less the umask). The 0700
+        // directory already keeps others out, but a file of the flight
+        // directory is the owner's alone (§7.1). `chmod` by path opens no
+        // descriptor on the file, so it cannot release a claim (above). A
+        // failure only leaves the file as SQLite made it: worth a warning,
+        // not a refusal to coordinate.
+        if let Ok(metadata) = fs::symlink_metadata(&self.lock_path)
+            && metadata.permissions().mode() & 0o7777 != LOCK_FILE_MODE
+            && let Err(error) =
+                fs::set_permissions(&self.lock_path, fs::Permissions::from_mode(LOCK_FILE_MODE))
+        {
+            tracing::warn!(path = %self.lock_path.display(), %error, "cannot make the lock file private (mode 0600)");
+        }
         // §7.2: rusqlite gives every connection a 5 s busy timeout, which
         // would make each failed attempt sleep in SQLite's back-off for up to
         // 5 s. The campaign retries on its own schedule instead.

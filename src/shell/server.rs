@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -360,7 +361,13 @@ impl Server {
         if clean {
             // §10.2: written while the claim is still held, so that no other
             // term can have begun.
-            let _ = fs::write(self.leadership.directory().join(CLEAN_FILE), b"");
+            // Mode 0600 like every file of the directory (§7.1); it is empty.
+            let _ = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(self.leadership.directory().join(CLEAN_FILE));
         }
         info!(epoch = %self.coordinator.epoch(), clean, "term over");
         if let Err(error) = self.leadership.resign() {

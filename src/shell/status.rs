@@ -63,13 +63,20 @@ pub enum StatusError {
 /// ```
 pub async fn status(directory: &Path) -> Result<Status, StatusError> {
     let name = directory.display().to_string();
-    let sockets = SocketDirectory::new(directory)?;
+    let no_coordinator = |error| StatusError::NoCoordinator {
+        directory: name.clone(),
+        error,
+    };
+    // A directory too long for a socket address is reached through a
+    // descriptor on it (§11.1); when it does not exist, nobody coordinates
+    // there, exactly as when its socket is missing.
+    let sockets = SocketDirectory::new(directory).map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => no_coordinator(error),
+        _ => StatusError::Io(error),
+    })?;
     let stream = UnixStream::connect(sockets.socket())
         .await
-        .map_err(|error| StatusError::NoCoordinator {
-            directory: name.clone(),
-            error,
-        })?;
+        .map_err(no_coordinator)?;
     let uid = stream.peer_cred()?.uid();
     if !peer_allowed(uid, own_uid()) {
         return Err(StatusError::OtherUser {
