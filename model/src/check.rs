@@ -106,7 +106,7 @@ impl Report {
     /// to show it; empty when the run was complete, every property that
     /// must hold held, and every `sometimes` property was reached. The
     /// known violations may or may not show in a configuration; the tests
-    /// of `tests/known_core_bugs.rs` pin them.
+    /// would be pinned by scenario tests of their own.
     pub fn problems(&self) -> String {
         let mut text = String::new();
         if !self.complete {

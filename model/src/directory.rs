@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use single_flight::client::{self, CallId, Resolution};
 use single_flight::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
-use single_flight::protocol::{Failure, Incoming, Key, Outcome, Request, Response};
+use single_flight::protocol::{Failure, Incoming, Key, Outcome, Request, RequestId, Response};
 use single_flight::{Epoch, FencingToken};
 use stateright::{Model, Property};
 
@@ -469,6 +469,19 @@ impl Step<'_> {
         if answered_by_outcome && answer(|response| matches!(response, Response::Rejected { .. })) {
             self.state.last_step.witness(Witness::StaleLandRejected);
         }
+        // SPEC.md §8.3: a reassert may supersede a flight, which interrupts
+        // that flight's rejoins, but never a plain run of this term: a
+        // reasserted flight is held, nobody joins it during the window.
+        if reassert.is_some()
+            && sent.iter().any(|(to, response)| {
+                matches!(response, Response::Interrupted { .. })
+                    && self.plain_run(*to, response.id())
+            })
+        {
+            self.state
+                .last_step
+                .violate(Violation::SupersededRunInterrupted);
+        }
         let Some((key, token, landed)) = reassert else {
             return;
         };
@@ -501,6 +514,23 @@ impl Step<'_> {
             }
             self.state.last_step.witness(Witness::ReassertAccepted);
         }
+    }
+
+    /// Whether `id` on `connection` is a call whose request in this term
+    /// was a plain run (not a rejoin).
+    fn plain_run(&self, connection: ConnectionId, id: &RequestId) -> bool {
+        self.state
+            .processes
+            .iter()
+            .flatten()
+            .filter(|process| {
+                process
+                    .link
+                    .as_ref()
+                    .is_some_and(|l| l.connection == connection)
+            })
+            .filter_map(|process| call_of(id).and_then(|call| process.calls.get(&call)))
+            .any(|record| record.rejoin.is_none())
     }
 
     fn response_arrives(&mut self, index: usize) {
@@ -834,6 +864,6 @@ impl Step<'_> {
 
 /// The call a request id names: the client's ids are call numbers in
 /// decimal (SPEC.md §3.1).
-fn call_of(id: &single_flight::protocol::RequestId) -> Option<CallId> {
+fn call_of(id: &RequestId) -> Option<CallId> {
     id.as_str().parse().ok().map(CallId)
 }

@@ -55,13 +55,14 @@
 //!
 //! # What the model found
 //!
-//! The model found that a new term could bring back a flight that had
-//! already landed (SPEC.md §8.3, §9.4); the core was fixed, and
-//! `tests/regressions.rs` keeps the paths. One property is still broken,
-//! [`properties::KNOWN_VIOLATIONS`]: a flight that a later flight of its key
-//! superseded is in progress again when its reassert arrives first in a
-//! grace window. The exhaustive tests require every other property to hold;
-//! `tests/known_core_bugs.rs` pins the open bug.
+//! The model found two core bugs, both fixed; `tests/regressions.rs` keeps
+//! their paths. A new term could bring back a flight that had already landed
+//! (SPEC.md §8.3, §9.4). And a flight that a later flight of its key had
+//! superseded, reasserted first in a grace window, was joined by the runs
+//! that waited there, which the later flight's reassert then interrupted;
+//! reasserted flights are now held until the window ends (§8.3, §8.4), and
+//! the property "a reassert interrupts only rejoins" checks it.
+//! [`properties::KNOWN_VIOLATIONS`] is empty.
 //!
 //! # The seeded bugs
 //!

@@ -166,6 +166,10 @@ pub enum Violation {
     /// A rejoin that arrived in the grace window of the term that took back
     /// its flight, which then landed, was answered `interrupted`.
     RejoinMissedOutcome,
+    /// A reassert's step answered `interrupted` to a call whose request in
+    /// this term was a plain run, not a rejoin: a flight it superseded had
+    /// been serving runs of the new term.
+    SupersededRunInterrupted,
 }
 
 /// Something worth reaching, seen during a step (for `sometimes`

@@ -11,7 +11,17 @@ fn every_seeded_bug_is_caught() {
     let must_hold = must_hold();
     let mut missed = Vec::new();
     for mutant in Mutant::ALL {
-        let report = hunt(Directory::small().with_mutant(Some(mutant)));
+        // This one needs two flights of a key in one window (a broken
+        // connection is the smallest budget that gives them) and a third
+        // process whose run arrives before the older one's reassert.
+        let directory = match mutant {
+            Mutant::JoinsHeldFlights => Directory {
+                processes: 3,
+                ..Directory::disconnect()
+            },
+            _ => Directory::small(),
+        };
+        let report = hunt(directory.with_mutant(Some(mutant)));
         let caught = report
             .discoveries
             .iter()

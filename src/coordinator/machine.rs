@@ -309,22 +309,27 @@ impl Coordinator {
     }
 
     /// §8.2: a rejoin joins its flight if it is in progress, waits during the
-    /// grace window if that flight may still be reasserted, and is otherwise
-    /// interrupted. It never leads.
+    /// grace window if that flight is held or may still be reasserted, and is
+    /// otherwise interrupted. It never leads.
     fn rejoin(&mut self, party: PartyRef, key: Key, token: FencingToken) {
-        if self.flights.get(&key).is_some_and(|f| f.token == token) {
+        let in_progress = self.flights.get(&key).is_some_and(|f| f.token == token);
+        if in_progress && (!self.in_grace || self.mutant(Mutant::JoinsHeldFlights)) {
             return self.join(party, &key, token);
         }
         if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
             return self.finish(&party, outcome);
         }
-        // A flight may still be reasserted if it is of an earlier term and
-        // no later flight of its key has been (§8.3).
-        let may_return = token.epoch() < self.epoch
-            && self
-                .reasserted
-                .get(&key)
-                .is_none_or(|latest| *latest < token);
+        // In the window a flight in progress is held for its leader (§8.3):
+        // nobody joins it before the window ends, because a later flight of
+        // its key may still be reasserted and supersede it. A flight not
+        // reasserted yet may still be, if it is of an earlier term and no
+        // later flight of its key has been.
+        let may_return = in_progress
+            || token.epoch() < self.epoch
+                && self
+                    .reasserted
+                    .get(&key)
+                    .is_none_or(|latest| *latest < token);
         if self.in_grace && may_return {
             self.set_role(
                 &party,
@@ -381,8 +386,10 @@ impl Coordinator {
     }
 
     /// A running flight of an earlier term is in progress again, led by
-    /// `party`, without an answer; the runs of its key that waited join it
-    /// (§8.3, §8.4).
+    /// `party`, without an answer, and held for its leader until the window
+    /// ends: the runs of its key keep waiting (§8.3, §8.4), so that if a
+    /// later flight of the key is reasserted after it and supersedes it, no
+    /// run has joined it to be interrupted.
     fn lead_again(&mut self, party: PartyRef, key: Key, token: FencingToken) {
         self.set_role(&party, Role::Leading { token });
         let flight = Flight {
@@ -391,14 +398,14 @@ impl Coordinator {
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key.clone(), flight);
+        let joins_at_once = self.mutant(Mutant::JoinsHeldFlights);
         self.settle_waiting(&key, |waiting| match waiting {
-            // Plain runs and rejoins of this flight join it.
-            None => Settle::Join(token),
-            Some(t) if t == token => Settle::Join(token),
             // Rejoins of an older flight of the key: it was superseded.
             Some(t) if t < token => Settle::Finish(None),
-            // Rejoins of a newer flight wait for its reassert.
-            Some(_) => Settle::Wait,
+            None if joins_at_once => Settle::Join(token),
+            Some(t) if t == token && joins_at_once => Settle::Join(token),
+            // Plain runs, rejoins of this flight and of newer ones wait.
+            _ => Settle::Wait,
         });
     }
 
@@ -419,23 +426,33 @@ impl Coordinator {
         self.send(connection, Response::Ack { id });
     }
 
-    /// Applies `rule` to each run of `key` that waits, in arrival order.
+    /// Applies `rule` to each run of `key` that waits, in arrival order; the
+    /// runs that go on waiting keep their place, so that the window's end
+    /// still settles every run in arrival order (§8.4).
     fn settle_waiting(&mut self, key: &Key, rule: impl Fn(Option<FencingToken>) -> Settle) {
-        let (of_key, others): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|waiting| self.party(waiting).is_some_and(|p| &p.key == key));
-        self.waiting = others;
-        for waiting in of_key {
-            let Some(Role::Waiting { flight }) = self.party(&waiting).map(|p| p.role.clone())
-            else {
-                continue;
+        let mut still = Vec::with_capacity(self.waiting.len());
+        for waiting in std::mem::take(&mut self.waiting) {
+            let flight = match self.party(&waiting) {
+                Some(Party {
+                    key: of,
+                    role: Role::Waiting { flight },
+                }) if of == key => *flight,
+                _ => {
+                    still.push(waiting);
+                    continue;
+                }
             };
             match rule(flight) {
                 Settle::Join(token) => self.join(waiting, key, token),
+                Settle::JoinLanded(token, outcome) => {
+                    self.join(waiting.clone(), key, token);
+                    self.finish(&waiting, Some(outcome));
+                }
                 Settle::Finish(outcome) => self.finish(&waiting, outcome),
-                Settle::Wait => self.waiting.push(waiting),
+                Settle::Wait => still.push(waiting),
             }
         }
+        self.waiting = still;
     }
 
     /// §8.5: the leader ends its flight; anyone else is rejected.
@@ -513,18 +530,27 @@ impl Coordinator {
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());
         }
-        if self.in_grace
-            && flight.token.epoch() < self.epoch
-            && !self.mutant(Mutant::ForgetsLandingsInGrace)
-        {
-            self.ended_in_grace.insert(flight.token, outcome);
+        if self.in_grace && flight.token.epoch() < self.epoch {
+            // §8.4: a held flight ended in the window. Its rejoins get its
+            // ending. The key's plain runs that wait were made while it ran,
+            // so they may take its outcome as joiners would have; when it was
+            // interrupted they wait on, to lead or join when the window ends.
+            self.settle_waiting(key, |waiting| match (waiting, &outcome) {
+                (Some(t), _) if t == token => Settle::Finish(outcome.clone()),
+                (None, Some(landed)) => Settle::JoinLanded(token, landed.clone()),
+                _ => Settle::Wait,
+            });
+            if !self.mutant(Mutant::ForgetsLandingsInGrace) {
+                self.ended_in_grace.insert(flight.token, outcome);
+            }
         }
         self.remove_party(&flight.leader);
         true
     }
 
-    /// §8.4: waiting plain runs lead or join, one leader per key, in arrival
-    /// order; rejoins still waiting are interrupted.
+    /// §8.4: the held flights become ordinary ones; waiting plain runs lead
+    /// or join, one leader per key, in arrival order; rejoins join their
+    /// flight if it is held, and are interrupted otherwise.
     fn end_grace(&mut self) {
         if !self.in_grace {
             return;
@@ -539,9 +565,18 @@ impl Coordinator {
                     role: Role::Waiting { flight: None },
                 }) => self.lead_or_join(waiting, key),
                 Some(Party {
-                    role: Role::Waiting { flight: Some(_) },
-                    ..
-                }) => self.finish(&waiting, None),
+                    key,
+                    role:
+                        Role::Waiting {
+                            flight: Some(token),
+                        },
+                }) => {
+                    if self.flights.get(&key).is_some_and(|f| f.token == token) {
+                        self.join(waiting, &key, token);
+                    } else {
+                        self.finish(&waiting, None);
+                    }
+                }
                 _ => {}
             }
             if self.ended {
@@ -617,7 +652,10 @@ impl Coordinator {
 
 /// What becomes of a run that waited, when its key's flight is settled.
 enum Settle {
+    /// Joins the flight (only a seeded bug joins a flight in the window).
     Join(FencingToken),
+    /// Joins the flight that just landed and receives its outcome at once.
+    JoinLanded(FencingToken, Outcome),
     Finish(Option<Outcome>),
     Wait,
 }
@@ -641,4 +679,5 @@ enum Mutant {
     TokenIgnoresEpoch,
     SecondLeaderWhileInProgress,
     ForgetsLandingsInGrace,
+    JoinsHeldFlights,
 }

@@ -21,10 +21,15 @@ pub enum Mutant {
     /// §8.4: a flight of an earlier term that lands during the grace window
     /// is forgotten, so its late rejoiners wait and are interrupted.
     ForgetsLandingsInGrace,
+    /// §8.3: a reasserted flight is not held: the waiting runs of its key
+    /// join it at once, so a later flight of the key reasserted after it
+    /// interrupts them when it supersedes it (the rule before the model
+    /// found this).
+    JoinsHeldFlights,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -32,5 +37,6 @@ impl Mutant {
         Mutant::TokenIgnoresEpoch,
         Mutant::SecondLeaderWhileInProgress,
         Mutant::ForgetsLandingsInGrace,
+        Mutant::JoinsHeldFlights,
     ];
 }

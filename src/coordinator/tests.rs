@@ -198,16 +198,20 @@ fn rejoin_of_another_flight_of_the_key_is_interrupted() {
     );
 }
 
-/// §8.3: a reassert during the grace window makes its party lead its flight
-/// again, with its old token and no answer; its joiners rejoin it.
+/// §8.3, §8.4: a reassert during the grace window makes its party lead its
+/// flight again, with its old token and no answer; the flight is held until
+/// the window ends, when its rejoins and the plain runs of its key join it.
 #[test]
 fn reassert_in_grace_leads_again_silently() {
     let mut co = coordinator(2, Term::AfterFailover, 2);
     let old = token(1, 4);
     assert_eq!(co.step(reassert(1, "1", "k", old)), vec![]);
-    assert_eq!(co.step(rejoin(2, "3", "k", old)), vec![joined(2, "3", old)]);
+    assert_eq!(co.step(rejoin(2, "3", "k", old)), vec![]);
     assert_eq!(co.step(run(2, "4", "k")), vec![]);
-    co.step(Event::GraceWindowEnded);
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![joined(2, "3", old), joined(2, "4", old)]
+    );
     assert_eq!(
         co.step(land(1, "1", value("v"))),
         vec![
@@ -276,8 +280,9 @@ fn waiting_rejoins_interrupted_at_end_of_grace() {
     assert_eq!(co.step(Event::GraceWindowEnded), vec![interrupted(1, "1")]);
 }
 
-/// §8.4: a reassert hands the waiting runs of its key to the flight: plain
-/// runs and its rejoins join, rejoins of another flight are interrupted.
+/// §8.3, §8.4: a reassert interrupts the waiting rejoins of an older flight
+/// of its key at once; its own rejoins and the key's plain runs wait for the
+/// window's end and then join it, in arrival order.
 #[test]
 fn reassert_releases_waiting_runs_of_its_key() {
     let mut co = coordinator(3, Term::AfterFailover, 2);
@@ -287,15 +292,47 @@ fn reassert_releases_waiting_runs_of_its_key() {
     co.step(run(2, "4", "other"));
     assert_eq!(
         co.step(reassert(1, "1", "k", token(2, 1))),
-        vec![
-            joined(2, "1", token(2, 1)),
-            joined(2, "2", token(2, 1)),
-            interrupted(2, "3"),
-        ]
+        vec![interrupted(2, "3")]
     );
     assert_eq!(
         co.step(Event::GraceWindowEnded),
-        vec![lead(2, "4", token(3, 1))]
+        vec![
+            joined(2, "1", token(2, 1)),
+            joined(2, "2", token(2, 1)),
+            lead(2, "4", token(3, 1)),
+        ]
+    );
+}
+
+/// §8.4: a held flight that lands in the window hands its outcome to its
+/// rejoins and to the key's plain runs waiting (each answered `joined`, then
+/// `landed`); one interrupted in the window leaves the plain runs waiting,
+/// to lead when it ends.
+#[test]
+fn held_flight_ending_in_the_window_settles_its_key() {
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let old = token(1, 7);
+    co.step(reassert(1, "1", "k", old));
+    co.step(rejoin(2, "1", "k", old));
+    co.step(run(3, "1", "k"));
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![
+            landed(2, "1", value("v")),
+            joined(3, "1", old),
+            landed(3, "1", value("v")),
+            ack(1, "1"),
+        ]
+    );
+
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    co.step(reassert(1, "1", "k", old));
+    co.step(rejoin(2, "1", "k", old));
+    co.step(run(3, "1", "k"));
+    assert_eq!(co.step(cancel(1, "1")), vec![interrupted(2, "1")]);
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![lead(3, "1", token(2, 1))]
     );
 }
 
@@ -516,9 +553,11 @@ fn landed_reassert_does_not_come_back() {
         vec![landed(3, "3", value("old"))]
     );
     // The key's next flight, in progress at the failover, comes back, and
-    // the plain run that waited joins it, not the landed one.
+    // the plain run that waited joins it when the window ends, not the
+    // landed one.
+    assert_eq!(co.step(reassert(2, "1", "a", token(1, 2))), vec![]);
     assert_eq!(
-        co.step(reassert(2, "1", "a", token(1, 2))),
+        co.step(Event::GraceWindowEnded),
         vec![joined(3, "1", token(1, 2))]
     );
     assert_eq!(
@@ -529,22 +568,18 @@ fn landed_reassert_does_not_come_back() {
 
 /// §8.3: of two flights of one key reasserted in a window, the later one
 /// (the greater token) wins: the older had ended before the later was led.
+/// The older was held, so only its own rejoins are interrupted: the plain
+/// run that waited joins the later one when the window ends.
 #[test]
 fn greater_token_supersedes_an_older_reassert() {
-    let mut co = coordinator(3, Term::AfterFailover, 3);
+    let mut co = coordinator(3, Term::AfterFailover, 4);
     assert_eq!(co.step(rejoin(3, "1", "a", token(2, 1))), vec![]);
     assert_eq!(co.step(reassert(1, "1", "a", token(1, 1))), vec![]);
-    assert_eq!(
-        co.step(rejoin(3, "2", "a", token(1, 1))),
-        vec![joined(3, "2", token(1, 1))]
-    );
+    assert_eq!(co.step(rejoin(3, "2", "a", token(1, 1))), vec![]);
+    assert_eq!(co.step(run(4, "1", "a")), vec![]);
     assert_eq!(
         co.step(reassert(2, "1", "a", token(2, 1))),
-        vec![
-            interrupted(3, "2"),
-            rejected(1, "1"),
-            joined(3, "1", token(2, 1))
-        ]
+        vec![interrupted(3, "2"), rejected(1, "1")]
     );
     assert_eq!(
         co.step(reassert(1, "2", "a", token(1, 1))),
@@ -553,6 +588,10 @@ fn greater_token_supersedes_an_older_reassert() {
     assert_eq!(
         co.step(rejoin(3, "3", "a", token(1, 1))),
         vec![interrupted(3, "3")]
+    );
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![joined(3, "1", token(2, 1)), joined(4, "1", token(2, 1))]
     );
 
     // The other order: the older one is refused at once.
