@@ -767,3 +767,98 @@ fn help_and_usage_errors() {
         assert!(!ended.stderr.is_empty());
     }
 }
+
+/// §11.2: a coordinator served by another user is refused both ways: it
+/// closes our connection without a hello, and `status` names its user id
+/// instead of talking to it. Needs root, to run the coordinator as another
+/// user (65534, `nobody`) in a directory of that user's, which root can
+/// still reach.
+#[test]
+fn another_users_coordinator_is_refused_both_ways() {
+    use std::io::Read;
+    use std::os::unix::fs::chown;
+    use std::os::unix::net::UnixStream;
+    use std::os::unix::process::CommandExt;
+
+    const OTHER: u32 = 65534;
+    if rustix::process::getuid().as_raw() != 0 {
+        eprintln!(
+            "§11.2 other-user test skipped: running a coordinator as another user needs root"
+        );
+        return;
+    }
+    let scene = Scene::new("other-user");
+    // The build's own binary may sit where the other user cannot reach it.
+    let bin = scene.root.join("bin");
+    fs::create_dir(&bin).unwrap();
+    for open in [&scene.root, &bin] {
+        fs::set_permissions(open, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let binary = bin.join("single-flight");
+    fs::copy(BINARY, &binary).unwrap();
+    fs::set_permissions(&binary, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(&scene.dir).unwrap();
+    fs::set_permissions(&scene.dir, fs::Permissions::from_mode(0o700)).unwrap();
+    chown(&scene.dir, Some(OTHER), Some(OTHER)).unwrap();
+
+    struct Killed(Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut server = Killed(
+        Command::new(&binary)
+            .args(["serve", "--dir"])
+            .arg(&scene.dir)
+            .uid(OTHER)
+            .gid(OTHER)
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let socket = scene.dir.join("flight.sock");
+    let start = Instant::now();
+    let mut stream = loop {
+        if let Ok(stream) = UnixStream::connect(&socket) {
+            break stream;
+        }
+        if let Some(status) = server.0.try_wait().unwrap() {
+            let mut logs = String::new();
+            let _ = server.0.stderr.take().unwrap().read_to_string(&mut logs);
+            panic!("the other user's coordinator exited with {status}: {logs}");
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the other user's coordinator never listened"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+
+    // The coordinator's side: it closes the connection without a hello.
+    stream
+        .write_all(b"{\"protocol\":\"single-flight\",\"version\":1}\n")
+        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    assert!(
+        answer.is_empty(),
+        "the coordinator answered another user: {}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // The client's side: `status` refuses the socket and says whose it is.
+    let refused = block_on(single_flight::status(&scene.dir));
+    assert!(
+        matches!(
+            refused,
+            Err(single_flight::StatusError::OtherUser { uid: OTHER, .. })
+        ),
+        "{refused:?}"
+    );
+    drop(server);
+}

@@ -18,7 +18,7 @@ const TWO_KEYS_UNIQUE_STATES: usize = 612_761;
 const DISCONNECT_UNIQUE_STATES: usize = 323_857;
 
 /// Unique states of [`Directory::large`] after symmetry reduction.
-const LARGE_UNIQUE_STATES: usize = 15_231_077;
+const LARGE_UNIQUE_STATES: usize = 15_074_471;
 
 /// Checks `directory` to the end, and fails with the paths to show every
 /// problem: a property broken, a `sometimes` never reached, a run cut
