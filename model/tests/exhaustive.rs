@@ -52,3 +52,18 @@ fn a_broken_connection_keeps_every_property() {
 fn large_directory_keeps_every_property() {
     keeps_every_property(Directory::large(), LARGE_UNIQUE_STATES);
 }
+
+/// Unique states of [`Directory::disconnect`] with three processes.
+const DISCONNECT_THREE_UNIQUE_STATES: usize = 2_230_665;
+
+/// The smallest configuration in which a flight that a later flight of its
+/// key superseded is reasserted first in a window while a third process's
+/// run waits there (SPEC.md §12.4): every property holds through all of it.
+#[test]
+fn a_broken_connection_with_three_processes_keeps_every_property() {
+    let directory = Directory {
+        processes: 3,
+        ..Directory::disconnect()
+    };
+    keeps_every_property(directory, DISCONNECT_THREE_UNIQUE_STATES);
+}
