@@ -1,14 +1,29 @@
 //! The messages of SPEC.md §3, as Rust types, and their JSON text.
 //!
-//! Decoding goes through `serde_json::Value` and checks every field by hand,
-//! so that a malformed message from another process gets a [`DecodeError`]
-//! that names the field and what is wrong with it, never a panic.
+//! Decoding reads each line once into a small typed view (`Json` over the
+//! `*Fields` structs below) that keeps only the members the protocol knows,
+//! with their text borrowed from the line unless it holds escapes, and then
+//! checks every field by hand, so that a malformed message from another
+//! process gets a [`DecodeError`] that names the field and what is wrong with
+//! it, never a panic. It builds no `serde_json::Value`: a map of owned strings
+//! per message made decoding the coordinator's hot spot (BENCHMARKS.md, "Hot
+//! spots").
+//!
+//! The view has a visitor of its own rather than `#[derive(Deserialize)]`
+//! because a line must decode to the same message or error as when it was
+//! read into a `Value` (SPEC.md §3.7), and a derived struct reads differently:
+//! it refuses a repeated member, where the last one wins; it skips unknown
+//! members without counting their nesting or checking their numbers, where
+//! 200 nested arrays or `1e400` are not JSON wherever they are; and it stops at
+//! the first member of the wrong type, where a line that is not JSON says so
+//! whatever its members.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Serialize, Serializer};
-use serde_json::{Map, Value};
 
 use super::error::DecodeError;
 use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES};
@@ -220,28 +235,34 @@ pub fn encode<M: Serialize>(message: &M) -> String {
 
 /// Decodes one request line (without its `\n`).
 pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
-    let mut fields = Fields::parse(line)?;
-    let op = fields.op()?;
-    let id = fields.id()?;
-    let request = match op.as_str() {
+    let mut json = Json::Other;
+    let message = MessageFields::parse(line, &mut json)?;
+    let op = op(message.op.take())?;
+    let id = id(message.id.take())?;
+    let request = match &*op {
         "run" => Request::Run {
             id,
-            key: fields.key()?,
-            flight: fields.optional_token("flight")?,
+            key: key(message.key.take())?,
+            flight: optional_token(message.flight.take(), "flight")?,
         },
         "land" => Request::Land {
             id,
-            outcome: fields.outcome()?,
+            outcome: outcome(message.outcome.take())?,
         },
         "cancel" => Request::Cancel { id },
         "reassert" => Request::Reassert {
             id,
-            key: fields.key()?,
-            token: fields.token("token")?,
-            outcome: fields.optional_outcome()?,
+            key: key(message.key.take())?,
+            token: token(message.token.take(), "token")?,
+            outcome: optional_outcome(message.outcome.take())?,
         },
         "status" => Request::Status { id },
-        _ => return Ok(Incoming::Unknown { op, id }),
+        _ => {
+            return Ok(Incoming::Unknown {
+                op: op.into_owned(),
+                id,
+            });
+        }
     };
     Ok(Incoming::Request(request))
 }
@@ -250,21 +271,22 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
 /// version does not know is an error: a coordinator only sends new responses
 /// to new requests, so it means the peer is not speaking this protocol.
 pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
-    let mut fields = Fields::parse(line)?;
-    let op = fields.op()?;
-    let id = fields.id()?;
-    Ok(match op.as_str() {
+    let mut json = Json::Other;
+    let message = MessageFields::parse(line, &mut json)?;
+    let op = op(message.op.take())?;
+    let id = id(message.id.take())?;
+    Ok(match &*op {
         "lead" => Response::Lead {
             id,
-            token: fields.token("token")?,
+            token: token(message.token.take(), "token")?,
         },
         "joined" => Response::Joined {
             id,
-            flight: fields.token("flight")?,
+            flight: token(message.flight.take(), "flight")?,
         },
         "landed" => Response::Landed {
             id,
-            outcome: fields.outcome()?,
+            outcome: outcome(message.outcome.take())?,
         },
         "interrupted" => Response::Interrupted { id },
         "ack" => Response::Ack { id },
@@ -272,126 +294,328 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         "unsupported" => Response::Unsupported { id },
         "status" => Response::Status {
             id,
-            flights: fields.flights()?,
+            flights: flights(message.flights.take())?,
         },
-        _ => return Err(DecodeError::UnknownResponse { op }),
+        _ => {
+            return Err(DecodeError::UnknownResponse {
+                op: op.into_owned(),
+            });
+        }
     })
 }
 
-/// The fields of one JSON object, taken out one by one with typed errors.
-struct Fields(Map<String, Value>);
+// ---------------------------------------------------------------------------
+// Reading a line. Nothing here fails except on text that is not JSON: what a
+// member holds is only recorded, and judged by the checks further down once
+// the whole line has been read.
+// ---------------------------------------------------------------------------
 
-impl Fields {
-    fn parse(line: &[u8]) -> Result<Fields, DecodeError> {
-        match serde_json::from_slice(line) {
-            Ok(Value::Object(map)) => Ok(Fields(map)),
-            Ok(_) => Err(DecodeError::NotAnObject),
-            Err(error) => Err(DecodeError::NotJson {
-                reason: error.to_string(),
-            }),
-        }
-    }
+/// One JSON value, kept as far as the checks need it: text (borrowed from the
+/// line unless it holds escapes), an integer, an object as the `F` fields the
+/// protocol reads from it, an array as the `I` items it reads from it, or
+/// anything else. Every value is read through `deserialize_any`, as
+/// `serde_json::Value` reads it, so the nesting limit and the checks of
+/// numbers and strings apply to all of a line (SPEC.md §3.7).
+enum Json<'a, F = Skipped, I = Skipped> {
+    Text(Cow<'a, str>),
+    Unsigned(u64),
+    Signed(i64),
+    Object(F),
+    Array(I),
+    /// `null`, `true`, `false`, or a number that serde_json reads as a float
+    /// (with a fraction or an exponent, or beyond 64 bits).
+    Other,
+}
 
-    fn take(&mut self, field: &'static str) -> Result<Value, DecodeError> {
-        self.0
-            .remove(field)
-            .ok_or(DecodeError::MissingField { field })
-    }
+/// The members of one kind of JSON object that the protocol reads. A member
+/// that appears twice counts once, with its last value, and members of other
+/// names are read and dropped (SPEC.md §3).
+trait Fields<'a>: Default {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error>;
+}
 
-    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
-        string(self.take(field)?, field)
-    }
+/// The items of one kind of JSON array that the protocol reads.
+trait Items<'a>: Default {
+    /// Reads the next item; false at the end of the array.
+    fn read<A: SeqAccess<'a>>(&mut self, items: &mut A) -> Result<bool, A::Error>;
+}
 
-    fn op(&mut self) -> Result<String, DecodeError> {
-        let op = self.string("op")?;
-        if op.is_empty() {
-            return Err(DecodeError::Empty { field: "op" });
-        }
-        // `op` is matched against a handful of names; anything longer than the
-        // id limit is no op of any version and would only be echoed in errors.
-        if op.len() > MAX_ID_BYTES {
-            return Err(DecodeError::TooLong {
-                field: "op",
-                len: op.len(),
-                max: MAX_ID_BYTES,
-            });
-        }
-        Ok(op)
-    }
+/// A value nobody reads: an unknown member, or an array or object where the
+/// protocol wants text or a number. It is still read in full, and keeps
+/// nothing.
+#[derive(Default)]
+struct Skipped;
 
-    fn id(&mut self) -> Result<RequestId, DecodeError> {
-        RequestId::new(self.string("id")?)
-    }
-
-    fn key(&mut self) -> Result<Key, DecodeError> {
-        Key::new(self.string("key")?)
-    }
-
-    fn token(&mut self, field: &'static str) -> Result<FencingToken, DecodeError> {
-        let text = self.string(field)?;
-        text.parse()
-            .map_err(|reason| DecodeError::BadToken { field, reason })
-    }
-
-    fn optional_token(&mut self, field: &'static str) -> Result<Option<FencingToken>, DecodeError> {
-        if self.0.contains_key(field) {
-            self.token(field).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn outcome(&mut self) -> Result<Outcome, DecodeError> {
-        outcome(self.take("outcome")?)
-    }
-
-    fn optional_outcome(&mut self) -> Result<Option<Outcome>, DecodeError> {
-        if self.0.contains_key("outcome") {
-            self.outcome().map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn flights(&mut self) -> Result<Vec<FlightStatus>, DecodeError> {
-        let Value::Array(items) = self.take("flights")? else {
-            return Err(DecodeError::WrongType {
-                field: "flights",
-                expected: "an array",
-            });
-        };
-        items
-            .into_iter()
-            .map(|item| {
-                let Value::Object(map) = item else {
-                    return Err(DecodeError::WrongType {
-                        field: "flights",
-                        expected: "an array of objects",
-                    });
-                };
-                let mut fields = Fields(map);
-                let joiners = match fields.take("joiners")? {
-                    Value::Number(n) if n.is_u64() => n.as_u64().unwrap_or_default(),
-                    _ => {
-                        return Err(DecodeError::WrongType {
-                            field: "joiners",
-                            expected: "a non-negative integer",
-                        });
-                    }
-                };
-                Ok(FlightStatus {
-                    key: fields.key()?,
-                    token: fields.token("token")?,
-                    joiners,
-                })
-            })
-            .collect()
+impl<'a> Fields<'a> for Skipped {
+    fn read<A: MapAccess<'a>>(&mut self, _: &str, map: &mut A) -> Result<(), A::Error> {
+        skip(map)
     }
 }
 
-fn string(value: Value, field: &'static str) -> Result<String, DecodeError> {
-    match value {
-        Value::String(text) => Ok(text),
+impl<'a> Items<'a> for Skipped {
+    fn read<A: SeqAccess<'a>>(&mut self, items: &mut A) -> Result<bool, A::Error> {
+        Ok(items.next_element::<Skipped>()?.is_some())
+    }
+}
+
+impl<'a> Deserialize<'a> for Skipped {
+    fn deserialize<D: Deserializer<'a>>(deserializer: D) -> Result<Skipped, D::Error> {
+        Place(&mut Json::<Skipped>::Other).deserialize(deserializer)?;
+        Ok(Skipped)
+    }
+}
+
+/// Reads the value of a member nobody reads.
+fn skip<'a, A: MapAccess<'a>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<Skipped>()?;
+    Ok(())
+}
+
+/// Reads the value of a member into its field; a member read before under
+/// the same name is replaced.
+fn member<'a, A, F, I>(map: &mut A, field: &mut Option<Json<'a, F, I>>) -> Result<(), A::Error>
+where
+    A: MapAccess<'a>,
+    F: Fields<'a>,
+    I: Items<'a>,
+{
+    map.next_value_seed(Place(field.insert(Json::Other)))
+}
+
+/// Reads one JSON value into the place it is kept. Reading in place, rather
+/// than returning each value up through serde_json's layers, keeps a message's
+/// fields from being copied at every layer: that copying took about a third
+/// of the time of a `run` line.
+struct Place<'p, T>(&'p mut T);
+
+impl<'a, F: Fields<'a>, I: Items<'a>> DeserializeSeed<'a> for Place<'_, Json<'a, F, I>> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'a>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'a, F: Fields<'a>, I: Items<'a>> Visitor<'a> for Place<'_, Json<'a, F, I>> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<Error>(self, _: bool) -> Result<(), Error> {
+        *self.0 = Json::Other;
+        Ok(())
+    }
+
+    fn visit_i64<Error>(self, number: i64) -> Result<(), Error> {
+        *self.0 = Json::Signed(number);
+        Ok(())
+    }
+
+    fn visit_u64<Error>(self, number: u64) -> Result<(), Error> {
+        *self.0 = Json::Unsigned(number);
+        Ok(())
+    }
+
+    fn visit_f64<Error>(self, _: f64) -> Result<(), Error> {
+        *self.0 = Json::Other;
+        Ok(())
+    }
+
+    fn visit_borrowed_str<Error>(self, text: &'a str) -> Result<(), Error> {
+        *self.0 = Json::Text(Cow::Borrowed(text));
+        Ok(())
+    }
+
+    /// Text with escapes, which serde_json has unescaped into a buffer.
+    fn visit_str<Error>(self, text: &str) -> Result<(), Error> {
+        *self.0 = Json::Text(Cow::Owned(text.to_owned()));
+        Ok(())
+    }
+
+    fn visit_string<Error>(self, text: String) -> Result<(), Error> {
+        *self.0 = Json::Text(Cow::Owned(text));
+        Ok(())
+    }
+
+    fn visit_unit<Error>(self) -> Result<(), Error> {
+        *self.0 = Json::Other;
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'a>>(self, mut items: A) -> Result<(), A::Error> {
+        let mut array = I::default();
+        while array.read(&mut items)? {}
+        *self.0 = Json::Array(array);
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        // The fields are filled where they are kept, for the reason above.
+        *self.0 = Json::Object(F::default());
+        let Json::Object(fields) = self.0 else {
+            return Ok(()); // Never: it was made an object on the line above.
+        };
+        let mut name = Json::<Skipped>::Other;
+        while map.next_key_seed(Place(&mut name))?.is_some() {
+            match &name {
+                Json::Text(name) => fields.read(name, &mut map)?,
+                // serde_json's keys are always strings; anything else would
+                // be no member the protocol knows.
+                _ => skip(&mut map)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The members of a request or response (SPEC.md §3.2, §3.3). A member is
+/// `None` when the line does not have it.
+#[derive(Default)]
+struct MessageFields<'a> {
+    op: Option<Json<'a>>,
+    id: Option<Json<'a>>,
+    key: Option<Json<'a>>,
+    token: Option<Json<'a>>,
+    flight: Option<Json<'a>>,
+    outcome: Option<Json<'a, OutcomeFields<'a>>>,
+    flights: Option<Json<'a, Skipped, FlightList>>,
+}
+
+impl<'a> MessageFields<'a> {
+    /// Reads `line` into `message`, in place, and returns its fields.
+    fn parse<'m>(
+        line: &'a [u8],
+        message: &'m mut Json<'a, MessageFields<'a>>,
+    ) -> Result<&'m mut MessageFields<'a>, DecodeError> {
+        // What `serde_json::from_slice` does, with the value read in place.
+        let mut deserializer = serde_json::Deserializer::from_slice(line);
+        let read = Place(&mut *message).deserialize(&mut deserializer);
+        if let Err(error) = read.and_then(|()| deserializer.end()) {
+            return Err(DecodeError::NotJson {
+                reason: error.to_string(),
+            });
+        }
+        match message {
+            Json::Object(fields) => Ok(fields),
+            _ => Err(DecodeError::NotAnObject),
+        }
+    }
+}
+
+impl<'a> Fields<'a> for MessageFields<'a> {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "op" => member(map, &mut self.op),
+            "id" => member(map, &mut self.id),
+            "key" => member(map, &mut self.key),
+            "token" => member(map, &mut self.token),
+            "flight" => member(map, &mut self.flight),
+            "outcome" => member(map, &mut self.outcome),
+            "flights" => member(map, &mut self.flights),
+            _ => skip(map),
+        }
+    }
+}
+
+/// The members of an outcome (SPEC.md §3.4). Which others it has does not
+/// matter: any makes it malformed.
+#[derive(Default)]
+struct OutcomeFields<'a> {
+    value: Option<Json<'a>>,
+    failure: Option<Json<'a, FailureFields<'a>>>,
+    others: bool,
+}
+
+impl<'a> Fields<'a> for OutcomeFields<'a> {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "value" => member(map, &mut self.value),
+            "failure" => member(map, &mut self.failure),
+            _ => {
+                self.others = true;
+                skip(map)
+            }
+        }
+    }
+}
+
+/// The members of an outcome's `failure` (SPEC.md §3.4).
+#[derive(Default)]
+struct FailureFields<'a> {
+    name: Option<Json<'a>>,
+    message: Option<Json<'a>>,
+    code: Option<Json<'a>>,
+}
+
+impl<'a> Fields<'a> for FailureFields<'a> {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "name" => member(map, &mut self.name),
+            "message" => member(map, &mut self.message),
+            "code" => member(map, &mut self.code),
+            _ => skip(map),
+        }
+    }
+}
+
+/// The `flights` of a `status` answer (SPEC.md §3.5), checked as they are
+/// read so that a long array holds no more than its valid flights: the ones
+/// before the first that is malformed, and what is wrong with that one.
+#[derive(Default)]
+struct FlightList {
+    flights: Vec<FlightStatus>,
+    error: Option<DecodeError>,
+}
+
+impl<'a> Items<'a> for FlightList {
+    fn read<A: SeqAccess<'a>>(&mut self, items: &mut A) -> Result<bool, A::Error> {
+        let mut item = Json::<FlightFields>::Other;
+        if items.next_element_seed(Place(&mut item))?.is_none() {
+            return Ok(false);
+        }
+        if self.error.is_none() {
+            match flight(item) {
+                Ok(flight) => self.flights.push(flight),
+                Err(error) => self.error = Some(error),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The members of one flight in a `status` answer (SPEC.md §3.5).
+#[derive(Default)]
+struct FlightFields<'a> {
+    key: Option<Json<'a>>,
+    token: Option<Json<'a>>,
+    joiners: Option<Json<'a>>,
+}
+
+impl<'a> Fields<'a> for FlightFields<'a> {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        match name {
+            "key" => member(map, &mut self.key),
+            "token" => member(map, &mut self.token),
+            "joiners" => member(map, &mut self.joiners),
+            _ => skip(map),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Checking what was read, field by field, in the order that decides which
+// error a line with several faults gets.
+// ---------------------------------------------------------------------------
+
+fn required<T>(member: Option<T>, field: &'static str) -> Result<T, DecodeError> {
+    member.ok_or(DecodeError::MissingField { field })
+}
+
+fn text<'a>(member: Option<Json<'a>>, field: &'static str) -> Result<Cow<'a, str>, DecodeError> {
+    match required(member, field)? {
+        Json::Text(text) => Ok(text),
         _ => Err(DecodeError::WrongType {
             field,
             expected: "a string",
@@ -399,35 +623,124 @@ fn string(value: Value, field: &'static str) -> Result<String, DecodeError> {
     }
 }
 
-fn outcome(value: Value) -> Result<Outcome, DecodeError> {
-    let Value::Object(map) = value else {
+fn op(member: Option<Json<'_>>) -> Result<Cow<'_, str>, DecodeError> {
+    let op = text(member, "op")?;
+    if op.is_empty() {
+        return Err(DecodeError::Empty { field: "op" });
+    }
+    // `op` is matched against a handful of names; anything longer than the
+    // id limit is no op of any version and would only be echoed in errors.
+    if op.len() > MAX_ID_BYTES {
+        return Err(DecodeError::TooLong {
+            field: "op",
+            len: op.len(),
+            max: MAX_ID_BYTES,
+        });
+    }
+    Ok(op)
+}
+
+fn id(member: Option<Json<'_>>) -> Result<RequestId, DecodeError> {
+    RequestId::new(text(member, "id")?)
+}
+
+fn key(member: Option<Json<'_>>) -> Result<Key, DecodeError> {
+    Key::new(text(member, "key")?)
+}
+
+fn token(member: Option<Json<'_>>, field: &'static str) -> Result<FencingToken, DecodeError> {
+    text(member, field)?
+        .parse()
+        .map_err(|reason| DecodeError::BadToken { field, reason })
+}
+
+fn optional_token(
+    member: Option<Json<'_>>,
+    field: &'static str,
+) -> Result<Option<FencingToken>, DecodeError> {
+    member.map(|given| token(Some(given), field)).transpose()
+}
+
+fn outcome(member: Option<Json<'_, OutcomeFields<'_>>>) -> Result<Outcome, DecodeError> {
+    let Json::Object(fields) = required(member, "outcome")? else {
         return Err(DecodeError::BadOutcome);
     };
-    if map.len() != 1 {
-        return Err(DecodeError::BadOutcome);
-    }
-    let mut fields = Fields(map);
-    if let Some(value) = fields.0.remove("value") {
-        return Ok(Outcome::Value(string(value, "value")?));
-    }
-    let Some(Value::Object(failure)) = fields.0.remove("failure") else {
-        return Err(DecodeError::BadOutcome);
+    // Exactly one member, `value` or `failure` (SPEC.md §3.4).
+    let failure = match fields {
+        OutcomeFields {
+            value: Some(value),
+            failure: None,
+            others: false,
+        } => return Ok(Outcome::Value(text(Some(value), "value")?.into_owned())),
+        OutcomeFields {
+            value: None,
+            failure: Some(Json::Object(failure)),
+            others: false,
+        } => failure,
+        _ => return Err(DecodeError::BadOutcome),
     };
-    let mut failure = Fields(failure);
-    let code = match failure.0.remove("code") {
+    let wrong_code = DecodeError::WrongType {
+        field: "code",
+        expected: "a string or an integer",
+    };
+    let code = match failure.code {
         None => None,
-        Some(Value::String(text)) => Some(FailureCode::Text(text)),
-        Some(Value::Number(n)) if n.is_i64() => n.as_i64().map(FailureCode::Number),
-        Some(_) => {
-            return Err(DecodeError::WrongType {
-                field: "code",
-                expected: "a string or an integer",
-            });
-        }
+        Some(Json::Text(text)) => Some(FailureCode::Text(text.into_owned())),
+        Some(Json::Signed(number)) => Some(FailureCode::Number(number)),
+        Some(Json::Unsigned(number)) => Some(FailureCode::Number(
+            i64::try_from(number).map_err(|_| wrong_code)?,
+        )),
+        Some(_) => return Err(wrong_code),
     };
     Ok(Outcome::Failure(Failure {
-        name: failure.string("name")?,
-        message: failure.string("message")?,
+        name: text(failure.name, "name")?.into_owned(),
+        message: text(failure.message, "message")?.into_owned(),
         code,
     }))
+}
+
+fn optional_outcome(
+    member: Option<Json<'_, OutcomeFields<'_>>>,
+) -> Result<Option<Outcome>, DecodeError> {
+    member.map(|given| outcome(Some(given))).transpose()
+}
+
+fn flights(
+    member: Option<Json<'_, Skipped, FlightList>>,
+) -> Result<Vec<FlightStatus>, DecodeError> {
+    let Json::Array(list) = required(member, "flights")? else {
+        return Err(DecodeError::WrongType {
+            field: "flights",
+            expected: "an array",
+        });
+    };
+    match list.error {
+        Some(error) => Err(error),
+        None => Ok(list.flights),
+    }
+}
+
+fn flight(item: Json<'_, FlightFields<'_>>) -> Result<FlightStatus, DecodeError> {
+    let Json::Object(flight) = item else {
+        return Err(DecodeError::WrongType {
+            field: "flights",
+            expected: "an array of objects",
+        });
+    };
+    let joiners = match required(flight.joiners, "joiners")? {
+        Json::Unsigned(number) => Some(number),
+        // serde_json reads every non-negative integer as unsigned; a signed
+        // one that is not negative would count the same.
+        Json::Signed(number) => u64::try_from(number).ok(),
+        _ => None,
+    }
+    .ok_or(DecodeError::WrongType {
+        field: "joiners",
+        expected: "a non-negative integer",
+    })?;
+    Ok(FlightStatus {
+        key: key(flight.key)?,
+        token: token(flight.token, "token")?,
+        joiners,
+    })
 }
