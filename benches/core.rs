@@ -29,7 +29,7 @@ use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, Criterion, Throughput};
 use single_flight::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
 use single_flight::protocol::{
-    Incoming, Key, Outcome, Request, RequestId, Response, decode_request, encode,
+    Incoming, Key, LineEncoder, Outcome, Request, RequestId, Response, decode_request, encode,
 };
 use single_flight::{Epoch, SingleFlight};
 
@@ -426,11 +426,10 @@ fn serve_lines(coordinator: &mut Coordinator, lines: &[Wire]) -> usize {
             },
             Wire::Other(event) => event.clone(),
         };
+        let mut encoder = LineEncoder::default();
         for effect in coordinator.step(event) {
             if let Effect::Send { response, .. } = effect {
-                let mut line = encode(&response).into_bytes();
-                line.push(b'\n');
-                written += line.len();
+                written += encoder.line(&response).len();
             }
         }
     }

@@ -8,9 +8,9 @@ use single_flight::fuzzing;
 use single_flight::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES};
 use single_flight::protocol::{
     ClientHello, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus, FrameError,
-    HandshakeError, Incoming, Key, LineReader, Outcome, PROTOCOL_VERSION, ProtocolVersionError,
-    Request, RequestId, Response, TokenError, decode_client_hello, decode_coordinator_hello,
-    decode_request, decode_response, encode,
+    HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome, PROTOCOL_VERSION,
+    ProtocolVersionError, Request, RequestId, Response, TokenError, decode_client_hello,
+    decode_coordinator_hello, decode_request, decode_response, encode,
 };
 
 fn id(text: &str) -> RequestId {
@@ -1287,6 +1287,34 @@ proptest! {
         let line = encode(&response);
         prop_assert!(!line.contains('\n'));
         prop_assert_eq!(decode_response(line.as_bytes()), Ok(response));
+    }
+
+    /// §3.3: the line encoder writes every response byte for byte as
+    /// `encode` does, with its newline, also when it writes a landed
+    /// outcome it wrote before for another joiner.
+    #[test]
+    fn line_encoder_writes_what_encode_writes(
+        responses in prop::collection::vec(
+            prop_oneof![
+                arbitrary_response(),
+                (arbitrary_id(), arbitrary_outcome())
+                    .prop_map(|(id, outcome)| Response::Landed { id, outcome }),
+            ],
+            1..8,
+        ),
+        repeats in prop::collection::vec(arbitrary_id(), 0..4),
+    ) {
+        let mut encoder = LineEncoder::default();
+        let mut all = responses.clone();
+        // The joiners of the last flight that landed, if one did.
+        if let Some(Response::Landed { outcome, .. }) = responses.last() {
+            all.extend(repeats.into_iter().map(|id| Response::Landed { id, outcome: outcome.clone() }));
+        }
+        for response in &all {
+            let mut expected = encode(response).into_bytes();
+            expected.push(b'\n');
+            prop_assert_eq!(encoder.line(response), expected);
+        }
     }
 
     /// §6: a token's text parses back to the same token, and tokens are

@@ -233,6 +233,46 @@ pub fn encode<M: Serialize>(message: &M) -> String {
     serde_json::to_string(message).expect("protocol messages always serialize")
 }
 
+/// Encodes responses as lines (with their `\n`), writing the outcome of a
+/// landed flight once for all its joiners: a flight's `landed` lines differ
+/// only in their `id`, and escaping a large value again for each of 64
+/// joiners was most of the coordinator's work in a fan-out (BENCHMARKS.md,
+/// "Hot spots"). Each line is byte for byte what [`encode`] writes.
+///
+/// Keep one for the responses of one coordinator step: it holds the last
+/// outcome it wrote (up to a frame) until it is dropped.
+#[derive(Default)]
+pub struct LineEncoder {
+    /// The last landed outcome, and its JSON text.
+    landed: Option<(Outcome, String)>,
+}
+
+impl LineEncoder {
+    pub fn line(&mut self, response: &Response) -> Vec<u8> {
+        let Response::Landed { id, outcome } = response else {
+            let mut line = encode(response).into_bytes();
+            line.push(b'\n');
+            return line;
+        };
+        let text = match &mut self.landed {
+            // Comparing costs one pass over the text; escaping it, several.
+            Some((last, text)) if last == outcome => text,
+            cached => &cached.insert((outcome.clone(), encode(outcome))).1,
+        };
+        // The field order of `Response::Landed`'s `Serialize`.
+        const HEAD: &[u8] = br#"{"op":"landed","id":"#;
+        const OUTCOME: &[u8] = br#","outcome":"#;
+        let id = encode(id);
+        let mut line = Vec::with_capacity(HEAD.len() + id.len() + OUTCOME.len() + text.len() + 2);
+        line.extend_from_slice(HEAD);
+        line.extend_from_slice(id.as_bytes());
+        line.extend_from_slice(OUTCOME);
+        line.extend_from_slice(text.as_bytes());
+        line.extend_from_slice(b"}\n");
+        line
+    }
+}
+
 /// Decodes one request line (without its `\n`).
 pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
     let mut json = Json::Other;

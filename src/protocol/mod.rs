@@ -15,7 +15,7 @@ pub use handshake::{
     ProtocolVersionError, decode_client_hello, decode_coordinator_hello,
 };
 pub use message::{
-    Failure, FailureCode, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
-    decode_request, decode_response, encode,
+    Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome, Request, RequestId,
+    Response, decode_request, decode_response, encode,
 };
 pub use token::{Epoch, FencingToken, TokenError};

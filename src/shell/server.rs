@@ -23,8 +23,8 @@ use super::socket::{SocketDirectory, own_uid, peer_allowed};
 use crate::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
 use crate::election::Leadership;
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, Incoming, PROTOCOL_NAME, PROTOCOL_VERSION,
-    decode_client_hello, decode_request, encode, limits::MAX_FRAME_BYTES,
+    CoordinatorHello, HandshakeError, Incoming, LineEncoder, PROTOCOL_NAME, PROTOCOL_VERSION,
+    decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
 };
 
 /// Connections served at once. Each costs two tasks and up to
@@ -251,6 +251,7 @@ impl Server {
     /// in order; `false` when the term must end.
     fn step(&mut self, event: Event) -> bool {
         let mut closed = Vec::new();
+        let mut encoder = LineEncoder::default();
         for effect in self.coordinator.step(event) {
             match effect {
                 Effect::Send {
@@ -258,9 +259,7 @@ impl Server {
                     response,
                 } => {
                     trace_response(connection, &response);
-                    let mut line = encode(&response).into_bytes();
-                    line.push(b'\n');
-                    if !self.enqueue(connection, line) {
+                    if !self.enqueue(connection, encoder.line(&response)) {
                         closed.push(connection);
                     }
                 }
