@@ -652,7 +652,7 @@ fn status_reports_the_coordinator_and_its_flights() {
         report,
         serde_json::json!({
             "directory": dir,
-            "coordinator": {"pid": coordinator, "epoch": "1"},
+            "coordinator": {"pid": coordinator, "epoch": "1", "grace_window": null},
             "flights": [{"key": "build:app", "token": token, "joiners": 2}],
         })
     );

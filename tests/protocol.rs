@@ -302,8 +302,22 @@ fn response_status() {
                 token: first_token(),
                 joiners: 3,
             }],
+            waiting: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}]}"#,
+    );
+}
+
+/// §3.5: during a grace window `status` also counts the runs that wait.
+#[test]
+fn response_status_in_a_grace_window() {
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: Vec::new(),
+            waiting: Some(4),
+        },
+        r#"{"op":"status","id":"9","flights":[],"waiting":4}"#,
     );
 }
 
@@ -314,6 +328,7 @@ fn response_status_without_flights() {
         Response::Status {
             id: id("9"),
             flights: Vec::new(),
+            waiting: None,
         },
         r#"{"op":"status","id":"9","flights":[]}"#,
     );
@@ -909,6 +924,16 @@ fn malformed_responses() -> Vec<(&'static str, Vec<u8>, Expected)> {
             status_with(r#"[{"key":"k","token":"abc","joiners":0}]"#),
             bad_token("token", TokenError::NotDecimal),
         ),
+        (
+            "status waiting negative",
+            br#"{"op":"status","id":"9","flights":[],"waiting":-1}"#.to_vec(),
+            wrong_type("waiting", "a non-negative integer"),
+        ),
+        (
+            "status waiting null",
+            br#"{"op":"status","id":"9","flights":[],"waiting":null}"#.to_vec(),
+            wrong_type("waiting", "a non-negative integer"),
+        ),
     ]
 }
 
@@ -1172,8 +1197,16 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
         arbitrary_id().prop_map(|id| Response::Ack { id }),
         arbitrary_id().prop_map(|id| Response::Rejected { id }),
         arbitrary_id().prop_map(|id| Response::Unsupported { id }),
-        (arbitrary_id(), prop::collection::vec(flight, 0..4))
-            .prop_map(|(id, flights)| Response::Status { id, flights }),
+        (
+            arbitrary_id(),
+            prop::collection::vec(flight, 0..4),
+            prop::option::of(any::<u64>())
+        )
+            .prop_map(|(id, flights, waiting)| Response::Status {
+                id,
+                flights,
+                waiting
+            }),
     ]
 }
 

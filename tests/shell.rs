@@ -251,6 +251,15 @@ impl Scene {
         }
     }
 
+    /// Polls the coordinator's whole `status` answer until `ready` holds.
+    fn until_answer(&self, what: &str, ready: impl Fn(&(Vec<FlightStatus>, Option<u64>)) -> bool) {
+        let start = Instant::now();
+        while !status_answer(&self.dir).is_some_and(|answer| ready(&answer)) {
+            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     fn release(&self, name: &str) {
         std::fs::write(self.runs.join(name), b"").unwrap();
     }
@@ -306,6 +315,12 @@ fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
 /// The flights in progress, as the coordinator reports them; `None` while
 /// no coordinator answers.
 fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
+    status_answer(dir).map(|(flights, _)| flights)
+}
+
+/// The coordinator's answer to `status`: the flights in progress, and the
+/// runs waiting for its grace window (`None` when it is closed).
+fn status_answer(dir: &Path) -> Option<(Vec<FlightStatus>, Option<u64>)> {
     let mut stream = UnixStream::connect(dir.join("flight.sock")).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     stream
@@ -319,7 +334,9 @@ fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
     text.clear();
     reader.read_line(&mut text).ok()?;
     match decode_response(text.trim_end().as_bytes()).ok()? {
-        Response::Status { flights, .. } => Some(flights),
+        Response::Status {
+            flights, waiting, ..
+        } => Some((flights, waiting)),
         _ => None,
     }
 }
@@ -450,6 +467,42 @@ fn killed_coordinator_fails_over_without_rerun() {
     for j in joiners_ {
         assert_eq!(scene.result(j), format!("joined {token} {value}"));
     }
+    assert_eq!(executions(&scene.runs, "k"), 1, "the work ran again");
+}
+
+/// §8.3, §8.4: after a failover a reasserted flight is held for the grace
+/// window; a run that waits there and the flight that lands before the
+/// window ends: the run receives its value, as a joiner, and the work does
+/// not run again. The window is long (a minute) so that it is still open
+/// when the flight lands; nothing in the test waits for it to end.
+#[test]
+fn a_flight_landing_in_the_grace_window_answers_the_runs_that_wait() {
+    let mut scene = Scene::new("held");
+    let grace = [("SF_GRACE_MS", "60000")];
+    let coordinator = scene.spawn("idle", &grace);
+    scene.line(coordinator, "READY");
+    let leader = scene.spawn("call", &[grace[0], ("SF_KEY", "k"), ("SF_WORK", "wait:go")]);
+    scene.until("a flight", |f| joiners(f, "k").is_some());
+    let token = scene.token_of_run("k");
+    scene.kill(coordinator);
+    // The leader is the only process left: it coordinates the new term and
+    // reasserts its flight there.
+    let held = |waiting: u64| {
+        move |(flights, in_grace): &(Vec<FlightStatus>, Option<u64>)| {
+            *in_grace == Some(waiting)
+                && flights
+                    .iter()
+                    .any(|f| f.key.as_str() == "k" && f.token.get() == token)
+        }
+    };
+    scene.until_answer("the held flight in the new term's window", held(0));
+    let waiter = scene.spawn("call", &[grace[0], ("SF_KEY", "k"), ("SF_WORK", "fail")]);
+    scene.until_answer("the run waiting for the window", held(1));
+    scene.release("go");
+    let led = scene.result(leader);
+    assert!(led.starts_with(&format!("led {token} ")), "{led}");
+    let value = led.rsplit(' ').next().unwrap().to_owned();
+    assert_eq!(scene.result(waiter), format!("joined {token} {value}"));
     assert_eq!(executions(&scene.runs, "k"), 1, "the work ran again");
 }
 

@@ -47,9 +47,10 @@ pub async fn status(args: StatusArgs) -> u8 {
     }
 }
 
-/// The `--json` form: `{"directory", "coordinator": {"pid", "epoch"} or
-/// null, "flights": [{"key", "token", "joiners"}]}`. Epochs and tokens are
-/// decimal strings, as on the wire (SPEC.md §6).
+/// The `--json` form: `{"directory", "coordinator": {"pid", "epoch",
+/// "grace_window": null or {"waiting"}} or null, "flights": [{"key", "token",
+/// "joiners"}]}`. Epochs and tokens are decimal strings, as on the wire
+/// (SPEC.md §6).
 fn json(directory: &Path, status: Option<&Status>) -> String {
     #[derive(Serialize)]
     struct Report<'a> {
@@ -61,6 +62,12 @@ fn json(directory: &Path, status: Option<&Status>) -> String {
     struct Coordinator {
         pid: u32,
         epoch: String,
+        /// Open (with the runs that wait for it), or `null` (SPEC.md §8.4).
+        grace_window: Option<GraceWindow>,
+    }
+    #[derive(Serialize)]
+    struct GraceWindow {
+        waiting: u64,
     }
     #[derive(Serialize)]
     struct Flight<'a> {
@@ -73,6 +80,9 @@ fn json(directory: &Path, status: Option<&Status>) -> String {
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
             epoch: status.epoch.to_string(),
+            grace_window: status
+                .waiting_in_grace
+                .map(|waiting| GraceWindow { waiting }),
         }),
         flights: status
             .map(|status| {
@@ -100,6 +110,13 @@ fn text(directory: &Path, status: &Status) -> String {
         status.pid,
         status.epoch
     );
+    if let Some(waiting) = status.waiting_in_grace {
+        // SPEC.md §8.4: after a failover, new flights wait for the window.
+        text.push_str(&format!(
+            "grace window open: {waiting} {} for it to end, while the leaders of the last term reassert their flights\n",
+            if waiting == 1 { "run waits" } else { "runs wait" }
+        ));
+    }
     if status.flights.is_empty() {
         text.push_str("flights      none in progress\n");
         return text;
@@ -131,4 +148,49 @@ fn text(directory: &Path, status: &Status) -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use single_flight::Epoch;
+    use single_flight::protocol::{FencingToken, FlightStatus, Key};
+
+    fn status(waiting_in_grace: Option<u64>) -> Status {
+        Status {
+            epoch: Epoch::new(2).unwrap(),
+            pid: 42,
+            flights: vec![FlightStatus {
+                key: Key::new("a\nb").unwrap(),
+                token: FencingToken::new(Epoch::FIRST, 7).unwrap(),
+                joiners: 0,
+            }],
+            waiting_in_grace,
+        }
+    }
+
+    /// §13.5: both forms say whether the grace window is open, and how many
+    /// runs wait for it.
+    #[test]
+    fn the_grace_window_is_reported() {
+        let directory = Path::new("/d");
+        let open = text(directory, &status(Some(3)));
+        assert!(open.contains("grace window open: 3 runs wait"), "{open}");
+        assert!(open.contains(r#""a\nb""#), "keys are quoted: {open}");
+        let closed = text(directory, &status(None));
+        assert!(!closed.contains("grace window"), "{closed}");
+
+        let json_open: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&status(Some(1))))).unwrap();
+        assert_eq!(
+            json_open["coordinator"]["grace_window"],
+            serde_json::json!({"waiting": 1})
+        );
+        let json_closed: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&status(None)))).unwrap();
+        assert_eq!(
+            json_closed["coordinator"]["grace_window"],
+            serde_json::Value::Null
+        );
+    }
 }

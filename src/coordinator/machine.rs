@@ -230,7 +230,22 @@ impl Coordinator {
                         joiners: flight.joiners.len() as u64,
                     })
                     .collect();
-                self.send(connection, Response::Status { id, flights });
+                // §3.5: the runs that wait for the window, for an operator
+                // who wonders why calls stall after a failover.
+                let waiting = self.in_grace.then(|| {
+                    self.waiting
+                        .iter()
+                        .filter(|party| self.party(party).is_some())
+                        .count() as u64
+                });
+                self.send(
+                    connection,
+                    Response::Status {
+                        id,
+                        flights,
+                        waiting,
+                    },
+                );
             }
         }
     }

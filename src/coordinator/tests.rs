@@ -467,7 +467,54 @@ fn status_lists_flights() {
             2,
             Response::Status {
                 id: id("9"),
-                flights
+                flights,
+                waiting: None,
+            }
+        )]
+    );
+}
+
+/// §3.5, §8.4: during a grace window `status` says how many runs wait for
+/// it, and lists the held flights.
+#[test]
+fn status_counts_the_runs_waiting_for_the_window() {
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    co.step(reassert(1, "1", "a", token(1, 3)));
+    co.step(run(2, "1", "a"));
+    co.step(run(2, "2", "b"));
+    co.step(rejoin(2, "3", "a", token(1, 3)));
+    co.step(cancel(2, "2"));
+    let status = |co: &mut Coordinator| co.step(request(c(2), Request::Status { id: id("9") }));
+    let held = vec![crate::protocol::FlightStatus {
+        key: key("a"),
+        token: token(1, 3),
+        joiners: 0,
+    }];
+    assert_eq!(
+        status(&mut co),
+        vec![send(
+            2,
+            Response::Status {
+                id: id("9"),
+                flights: held,
+                waiting: Some(2),
+            }
+        )]
+    );
+    co.step(Event::GraceWindowEnded);
+    let joined = vec![crate::protocol::FlightStatus {
+        key: key("a"),
+        token: token(1, 3),
+        joiners: 2,
+    }];
+    assert_eq!(
+        status(&mut co),
+        vec![send(
+            2,
+            Response::Status {
+                id: id("9"),
+                flights: joined,
+                waiting: None,
             }
         )]
     );

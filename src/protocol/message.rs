@@ -178,6 +178,11 @@ pub enum Response {
     Status {
         id: RequestId,
         flights: Vec<FlightStatus>,
+        /// Only while the grace window is open (§8.4): how many runs wait
+        /// for it to end. Absent on the wire otherwise, and from
+        /// coordinators older than the field.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        waiting: Option<u64>,
     },
 }
 
@@ -335,6 +340,11 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         "status" => Response::Status {
             id,
             flights: flights(message.flights.take())?,
+            waiting: message
+                .waiting
+                .take()
+                .map(|given| count(given, "waiting"))
+                .transpose()?,
         },
         _ => {
             return Err(DecodeError::UnknownResponse {
@@ -521,6 +531,7 @@ struct MessageFields<'a> {
     flight: Option<Json<'a>>,
     outcome: Option<Json<'a, OutcomeFields<'a>>>,
     flights: Option<Json<'a, Skipped, FlightList>>,
+    waiting: Option<Json<'a>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -554,6 +565,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "flight" => member(map, &mut self.flight),
             "outcome" => member(map, &mut self.outcome),
             "flights" => member(map, &mut self.flights),
+            "waiting" => member(map, &mut self.waiting),
             _ => skip(map),
         }
     }
@@ -767,7 +779,17 @@ fn flight(item: Json<'_, FlightFields<'_>>) -> Result<FlightStatus, DecodeError>
             expected: "an array of objects",
         });
     };
-    let joiners = match required(flight.joiners, "joiners")? {
+    let joiners = count(required(flight.joiners, "joiners")?, "joiners")?;
+    Ok(FlightStatus {
+        key: key(flight.key)?,
+        token: token(flight.token, "token")?,
+        joiners,
+    })
+}
+
+/// A count: a non-negative JSON integer.
+fn count(given: Json<'_>, field: &'static str) -> Result<u64, DecodeError> {
+    match given {
         Json::Unsigned(number) => Some(number),
         // serde_json reads every non-negative integer as unsigned; a signed
         // one that is not negative would count the same.
@@ -775,12 +797,7 @@ fn flight(item: Json<'_, FlightFields<'_>>) -> Result<FlightStatus, DecodeError>
         _ => None,
     }
     .ok_or(DecodeError::WrongType {
-        field: "joiners",
+        field,
         expected: "a non-negative integer",
-    })?;
-    Ok(FlightStatus {
-        key: key(flight.key)?,
-        token: token(flight.token, "token")?,
-        joiners,
     })
 }

@@ -22,6 +22,10 @@ pub struct Status {
     pub pid: u32,
     /// The flights in progress, in key order.
     pub flights: Vec<FlightStatus>,
+    /// While the term's grace window is open (SPEC.md §8.4), how many runs
+    /// wait for it to end; `None` once it has ended (or from a coordinator
+    /// too old to say).
+    pub waiting_in_grace: Option<u64>,
 }
 
 /// Why the status could not be had.
@@ -104,10 +108,13 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
         .and_then(Epoch::new)
         .expect("a checked hello has a valid epoch");
     match answer {
-        Response::Status { flights, .. } => Ok(Status {
+        Response::Status {
+            flights, waiting, ..
+        } => Ok(Status {
             epoch,
             pid: hello.pid,
             flights,
+            waiting_in_grace: waiting,
         }),
         Response::Unsupported { .. } => Err(StatusError::Unsupported),
         other => Err(StatusError::Protocol(DecodeError::UnknownResponse {
