@@ -2,11 +2,55 @@
 //!
 //! Processes on one machine that share a directory call `run(key, work)`; one
 //! of them leads and runs the work under a [`FencingToken`], every other
-//! concurrent caller receives its outcome. See `SPEC.md` for the protocol.
+//! concurrent caller receives its outcome (value or failure). There is no
+//! daemon: the processes elect a coordinator among themselves, and when it
+//! dies another takes over without running any flight again.
+//!
+//! ```
+//! use single_flight::{Role, SingleFlight};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let directory = std::env::temp_dir().join(format!("sf-doc-{}", std::process::id()));
+//! // A directory private to this user (created with mode 0700 if missing).
+//! let flights = SingleFlight::open(&directory).await?;
+//! let landed = flights
+//!     .run("thumbnail:cat.jpg", |token| async move {
+//!         // Only the leader runs this; give `token` to what the work writes.
+//!         Ok::<_, std::io::Error>(format!("rendered under {token}"))
+//!     })
+//!     .await?;
+//! assert_eq!(landed.role, Role::Led); // nobody else was asking
+//! println!("{} (token {})", landed.value, landed.token);
+//! flights.close().await; // lets this process's results reach its joiners
+//! # std::fs::remove_dir_all(&directory)?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - [`SingleFlight::call`] sets a deadline or another [`Codec`] for one
+//!   call; values cross processes as JSON by default.
+//! - A call ends with [`Landed`] (its value, whether it [`Role::Led`] or
+//!   [`Role::Joined`], and the flight's token) or a [`RunError`]: its own
+//!   work's error (`Work`), the leader's failure (`FlightFailed`), a flight
+//!   that ended without an outcome (`Interrupted`: the work is not rerun for
+//!   this caller; call again to start a new flight), the deadline, or no
+//!   coordinator (`Unavailable`).
+//! - A fencing token only protects what checks it: the resource the work
+//!   writes must keep the highest token it has seen and refuse a lower one in
+//!   the same atomic step as the write, e.g. `UPDATE t SET body = ?, token = ?
+//!   WHERE id = ? AND token < ?`. Tokens grow across coordinator changes.
+//! - [`status`] asks a directory's coordinator for its term and flights.
+//!
+//! `SPEC.md` is the normative protocol, with what is and is not guaranteed;
+//! `RELIABILITY.md` and `BENCHMARKS.md` measure it. The default feature `cli`
+//! builds the `single-flight` command; embedders can turn it off
+//! (`default-features = false`).
 //!
 //! Layers, from the bottom: [`protocol`] (wire format, pure), [`coordinator`]
-//! and [`client`] (the pure state machines), [`election`] (who coordinates),
-//! and the tokio shell that runs them over Unix sockets.
+//! and [`client`] (the pure state machines, also driven by the model checker),
+//! [`election`] (who coordinates), and the tokio [`shell`] that runs them over
+//! Unix sockets.
 #![forbid(unsafe_code)]
 
 pub mod client;
