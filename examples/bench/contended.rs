@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use single_flight::{Role, SingleFlight};
 
 use crate::fanout::{flock_call, value_of};
-use crate::process::{Scratch, Worker, cpu_nanos, say, stdin_lines};
+use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines};
 use crate::redis;
 use crate::stats::percentile;
 
@@ -180,10 +180,7 @@ pub fn worker(args: &[String]) {
                 redis::Caller::new(redis_address, &key, owner).expect("connect to Redis")
             });
             std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a runtime");
+                let runtime = process::runtime();
                 go.wait();
                 let duration = duration.lock().expect("one reader").recv().ok();
                 let duration = duration.expect("a duration");
@@ -271,10 +268,7 @@ pub fn worker(args: &[String]) {
     // failover.
     let _ = lines.recv();
     if let Some(flights) = flights {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = process::runtime();
         runtime.block_on(flights.close());
     }
 }
@@ -282,17 +276,10 @@ pub fn worker(args: &[String]) {
 /// Opens the directory and makes one call, so that this process is
 /// connected (or coordinates) before the timed part.
 fn open(dir: &Path) -> SingleFlight {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
-        let warm = format!("warm-{}", std::process::id());
-        flights
-            .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
-            .await
-            .expect("a warm-up call");
+        process::warm_up(&flights).await;
         flights
     })
 }

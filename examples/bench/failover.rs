@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use single_flight::SingleFlight;
 
-use crate::process::{PATIENCE, Scratch, Worker, say, wall_nanos};
+use crate::process::{self, PATIENCE, Scratch, Worker, say, wall_nanos};
 
 /// How long the orchestrator keeps collecting reports of a new term after
 /// the first one, so that the earliest lead of any process is seen.
@@ -39,10 +39,7 @@ pub fn measure(shape: Shape) -> Vec<f64> {
     // The first process coordinates; then the others join it.
     let mut workers = vec![Worker::spawn(&args).ready()];
     workers.extend(crate::process::spawn_ready(shape.processes - 1, &args));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     let mut times = Vec::with_capacity(shape.kills);
     for _ in 0..shape.kills {
         let status = runtime
@@ -110,21 +107,14 @@ pub fn worker(args: &[String]) {
     let grace = Duration::from_millis(grace.parse().expect("a grace window in ms"));
     let threads: usize = threads.parse().expect("a number of threads");
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     let flights = runtime.block_on(async {
         let flights = SingleFlight::builder(dir)
             .grace_window(grace)
             .open()
             .await
             .expect("open the directory");
-        let warm = format!("warm-{}", std::process::id());
-        flights
-            .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
-            .await
-            .expect("a warm-up call");
+        process::warm_up(&flights).await;
         flights
     });
     // Ready before the load starts, so that every report follows READY.
@@ -140,10 +130,7 @@ pub fn worker(args: &[String]) {
 }
 
 fn call_forever(flights: &SingleFlight, newest: &AtomicU32, thread: usize, work: Duration) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     let pid = std::process::id();
     for n in 0u64.. {
         let key = format!("load-{pid}-{thread}-{n}");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FlockOperation, flock};
 use single_flight::{Role, SingleFlight};
 
-use crate::process::{PATIENCE, Scratch, Worker, say, stdin_lines, wall_nanos};
+use crate::process::{self, PATIENCE, Scratch, Worker, say, stdin_lines, wall_nanos};
 
 /// The value every leader lands: 64 bytes of JSON, a typical small result.
 pub fn value_of(key: &str) -> String {
@@ -44,10 +44,7 @@ fn single_flight(joiners: usize, flights: usize) -> Vec<f64> {
     let _serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
     let mut leader = Worker::spawn(&["sf-caller", &dir_text]).ready();
     let mut others = crate::process::spawn_ready(joiners, &["sf-caller", &dir_text]);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     let mut times = Vec::with_capacity(flights);
     for flight in 0..flights {
         let key = format!("fan-{flight}");
@@ -111,17 +108,10 @@ async fn wait_for_joiners(dir: &Path, key: &str, joiners: u64) {
 /// `landed T` when a held work returns and `done ROLE T` when a call
 /// returns.
 pub fn sf_caller(dir: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
-        let warm = format!("warm-{}", std::process::id());
-        flights
-            .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
-            .await
-            .expect("a warm-up call");
+        process::warm_up(&flights).await;
         // Commands arrive on a thread; forward them into the runtime.
         let (sender, mut commands) = tokio::sync::mpsc::unbounded_channel();
         let lines = stdin_lines();

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Instant;
 
-use crate::process::{Scratch, Worker};
+use crate::process::{self, Scratch, Worker};
 use crate::stats::median;
 
 /// A request and an answer of the sizes the protocol sends for a call.
@@ -84,10 +84,7 @@ pub fn measure_through_threads(pings: usize) -> f64 {
     let (requests, mut to_write) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel::<()>();
     let io_thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = process::runtime();
         runtime.block_on(async move {
             use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
             let stream = tokio::net::UnixStream::from_std(stream).expect("a tokio socket");
@@ -109,10 +106,7 @@ pub fn measure_through_threads(pings: usize) -> f64 {
             }
         });
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     let result = runtime.block_on(async {
         let mut times = Vec::with_capacity(pings);
         for n in 0..WARM_UP + pings {
@@ -133,10 +127,7 @@ pub fn measure_through_threads(pings: usize) -> f64 {
 /// The other end of [`measure_through_threads`], on a tokio runtime.
 pub fn echo_tokio(path: &str) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let stream = tokio::net::UnixStream::connect(path)
             .await

@@ -203,3 +203,22 @@ pub fn cpu_nanos(pid: Option<u32>) -> u64 {
         _ => 0,
     }
 }
+
+/// The runtime every process of the benchmarks uses: one thread, like the
+/// library's own (the shell runs on a current-thread runtime too).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// One call on a key of this process's own, so that it is connected (or
+/// coordinates) before anything is timed.
+pub async fn warm_up(flights: &single_flight::SingleFlight) {
+    let warm = format!("warm-{}", std::process::id());
+    flights
+        .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
+        .await
+        .expect("a warm-up call");
+}

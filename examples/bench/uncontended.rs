@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use single_flight::{Role, SingleFlight};
 
-use crate::process::{Scratch, Worker, wall_nanos};
+use crate::process::{self, Scratch, Worker, wall_nanos};
 use crate::stats::median;
 
 /// Calls before the timed ones: the connection is made and warm.
@@ -27,10 +27,7 @@ pub fn measure(calls: usize) -> (f64, f64) {
 }
 
 fn calls_in(dir: &std::path::Path, calls: usize) -> f64 {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
         let stamp = wall_nanos();
@@ -57,10 +54,7 @@ fn calls_in(dir: &std::path::Path, calls: usize) -> f64 {
 /// foreground until killed, and says `READY` once it answers.
 pub fn serve(dir: &str, grace_ms: &str) {
     let grace = Duration::from_millis(grace_ms.parse().expect("a grace window in ms"));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let serving = tokio::spawn(
             SingleFlight::builder(dir)
