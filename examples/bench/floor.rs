@@ -17,14 +17,21 @@ const ANSWER: &[u8] = b"{\"op\":\"lead\",\"id\":\"17\",\"token\":\"4294967313\"}
 /// and their pages are touched.
 const WARM_UP: usize = 500;
 
-/// The median round trip of `pings` timed ones, in nanoseconds.
-pub fn measure(pings: usize) -> f64 {
-    let scratch = Scratch::new("floor");
+/// An echo worker of `kind` connected to a socket in a scratch directory of
+/// its own; the scratch and the worker live as long as the caller keeps them.
+fn echo_worker(name: &str, kind: &str) -> (Scratch, Worker, UnixStream) {
+    let scratch = Scratch::new(name);
     let path = scratch.join("floor.sock");
     let listener = UnixListener::bind(&path).expect("bind the floor's socket");
     let path_text = path.to_str().expect("a UTF-8 temp dir");
-    let _echo = Worker::spawn(&["echo", path_text]);
+    let echo = Worker::spawn(&[kind, path_text]);
     let (stream, _) = listener.accept().expect("the echo worker connects");
+    (scratch, echo, stream)
+}
+
+/// The median round trip of `pings` timed ones, in nanoseconds.
+pub fn measure(pings: usize) -> f64 {
+    let (_scratch, _echo, stream) = echo_worker("floor", "echo");
     let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
     let mut writer = stream;
     let mut line = Vec::with_capacity(128);
@@ -74,12 +81,7 @@ pub fn echo(path: &str) {
 /// state machine runs: the difference to [`measure`] is the price of the
 /// thread hops and runtimes alone. Median in nanoseconds.
 pub fn measure_through_threads(pings: usize) -> f64 {
-    let scratch = Scratch::new("floor-threads");
-    let path = scratch.join("floor.sock");
-    let listener = UnixListener::bind(&path).expect("bind the floor's socket");
-    let path_text = path.to_str().expect("a UTF-8 temp dir");
-    let _echo = Worker::spawn(&["echo-tokio", path_text]);
-    let (stream, _) = listener.accept().expect("the echo worker connects");
+    let (_scratch, _echo, stream) = echo_worker("floor-threads", "echo-tokio");
     stream.set_nonblocking(true).expect("a non-blocking socket");
     let (requests, mut to_write) = tokio::sync::mpsc::unbounded_channel::<()>();
     let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel::<()>();
