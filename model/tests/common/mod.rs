@@ -22,6 +22,20 @@ pub fn play(directory: &Directory, actions: &[Action]) -> (Vec<State>, String) {
     (states, log)
 }
 
+/// Replays `actions` as [`play`] does, prints the path, and checks that
+/// every `always` property holds in every state along it.
+pub fn play_keeping_every_property(
+    directory: &Directory,
+    actions: &[Action],
+) -> (Vec<State>, String) {
+    let (states, log) = play(directory, actions);
+    println!("{}", directory.narrate(actions));
+    for state in &states {
+        assert_eq!(broken_always(directory, state), Vec::<&str>::new());
+    }
+    (states, log)
+}
+
 /// Whether the property named `property` holds in `state`.
 pub fn holds(directory: &Directory, property: &'static str, state: &State) -> bool {
     (directory.property(property).condition)(directory, state)
