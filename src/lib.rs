@@ -58,6 +58,7 @@ pub mod coordinator;
 pub mod election;
 pub mod protocol;
 pub mod shell;
+pub mod transport;
 
 pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
 pub use shell::{

@@ -1,14 +1,32 @@
-//! Who coordinates (SPEC.md §7): the SQLite claim on `flight.lock`, the
-//! durable epoch in `flight.epoch`, and the checks on the directory.
+//! Who coordinates (SPEC.md §7): an [`Election`] picks one process of many
+//! to serve a [`Term`] under a fresh epoch. The shell is written against
+//! these two traits only; each backend is a folder:
 //!
-//! # Driving contract
+//! - [`local`]: the SQLite claim on `flight.lock`, the durable epoch in
+//!   `flight.epoch` and the checks on the flight directory, for processes of
+//!   one machine. Its items are re-exported here.
+//!
+//! # Driving contract (every backend)
+//!
+//! - [`Election::coordinator`] says where the current coordinator is, if
+//!   anyone knows; a caller that cannot reach it calls
+//!   [`Election::campaign`], which makes one attempt and never waits for
+//!   another process.
+//! - A won campaign returns a [`Term`] whose epoch is greater than every
+//!   earlier term's and already durable (§7.3). Its holder calls
+//!   [`Term::check`] every [`CHECK_INTERVAL`] and [`Term::still_holds`]
+//!   before it answers anything; when either fails, the term is over: stop
+//!   serving and [`Term::resign`].
+//! - A holder never campaigns again while its term lasts (§7.2).
+//!
+//! # Driving contract (local)
 //!
 //! - Check the directory with [`prepare_directory`] (or let
 //!   [`LeaderElection::new`] do it) before anything else touches it (§7.4).
 //! - [`LeaderElection::campaign`] is synchronous and blocks the calling thread
 //!   for up to its timeout, sleeping [`POLL_INTERVAL`] between attempts
-//!   (§7.2). Async code calls it from `tokio::task::spawn_blocking` or a thread
-//!   of its own, never on a runtime worker.
+//!   (§7.2). Async code calls it with a zero timeout, as [`LocalElection`]
+//!   does, or from a thread of its own.
 //! - A won campaign returns a [`Leadership`] whose epoch is already durable
 //!   (§7.3). The holder polls [`Leadership::check`] (one `stat`, cheap enough
 //!   for every [`POLL_INTERVAL`]); when it fails, the term is over: stop
@@ -19,22 +37,71 @@
 //!   except through this module: POSIX locks belong to the whole process, and
 //!   closing any other descriptor on the file releases the claim (§7.2).
 
-mod claim;
-mod directory;
-mod epoch;
-mod network;
+pub mod local;
 
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
-pub use claim::{ElectionOptions, LOCK_FILE, LeaderElection, Leadership, POLL_INTERVAL};
-pub use directory::{
-    DIRECTORY_MODE, DirectoryError, DirectoryOptions, NetworkDirectoryError, prepare_directory,
+pub use local::{
+    CLEAN_FILE, DIRECTORY_MODE, DirectoryError, DirectoryOptions, DurableStep, EPOCH_FILE,
+    EPOCH_TEMP_PREFIX, ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, Leadership,
+    LocalElection, LocalTerm, NETWORK_FUSE_TYPES, NetworkDirectoryError, POLL_INTERVAL,
+    prepare_directory,
 };
-pub use epoch::{DurableStep, EPOCH_FILE, EPOCH_TEMP_PREFIX, EpochProblem};
-pub use network::NETWORK_FUSE_TYPES;
 
 use crate::protocol::Epoch;
+
+/// How often a term's holder calls [`Term::check`] (SPEC.md §7.2, §11.1).
+/// A local check is two `stat`s; 100 ms bounds how long a term goes on after
+/// its lock file was replaced while costing nothing measurable.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Picks the coordinator among the processes of one flight directory or
+/// cluster (SPEC.md §7, §10.1).
+pub trait Election: Send + 'static {
+    /// Where a coordinator can be reached, in the terms of the transport
+    /// that goes with this election.
+    type Address: Send + Sync + 'static;
+    /// A term this process won.
+    type Term: Term;
+
+    /// Where the current coordinator is, or `None` when no term is being
+    /// served; an error when the election itself cannot be asked.
+    fn coordinator(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Self::Address>, ElectionError>> + Send;
+
+    /// One attempt to become the coordinator: `Some` term if won, `None` if
+    /// another process holds the term. It never waits for another process.
+    fn campaign(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Self::Term>, ElectionError>> + Send;
+}
+
+/// One term as the coordinator, from a won [`Election::campaign`] until
+/// [`resign`](Term::resign) or the death of its process.
+pub trait Term: Send + 'static {
+    /// This term's epoch (SPEC.md §7.3).
+    fn epoch(&self) -> Epoch;
+
+    /// Whether an earlier term may have ended with flights in progress, so
+    /// that this one opens a grace window (SPEC.md §10.2).
+    fn follows_failover(&self) -> bool;
+
+    /// The periodic check, every [`CHECK_INTERVAL`]: an error when the term
+    /// is over.
+    fn check(&mut self) -> Result<(), ElectionError>;
+
+    /// Whether this process may still answer as the coordinator right now;
+    /// cheap, called before every answer.
+    fn still_holds(&self) -> bool;
+
+    /// Ends the term. `clean` says that no flight is in progress, so that
+    /// the next term needs no grace window (SPEC.md §10.2).
+    fn resign(self, clean: bool) -> impl Future<Output = ()> + Send;
+}
 
 /// Why a campaign failed or a term ended (SPEC.md §7). Each message names the
 /// file involved and says what to do.

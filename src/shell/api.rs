@@ -13,11 +13,12 @@ use super::driver::{CallEvent, Command, Driver};
 use super::error::{OpenError, RunError, Unavailable};
 use super::failure::IntoFailure;
 use super::options::Options;
-use super::socket::SocketDirectory;
 use crate::client::{CallId, Resolution};
-use crate::election::{ElectionError, ElectionOptions, LeaderElection};
+use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
 use crate::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES};
 use crate::protocol::{Failure, FencingToken, Key, Outcome, encode};
+use crate::transport::Transport;
+use crate::transport::unix::UnixTransport;
 
 /// Room in a frame for everything of a `landed` line but the value's text:
 /// the op, the id and JSON punctuation (SPEC.md §5).
@@ -121,7 +122,7 @@ impl Builder {
     /// SPEC.md §7.4) and starts this process's single-flight thread. It
     /// connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
-        let election = LeaderElection::new(
+        let election = LocalElection::new(
             &self.directory,
             ElectionOptions {
                 poll_interval: self.options.poll_interval,
@@ -135,21 +136,11 @@ impl Builder {
                 error: std::io::Error::other(other.to_string()),
             },
         })?;
-        let sockets = SocketDirectory::new(&self.directory).map_err(|error| OpenError::Socket {
+        let transport = UnixTransport::new(&self.directory).map_err(|error| OpenError::Socket {
             path: self.directory.display().to_string(),
             error,
         })?;
-        let (commands, inbox) = mpsc::unbounded_channel();
-        let driver = Driver::new(election, Arc::new(sockets), self.options);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(OpenError::Thread)?;
-        #[allow(clippy::disallowed_methods)] // the shell owns threads
-        std::thread::Builder::new()
-            .name("single-flight".into())
-            .spawn(move || runtime.block_on(driver.run(inbox)))
-            .map_err(OpenError::Thread)?;
+        let commands = start_thread(Driver::new(election, transport, self.options))?;
         Ok(SingleFlight {
             shared: Arc::new(Shared {
                 directory: self.directory,
@@ -158,6 +149,26 @@ impl Builder {
             }),
         })
     }
+}
+
+/// Starts the process's single-flight thread, which runs `driver` until
+/// every handle is gone; returns the way to send it commands.
+fn start_thread<E, T>(driver: Driver<E, T>) -> Result<mpsc::UnboundedSender<Command>, OpenError>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    let (commands, inbox) = mpsc::unbounded_channel();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OpenError::Thread)?;
+    #[allow(clippy::disallowed_methods)] // the shell owns threads
+    std::thread::Builder::new()
+        .name("single-flight".into())
+        .spawn(move || runtime.block_on(driver.run(inbox)))
+        .map_err(OpenError::Thread)?;
+    Ok(commands)
 }
 
 impl SingleFlight {

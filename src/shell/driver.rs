@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
-use tokio::net::unix::OwnedReadHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -17,14 +15,14 @@ use super::error::Unavailable;
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
-use super::socket::{SocketDirectory, own_uid, peer_allowed};
 use crate::client::{CallId, Client, Effect, Event, Resolution};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
-use crate::election::LeaderElection;
+use crate::election::{Election, Term};
 use crate::protocol::{
     ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
     decode_response, encode,
 };
+use crate::transport::{ConnectError, Connection, Transport};
 
 /// How long a shutting-down process waits for its lands to be acknowledged,
 /// so that its joiners get the values it produced (SPEC.md §9.3).
@@ -58,9 +56,9 @@ pub enum CallEvent {
     Unavailable(Arc<Unavailable>),
 }
 
-pub struct Driver {
-    election: LeaderElection,
-    sockets: Arc<SocketDirectory>,
+pub struct Driver<E, T> {
+    election: E,
+    transport: T,
     options: Options,
     client: Client,
     calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
@@ -69,7 +67,6 @@ pub struct Driver {
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
-    uid: u32,
 }
 
 enum Wake {
@@ -78,28 +75,27 @@ enum Wake {
     Retry,
 }
 
-impl Driver {
-    pub fn new(
-        election: LeaderElection,
-        sockets: Arc<SocketDirectory>,
-        options: Options,
-    ) -> Driver {
+impl<E, T> Driver<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    pub fn new(election: E, transport: T, options: Options) -> Driver<E, T> {
         Driver {
             election,
-            sockets,
+            transport,
             options,
             client: Client::new(),
             calls: BTreeMap::new(),
             leading: BTreeSet::new(),
             writer: None,
             serving: None,
-            uid: own_uid(),
         }
     }
 
     /// Runs until every handle is gone or [`Command::Close`] arrives.
     pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut lines: Option<Lines<OwnedReadHalf>> = None;
+        let mut lines: Option<Lines<T::Reader>> = None;
         let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
         let mut handles_left = true;
         loop {
@@ -222,11 +218,25 @@ impl Driver {
     }
 
     /// One attempt to reach the coordinator, or to become it (SPEC.md §10.1).
-    async fn connect(&mut self) -> Option<Lines<OwnedReadHalf>> {
+    async fn connect(&mut self) -> Option<Lines<T::Reader>> {
         for _ in 0..2 {
-            match UnixStream::connect(self.sockets.socket()).await {
-                Ok(stream) => return self.handshake(stream).await,
-                Err(error) => debug!(%error, "no coordinator answers"),
+            match self.election.coordinator().await {
+                Ok(Some(address)) => match self.transport.connect(&address).await {
+                    Ok(connection) => return self.handshake(connection).await,
+                    Err(ConnectError::Unreachable(error)) => {
+                        debug!(%error, "no coordinator answers");
+                    }
+                    Err(error) => {
+                        warn!(%error, "refusing the coordinator (SPEC.md §11.2)");
+                        return None;
+                    }
+                },
+                Ok(None) => debug!("no coordinator serves"),
+                Err(error) => {
+                    warn!(%error, "cannot find the coordinator");
+                    self.fail_waiting(Unavailable::Election(error));
+                    return None;
+                }
             }
             // §7.2: a process that holds the claim never campaigns again;
             // that would open the lock file a second time and could drop the
@@ -235,13 +245,16 @@ impl Driver {
                 return None;
             }
             self.serving = None;
-            match self.election.campaign(Duration::ZERO) {
-                Ok(Some(leadership)) => {
-                    let epoch = leadership.epoch();
-                    match server::start(leadership, self.sockets.clone(), &self.options) {
-                        Ok(serving) => self.serving = Some(serving),
+            match self.election.campaign().await {
+                Ok(Some(term)) => {
+                    let epoch = term.epoch();
+                    match self.transport.listen() {
+                        Ok(listener) => {
+                            self.serving = Some(server::start(term, listener, &self.options));
+                        }
                         Err(error) => {
                             warn!(%epoch, %error, "won the election but cannot serve; resigning");
+                            term.resign(false).await;
                             return None;
                         }
                     }
@@ -257,15 +270,14 @@ impl Driver {
         None
     }
 
-    async fn handshake(&mut self, stream: UnixStream) -> Option<Lines<OwnedReadHalf>> {
-        match stream.peer_cred() {
-            Ok(credentials) if peer_allowed(credentials.uid(), self.uid) => {}
-            other => {
-                warn!(peer = ?other.map(|c| c.uid()), "the socket is served by another user; refusing it (SPEC.md §11.2)");
-                return None;
-            }
-        }
-        let (read, mut write) = stream.into_split();
+    async fn handshake(
+        &mut self,
+        connection: Connection<T::Reader, T::Writer>,
+    ) -> Option<Lines<T::Reader>> {
+        let Connection {
+            reader: read,
+            writer: mut write,
+        } = connection;
         let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
         hello.push(b'\n');
         if write.write_all(&hello).await.is_err() {
@@ -334,7 +346,7 @@ fn deadline_after(duration: Duration) -> tokio::time::Instant {
 }
 
 async fn write_requests(
-    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
 ) {
     let mut batch = Vec::new();

@@ -10,15 +10,15 @@ mod lines;
 mod options;
 mod serve;
 mod server;
-mod socket;
 mod status;
 
+pub use crate::election::CLEAN_FILE;
+pub use crate::transport::unix::SOCKET_FILE;
 pub use api::{Builder, Call, Landed, Role, SingleFlight};
 pub use codec::{Codec, Json};
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
 pub use serve::ServeError;
-pub use server::{CLEAN_FILE, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
-pub use socket::SOCKET_FILE;
+pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use status::{Status, StatusError, status};

@@ -3,15 +3,15 @@
 use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
 
 use super::lines::Lines;
 use super::options::HANDSHAKE_TIMEOUT;
-use super::socket::{SocketDirectory, own_uid, peer_allowed};
 use crate::protocol::{
     ClientHello, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
     decode_coordinator_hello, decode_response,
 };
+use crate::transport::unix::{InDirectory, UnixTransport};
+use crate::transport::{ConnectError, Connection, PeerRefused, Transport};
 
 /// What the coordinator of a directory reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,21 +74,24 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
     // A directory too long for a socket address is reached through a
     // descriptor on it (§11.1); when it does not exist, nobody coordinates
     // there, exactly as when its socket is missing.
-    let sockets = SocketDirectory::new(directory).map_err(|error| match error.kind() {
+    let transport = UnixTransport::new(directory).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => no_coordinator(error),
         _ => StatusError::Io(error),
     })?;
-    let stream = UnixStream::connect(sockets.socket())
+    let Connection {
+        reader: read,
+        writer: mut write,
+    } = transport
+        .connect(&InDirectory)
         .await
-        .map_err(no_coordinator)?;
-    let uid = stream.peer_cred()?.uid();
-    if !peer_allowed(uid, own_uid()) {
-        return Err(StatusError::OtherUser {
-            directory: name,
-            uid,
-        });
-    }
-    let (read, mut write) = stream.into_split();
+        .map_err(|error| match error {
+            ConnectError::Unreachable(error) => no_coordinator(error),
+            ConnectError::Refused(PeerRefused::OtherUser { uid }) => StatusError::OtherUser {
+                directory: name.clone(),
+                uid,
+            },
+            ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
+        })?;
     let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
     request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");
     write.write_all(&request).await?;
