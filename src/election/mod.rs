@@ -5,6 +5,8 @@
 //! - [`local`]: the SQLite claim on `flight.lock`, the durable epoch in
 //!   `flight.epoch` and the checks on the flight directory, for processes of
 //!   one machine. Its items are re-exported here.
+//! - `etcd` (feature `cluster`): a lease and a key in etcd, the epoch as an
+//!   etcd counter, for processes of many machines (§14).
 //!
 //! # Driving contract (every backend)
 //!
@@ -37,6 +39,8 @@
 //!   except through this module: POSIX locks belong to the whole process, and
 //!   closing any other descriptor on the file releases the claim (§7.2).
 
+#[cfg(feature = "cluster")]
+pub mod etcd;
 pub mod local;
 
 use std::future::Future;
@@ -78,6 +82,15 @@ pub trait Election: Send + 'static {
     fn campaign(
         &mut self,
     ) -> impl Future<Output = Result<Option<Self::Term>, ElectionError>> + Send;
+
+    /// Resolves when the coordinator that [`coordinator`](Self::coordinator)
+    /// last reported no longer holds its term, for a client connected to it
+    /// that would not otherwise learn it (a dead host sends no FIN). Local
+    /// coordinators share the client's kernel, which closes the connection
+    /// when they die: this never resolves.
+    fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        std::future::pending()
+    }
 }
 
 /// One term as the coordinator, from a won [`Election::campaign`] until
@@ -176,6 +189,53 @@ pub enum ElectionError {
         step: DurableStep,
         error: io::Error,
     },
+    /// A cluster name that could reach into other clusters' keys (§14.1).
+    #[error(
+        "the cluster name {name:?} is not allowed: use 1 to 128 letters, digits, '.', '_' or '-' (SPEC.md §14.1)"
+    )]
+    ClusterName { name: String },
+    /// No etcd member answers (§14.6).
+    #[error(
+        "cannot reach etcd at {endpoints}: {error}; check that the members run and that these URLs (--etcd, SINGLE_FLIGHT_ETCD) are right"
+    )]
+    EtcdUnreachable { endpoints: String, error: String },
+    /// etcd did not answer a request in time or refused it: quorum lost,
+    /// members unreachable (§14.6).
+    #[error(
+        "etcd at {endpoints} failed while {what}: {error}; if a majority of its members is down or cut off, service resumes when they are back"
+    )]
+    EtcdRequest {
+        what: &'static str,
+        endpoints: String,
+        error: String,
+    },
+    /// `https://` endpoints without certificates.
+    #[error(
+        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
+    )]
+    EtcdTlsMissing { endpoints: String },
+    #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
+    EtcdTlsFile {
+        what: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// The epoch counter holds no epoch; the election fails closed (§14.1).
+    #[error(
+        "the etcd key {key} holds {value:?}, which is not an epoch: refusing to start a term, because a guess could reuse fencing tokens. Put into it a number larger than every epoch this cluster has used (a fencing token divided by 4294967296)"
+    )]
+    EtcdEpochCorrupt { key: String, value: String },
+    /// The epoch counter reached the largest epoch (§6, §14.1).
+    #[error(
+        "the etcd key {key} holds {}, the largest epoch (SPEC.md §6): no further term can start in this cluster. Use a new cluster name, and reset the highest token that each fenced resource has stored",
+        Epoch::MAX
+    )]
+    EtcdEpochExhausted { key: String },
+    /// The term can no longer prove that its lease lives (§14.2).
+    #[error(
+        "the coordinator's lease on {key} can no longer be proven alive ({reason}); this term has ended"
+    )]
+    LeaseLost { key: String, reason: String },
     /// Ending the term reported an error; the claim is released anyway when
     /// the lock file is closed (§7.2).
     #[error(
