@@ -489,6 +489,14 @@ impl EtcdTerm {
     }
 }
 
+impl Drop for EtcdTerm {
+    /// A term dropped without [`Term::resign`] stops renewing, so that its
+    /// lease expires as if its process had died.
+    fn drop(&mut self) {
+        self.renewing.abort();
+    }
+}
+
 impl Term for EtcdTerm {
     fn epoch(&self) -> Epoch {
         self.epoch
