@@ -72,8 +72,14 @@ pub struct Driver<E, T> {
 enum Wake {
     Command(Option<Command>),
     Line(Result<Vec<u8>, LineError>),
+    /// The election says the coordinator this process is connected to no
+    /// longer holds its term (§14.3).
+    CoordinatorGone,
     Retry,
 }
+
+/// A future that resolves when the connected coordinator's term is over.
+type Gone = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl<E, T> Driver<E, T>
 where
@@ -96,11 +102,15 @@ where
     /// Runs until every handle is gone or [`Command::Close`] arrives.
     pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut lines: Option<Lines<T::Reader>> = None;
+        let mut gone: Option<Gone> = None;
         let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
         let mut handles_left = true;
         loop {
             if lines.is_none() {
                 lines = self.connect().await;
+                gone = lines
+                    .is_some()
+                    .then(|| Box::pin(self.election.coordinator_gone()) as Gone);
             }
             if let Some((deadline, _)) = &closing {
                 #[allow(clippy::disallowed_methods)] // the shell owns time
@@ -112,6 +122,7 @@ where
             let wake = tokio::select! {
                 command = commands.recv(), if handles_left => Wake::Command(command),
                 line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
+                () = async { gone.as_mut().expect("guarded").await }, if gone.is_some() && lines.is_some() => Wake::CoordinatorGone,
                 () = tokio::time::sleep(self.options.poll_interval), if lines.is_none() || closing.is_some() => Wake::Retry,
             };
             match wake {
@@ -140,6 +151,12 @@ where
                 Wake::Line(Err(error)) => {
                     debug!(%error, "lost the coordinator");
                     lines = None;
+                    self.lost();
+                }
+                Wake::CoordinatorGone => {
+                    info!("the coordinator's term is over; leaving it (SPEC.md §14.3)");
+                    lines = None;
+                    gone = None;
                     self.lost();
                 }
                 Wake::Retry => {}
