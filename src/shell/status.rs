@@ -91,6 +91,9 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
                 uid,
             },
             ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
+            // The Unix transport refuses no other way; the rest are other
+            // transports' errors.
+            error => StatusError::Io(std::io::Error::other(error)),
         })?;
     let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
     request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");

@@ -7,7 +7,11 @@
 //!
 //! - [`unix`]: the Unix socket in the flight directory, with peer
 //!   credentials (§11.1, §11.2).
+//! - [`tcp`] (feature `cluster`): TCP between the hosts of a cluster, with
+//!   mutual TLS 1.3, or plain on loopback.
 
+#[cfg(feature = "cluster")]
+pub mod tcp;
 pub mod unix;
 
 use std::future::Future;
@@ -79,6 +83,10 @@ pub enum ConnectError {
     /// Something answers that this process must not trust.
     #[error(transparent)]
     Refused(#[from] PeerRefused),
+    /// The coordinator's address cannot be used as it is written, or not
+    /// with this transport's settings; trying again will not help.
+    #[error("cannot use the coordinator's address {address}: {reason}")]
+    Address { address: String, reason: String },
 }
 
 /// Why the other end of a connection is not trusted (§11.2).
@@ -89,4 +97,13 @@ pub enum PeerRefused {
     OtherUser { uid: u32 },
     #[error("the peer's user cannot be told: {0}")]
     Unknown(io::Error),
+    /// The peer's certificate is missing or does not verify. `peer` says
+    /// who ("the client at 10.0.0.2:51234", "the coordinator at
+    /// 10.0.0.1:7000"), `problem` what it presented.
+    #[error("{peer} presented {problem}")]
+    Certificate { peer: String, problem: String },
+    /// The connection could not be set up for another reason (a TLS
+    /// handshake that failed or took too long).
+    #[error("cannot set up the connection with {peer}: {reason}")]
+    Setup { peer: String, reason: String },
 }
