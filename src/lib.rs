@@ -65,6 +65,8 @@ pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
     Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
 };
+#[cfg(feature = "cluster")]
+pub use shell::{Cluster, ClusterError};
 
 #[doc(hidden)]
 pub mod fuzzing;

@@ -1,4 +1,6 @@
 //! The cluster election against a real etcd (SPEC.md §14.1–§14.3).
+// Tests own time: they wait for etcd with deadlines.
+#![allow(clippy::disallowed_methods)]
 #![cfg(feature = "cluster")]
 
 mod support;
@@ -48,7 +50,11 @@ async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
     let mut first = election(&etcd, "c", "10.0.0.1:7000").await;
     let mut second = election(&etcd, "c", "10.0.0.2:7000").await;
     assert_eq!(second.coordinator().await.unwrap(), None);
-    let term = first.campaign().await.unwrap().expect("the first campaign wins");
+    let term = first
+        .campaign()
+        .await
+        .unwrap()
+        .expect("the first campaign wins");
     assert_eq!(term.epoch().get(), 1);
     assert!(!term.follows_failover(), "the first term waits for nobody");
     assert!(term.still_holds());
@@ -56,7 +62,10 @@ async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
         second.coordinator().await.unwrap().as_deref(),
         Some("10.0.0.1:7000")
     );
-    assert!(second.campaign().await.unwrap().is_none(), "the key is held");
+    assert!(
+        second.campaign().await.unwrap().is_none(),
+        "the key is held"
+    );
     term.resign(true).await;
     let term = second.campaign().await.unwrap().expect("the key is free");
     assert_eq!(term.epoch().get(), 2);
@@ -74,7 +83,10 @@ async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
         .expect("the watch sees the key go");
     let term = win(&mut first).await;
     assert_eq!(term.epoch().get(), 3);
-    assert!(term.follows_failover(), "the previous term did not end clean");
+    assert!(
+        term.follows_failover(),
+        "the previous term did not end clean"
+    );
     term.resign(false).await;
 }
 
@@ -90,7 +102,10 @@ async fn s14_1_clusters_share_an_etcd_without_seeing_each_other() {
     let term_a = a.campaign().await.unwrap().expect("a's first term");
     let term_b = b.campaign().await.unwrap().expect("b's first term");
     assert_eq!((term_a.epoch().get(), term_b.epoch().get()), (1, 1));
-    assert_eq!(b.coordinator().await.unwrap().as_deref(), Some("10.0.0.2:1"));
+    assert_eq!(
+        b.coordinator().await.unwrap().as_deref(),
+        Some("10.0.0.2:1")
+    );
     term_a.resign(true).await;
     term_b.resign(true).await;
 }

@@ -76,7 +76,8 @@ pub struct SingleFlight {
 }
 
 struct Shared {
-    directory: PathBuf,
+    /// `None` in cluster mode.
+    directory: Option<PathBuf>,
     commands: mpsc::UnboundedSender<Command>,
     next_call: AtomicU64,
 }
@@ -84,8 +85,19 @@ struct Shared {
 /// Configures a [`SingleFlight`] before it opens.
 #[derive(Clone, Debug)]
 pub struct Builder {
-    directory: PathBuf,
-    options: Options,
+    pub(crate) place: Place,
+    pub(crate) options: Options,
+}
+
+/// Where the processes meet: the one place that chooses a backend; the
+/// shell below it is generic over the election and the transport.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    /// A flight directory on this machine (SPEC.md §7, §11).
+    Directory(PathBuf),
+    /// A cluster of machines (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    Cluster(Box<super::cluster::Cluster>),
 }
 
 impl Builder {
@@ -114,16 +126,28 @@ impl Builder {
         self
     }
 
-    pub(crate) fn into_parts(self) -> (PathBuf, Options) {
-        (self.directory, self.options)
-    }
-
     /// Checks the directory (creating it with mode 0700 if missing,
-    /// SPEC.md §7.4) and starts this process's single-flight thread. It
-    /// connects to the coordinator, or becomes it, at the first call.
+    /// SPEC.md §7.4), or connects to etcd and loads the certificates in
+    /// cluster mode (§14), and starts this process's single-flight thread.
+    /// It connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
+        let directory = match self.place {
+            Place::Directory(directory) => directory,
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => {
+                let (election, transport) = cluster.connect().await?;
+                let commands = start_thread(Driver::new(election, transport, self.options))?;
+                return Ok(SingleFlight {
+                    shared: Arc::new(Shared {
+                        directory: None,
+                        commands,
+                        next_call: AtomicU64::new(1),
+                    }),
+                });
+            }
+        };
         let election = LocalElection::new(
-            &self.directory,
+            &directory,
             ElectionOptions {
                 poll_interval: self.options.poll_interval,
                 directory: self.options.directory.clone(),
@@ -132,18 +156,18 @@ impl Builder {
         .map_err(|error| match error {
             ElectionError::Directory(error) => OpenError::Directory(error),
             other => OpenError::Socket {
-                path: self.directory.display().to_string(),
+                path: directory.display().to_string(),
                 error: std::io::Error::other(other.to_string()),
             },
         })?;
-        let transport = UnixTransport::new(&self.directory).map_err(|error| OpenError::Socket {
-            path: self.directory.display().to_string(),
+        let transport = UnixTransport::new(&directory).map_err(|error| OpenError::Socket {
+            path: directory.display().to_string(),
             error,
         })?;
         let commands = start_thread(Driver::new(election, transport, self.options))?;
         Ok(SingleFlight {
             shared: Arc::new(Shared {
-                directory: self.directory,
+                directory: Some(directory),
                 commands,
                 next_call: AtomicU64::new(1),
             }),
@@ -153,7 +177,9 @@ impl Builder {
 
 /// Starts the process's single-flight thread, which runs `driver` until
 /// every handle is gone; returns the way to send it commands.
-fn start_thread<E, T>(driver: Driver<E, T>) -> Result<mpsc::UnboundedSender<Command>, OpenError>
+pub(crate) fn start_thread<E, T>(
+    driver: Driver<E, T>,
+) -> Result<mpsc::UnboundedSender<Command>, OpenError>
 where
     E: Election,
     T: Transport<Address = E::Address>,
@@ -180,14 +206,14 @@ impl SingleFlight {
     /// Options other than the defaults.
     pub fn builder(directory: impl AsRef<Path>) -> Builder {
         Builder {
-            directory: directory.as_ref().to_owned(),
+            place: Place::Directory(directory.as_ref().to_owned()),
             options: Options::default(),
         }
     }
 
-    /// The flight directory.
-    pub fn directory(&self) -> &Path {
-        &self.shared.directory
+    /// The flight directory; `None` in cluster mode.
+    pub fn directory(&self) -> Option<&Path> {
+        self.shared.directory.as_deref()
     }
 
     /// Runs `work` for `key` once among every concurrent caller of every

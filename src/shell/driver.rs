@@ -244,7 +244,8 @@ where
                         debug!(%error, "no coordinator answers");
                     }
                     Err(error) => {
-                        warn!(%error, "refusing the coordinator (SPEC.md §11.2)");
+                        warn!(%error, "refusing the coordinator (SPEC.md §11.2, §14.5)");
+                        self.fail_waiting(Unavailable::Refused(error));
                         return None;
                     }
                 },

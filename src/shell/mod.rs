@@ -2,6 +2,8 @@
 //! drive the pure coordinator and client, and the public API.
 
 mod api;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod codec;
 mod driver;
 mod error;
@@ -15,6 +17,8 @@ mod status;
 pub use crate::election::CLEAN_FILE;
 pub use crate::transport::unix::SOCKET_FILE;
 pub use api::{Builder, Call, Landed, Role, SingleFlight};
+#[cfg(feature = "cluster")]
+pub use cluster::{CLUSTER_POLL_INTERVAL, Cluster, ClusterError, DEFAULT_CLUSTER_GRACE_WINDOW};
 pub use codec::{Codec, Json};
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;

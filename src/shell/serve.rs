@@ -5,7 +5,7 @@ use std::future::Future;
 
 use tracing::{info, warn};
 
-use super::api::Builder;
+use super::api::{Builder, Place};
 use super::options::Options;
 use super::server;
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection, Term};
@@ -22,6 +22,10 @@ pub enum ServeError {
     Election(#[from] ElectionError),
     #[error("cannot bind the coordinator's socket in {path}: {error}")]
     Socket { path: String, error: std::io::Error },
+    /// Cluster mode could not start (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    #[error(transparent)]
+    Cluster(#[from] super::cluster::ClusterError),
 }
 
 impl Builder {
@@ -41,7 +45,25 @@ impl Builder {
     /// # }
     /// ```
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
-        let (directory, options) = self.into_parts();
+        let options = self.options;
+        let directory = match self.place {
+            Place::Directory(directory) => directory,
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => {
+                let (election, transport) = cluster.connect().await?;
+                let advertised = cluster.advertised(&transport);
+                info!(advertise = %advertised, "campaigning");
+                return serve(election, transport, &options, shutdown)
+                    .await
+                    .map_err(|error| match error {
+                        Stopped::Election(error) => ServeError::Election(error),
+                        Stopped::Listen(error) => ServeError::Socket {
+                            path: advertised,
+                            error,
+                        },
+                    });
+            }
+        };
         let election = LocalElection::new(
             &directory,
             ElectionOptions {

@@ -3,6 +3,7 @@
 //! a temporary data directory, stopped and removed on drop.
 
 #![allow(dead_code)] // each test file uses a part of it
+#![allow(clippy::disallowed_methods)] // the harness owns time and threads
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::PathBuf;
