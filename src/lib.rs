@@ -66,7 +66,7 @@ pub use shell::{
     Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
 };
 #[cfg(feature = "cluster")]
-pub use shell::{Cluster, ClusterError};
+pub use shell::{Cluster, ClusterError, cluster_status};
 
 #[doc(hidden)]
 pub mod fuzzing;

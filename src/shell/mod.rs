@@ -25,4 +25,6 @@ pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
 pub use serve::ServeError;
 pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+#[cfg(feature = "cluster")]
+pub use status::cluster_status;
 pub use status::{Status, StatusError, status};

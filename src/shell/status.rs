@@ -20,6 +20,8 @@ pub struct Status {
     pub epoch: Epoch,
     /// The coordinator's process id.
     pub pid: u32,
+    /// The address the coordinator advertises, in cluster mode.
+    pub address: Option<String>,
     /// The flights in progress, in key order.
     pub flights: Vec<FlightStatus>,
     /// While the term's grace window is open (SPEC.md §8.4), how many runs
@@ -51,6 +53,10 @@ pub enum StatusError {
     Timeout,
     #[error("talking to the coordinator: {0}")]
     Io(#[from] std::io::Error),
+    /// Cluster mode could not start: etcd, certificates (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    #[error(transparent)]
+    Cluster(Box<super::ClusterError>),
 }
 
 /// Asks the coordinator of `directory` for its term and flights.
@@ -80,7 +86,7 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
     })?;
     let Connection {
         reader: read,
-        writer: mut write,
+        writer: write,
     } = transport
         .connect(&InDirectory)
         .await
@@ -95,6 +101,19 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
             // transports' errors.
             error => StatusError::Io(std::io::Error::other(error)),
         })?;
+    exchange(read, write, None).await
+}
+
+/// Asks the coordinator at the end of a connection for its status.
+async fn exchange<R, W>(
+    read: R,
+    mut write: W,
+    address: Option<String>,
+) -> Result<Status, StatusError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
     request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");
     write.write_all(&request).await?;
@@ -119,6 +138,7 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
         } => Ok(Status {
             epoch,
             pid: hello.pid,
+            address,
             flights,
             waiting_in_grace: waiting,
         }),
@@ -127,6 +147,37 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
             op: format!("{other:?}"),
         })),
     }
+}
+
+/// Asks the coordinator of a cluster for its term and flights (SPEC.md
+/// §14.3); its [`Status::address`] is the one it advertises.
+#[cfg(feature = "cluster")]
+pub async fn cluster_status(cluster: &super::Cluster) -> Result<Status, StatusError> {
+    use crate::election::Election;
+    let (mut election, transport) = cluster
+        .connect()
+        .await
+        .map_err(|error| StatusError::Cluster(Box::new(error)))?;
+    let address = election
+        .coordinator()
+        .await
+        .map_err(|error| StatusError::Cluster(Box::new(error.into())))?
+        .ok_or_else(|| StatusError::NoCoordinator {
+            directory: format!("the cluster at {}", election.coordinator_key()),
+            error: std::io::Error::new(std::io::ErrorKind::NotFound, "no coordinator key"),
+        })?;
+    let Connection { reader, writer } =
+        transport
+            .connect(&address)
+            .await
+            .map_err(|error| match error {
+                ConnectError::Unreachable(error) => StatusError::NoCoordinator {
+                    directory: format!("the cluster's coordinator at {address}"),
+                    error,
+                },
+                other => StatusError::Io(std::io::Error::other(other)),
+            })?;
+    exchange(reader, writer, Some(address)).await
 }
 
 fn line_error(error: super::lines::LineError) -> StatusError {
