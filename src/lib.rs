@@ -52,6 +52,10 @@
 //! [`election`] (who coordinates), and the tokio [`shell`] that runs them over
 //! Unix sockets.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml): `doc_cfg` marks
+// each item that a cargo feature gates with that feature's name. (It took in
+// the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod client;
 pub mod coordinator;
