@@ -4,6 +4,7 @@
 #
 #   ca.pem, ca.key           the cluster's CA
 #   server.pem, server.key   a process's certificate, signed by ca: valid for
+#                            the names in $EXTRA_SAN too (e.g. IP:10.0.0.1),
 #                            IP 127.0.0.1 and DNS localhost, usable both as a
 #                            coordinator and as a client (each process of a
 #                            cluster is both, at different times)
@@ -51,7 +52,7 @@ leaf() {
 }
 
 ca ca "single-flight test CA"
-leaf server ca "single-flight test process" "serverAuth,clientAuth" "IP:127.0.0.1,DNS:localhost"
+leaf server ca "single-flight test process" "serverAuth,clientAuth" "IP:127.0.0.1,DNS:localhost${EXTRA_SAN:+,$EXTRA_SAN}"
 leaf client ca "single-flight test client" "clientAuth"
 ca other-ca "another cluster's CA"
 leaf other-client other-ca "another cluster's client" "clientAuth"
