@@ -274,10 +274,22 @@ pub(super) fn coordinator_certificate_problem(error: &rustls::Error, host: &str)
     }
 }
 
+/// What a handshake that failed for a reason other than a certificate
+/// means, in words.
+pub(super) fn handshake_problem(error: &rustls::Error) -> String {
+    match error {
+        // The first bytes were not a TLS record: the peer speaks plain TCP.
+        rustls::Error::InvalidMessage(_) => format!(
+            "the TLS handshake failed: {error}; the peer does not speak TLS (does it run without --tls-ca, --tls-cert and --tls-key?)"
+        ),
+        error => format!("the TLS handshake failed: {error}"),
+    }
+}
+
 fn certificate_problem(problem: &CertificateError) -> String {
     match problem {
         CertificateError::UnknownIssuer => {
-            "UnknownIssuer (it is not signed by the CA of --tls-ca)".to_owned()
+            "UnknownIssuer (it is not signed by the CA in this process's --tls-ca)".to_owned()
         }
         problem => problem.to_string(),
     }
