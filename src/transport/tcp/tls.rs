@@ -6,7 +6,12 @@
 //! term, with one certificate for both roles. The coordinator requires a
 //! client certificate signed by the cluster's CA; a client requires the
 //! coordinator's certificate to be signed by the same CA and valid for the
-//! host it advertised. The cryptography is rustls' ring provider, passed to
+//! host it advertised. The coordinator checks no names in a client's
+//! certificate: whatever the CA signed is a member of the cluster, so the CA
+//! must be the cluster's own, never one shared with other services. A
+//! process's certificate therefore needs both extended key usages,
+//! `serverAuth` and `clientAuth` (tests/support/make-certs.sh is the recipe).
+//! The cryptography is rustls' ring provider, passed to
 //! each configuration: nothing installs a process-wide default, so an
 //! embedder's own rustls setup is neither needed nor disturbed.
 
