@@ -7,7 +7,7 @@
 //!
 //! - [`unix`]: the Unix socket in the flight directory, with peer
 //!   credentials (§11.1, §11.2).
-//! - [`tcp`] (feature `cluster`): TCP between the hosts of a cluster, with
+//! - `tcp` (feature `cluster`): TCP between the hosts of a cluster, with
 //!   mutual TLS 1.3, or plain on loopback.
 
 #[cfg(feature = "cluster")]

@@ -45,7 +45,10 @@ pub use stream::PeerStream;
 pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigError, TlsFile};
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
-use tls::{TlsConfigs, client_certificate_problem, coordinator_certificate_problem, rustls_error};
+use tls::{
+    TlsConfigs, client_certificate_problem, coordinator_certificate_problem, handshake_problem,
+    rustls_error,
+};
 
 /// How long either side waits for the other to complete the TLS handshake.
 /// A handshake is two round trips and a few signatures: milliseconds on any
@@ -379,7 +382,7 @@ impl Transport for TcpTransport {
                     Some(problem) => PeerRefused::Certificate { peer, problem }.into(),
                     None => PeerRefused::Setup {
                         peer,
-                        reason: format!("the TLS handshake failed: {tls_error}"),
+                        reason: handshake_problem(tls_error),
                     }
                     .into(),
                 },
@@ -391,7 +394,7 @@ impl Transport for TcpTransport {
             Err(_) => Err(ConnectError::Unreachable(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
-                    "{peer} accepted the connection but did not complete the TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}; is its process stopped?"
+                    "{peer} accepted the connection but did not complete the TLS handshake within {TLS_HANDSHAKE_TIMEOUT:?}; is its process stopped, or does it run without TLS?"
                 ),
             ))),
         }
@@ -460,7 +463,7 @@ impl Listener for TcpSocketListener {
                     Some(problem) => PeerRefused::Certificate { peer, problem },
                     None => PeerRefused::Setup {
                         peer,
-                        reason: format!("the TLS handshake failed: {tls_error}"),
+                        reason: handshake_problem(tls_error),
                     },
                 },
                 None => PeerRefused::Setup {
@@ -487,5 +490,65 @@ impl Listener for TcpSocketListener {
     /// another process of this host.
     fn close(self) {
         drop(self.listener);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stated bound follows from the constants: a vanished peer is
+    /// noticed at the first probe past the user timeout.
+    #[test]
+    fn the_dead_peer_bound_covers_the_keepalive_settings() {
+        assert!(KEEPALIVE_IDLE <= USER_TIMEOUT);
+        assert!(USER_TIMEOUT + KEEPALIVE_INTERVAL <= DEAD_PEER_BOUND);
+        let probes_until_given_up = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_PROBES;
+        assert!(probes_until_given_up <= DEAD_PEER_BOUND);
+    }
+
+    /// Both ends of a connection, the client's from `connect` and the
+    /// coordinator's from `establish`, carry the heartbeat settings.
+    #[tokio::test]
+    async fn both_ends_have_keepalive_and_no_delay() {
+        let options = |listen: &str| TcpOptions {
+            listen: listen.parse().unwrap(),
+            security: Security::Insecure,
+        };
+        let coordinator = TcpTransport::new(options("127.0.0.1:0")).unwrap();
+        let client = TcpTransport::new(options("127.0.0.1:0")).unwrap();
+        let mut listener = coordinator.listen().unwrap();
+        let address = coordinator.local_address().to_string();
+        let accept = async {
+            let incoming = listener.accept().await.unwrap();
+            TcpSocketListener::establish(incoming).await
+        };
+        let (connected, accepted) = tokio::join!(client.connect(&address), accept);
+        for connection in [connected.ok().unwrap(), accepted.ok().unwrap()] {
+            let stream = connection.reader.unsplit(connection.writer);
+            let socket = SockRef::from(stream.tcp());
+            assert!(socket.tcp_nodelay().unwrap());
+            assert!(socket.keepalive().unwrap());
+            assert_eq!(socket.tcp_keepalive_time().unwrap(), KEEPALIVE_IDLE);
+            assert_eq!(socket.tcp_keepalive_interval().unwrap(), KEEPALIVE_INTERVAL);
+            assert_eq!(socket.tcp_keepalive_retries().unwrap(), KEEPALIVE_PROBES);
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            assert_eq!(socket.tcp_user_timeout().unwrap(), Some(USER_TIMEOUT));
+        }
+        listener.close();
+    }
+
+    #[test]
+    fn addresses_are_taken_apart() {
+        let target = Target::parse("[::1]:7000").unwrap();
+        assert_eq!((target.host, target.port), ("::1", 7000));
+        assert!(target.is_loopback());
+        let target = Target::parse("coordinator.example:443").unwrap();
+        assert_eq!((target.host, target.port), ("coordinator.example", 443));
+        assert!(!target.is_loopback());
+        assert!(Target::parse("LocalHost:1").unwrap().is_loopback());
+        assert!(Target::parse("[::ffff:127.0.0.1]:1").unwrap().is_loopback());
+        assert!(Target::parse("127.1.2.3:1").unwrap().is_loopback());
+        assert!(!Target::parse("0.0.0.0:1").unwrap().is_loopback());
     }
 }

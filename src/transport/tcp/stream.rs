@@ -57,6 +57,15 @@ impl PeerStream {
         }
     }
 
+    /// The TCP connection underneath.
+    #[cfg(test)]
+    pub(super) fn tcp(&self) -> &TcpStream {
+        match &self.inner {
+            Inner::Plain(stream) => stream,
+            Inner::Tls(stream) => stream.get_ref().0,
+        }
+    }
+
     /// What a failed TLS read means, in words; `Ok` for an end of stream.
     fn explain(&self, error: io::Error) -> io::Result<()> {
         // A peer that closes without TLS's close_notify (a process that

@@ -6,7 +6,12 @@
 //! term, with one certificate for both roles. The coordinator requires a
 //! client certificate signed by the cluster's CA; a client requires the
 //! coordinator's certificate to be signed by the same CA and valid for the
-//! host it advertised. The cryptography is rustls' ring provider, passed to
+//! host it advertised. The coordinator checks no names in a client's
+//! certificate: whatever the CA signed is a member of the cluster, so the CA
+//! must be the cluster's own, never one shared with other services. A
+//! process's certificate therefore needs both extended key usages,
+//! `serverAuth` and `clientAuth` (tests/support/make-certs.sh is the recipe).
+//! The cryptography is rustls' ring provider, passed to
 //! each configuration: nothing installs a process-wide default, so an
 //! embedder's own rustls setup is neither needed nor disturbed.
 
@@ -274,10 +279,22 @@ pub(super) fn coordinator_certificate_problem(error: &rustls::Error, host: &str)
     }
 }
 
+/// What a handshake that failed for a reason other than a certificate
+/// means, in words.
+pub(super) fn handshake_problem(error: &rustls::Error) -> String {
+    match error {
+        // The first bytes were not a TLS record: the peer speaks plain TCP.
+        rustls::Error::InvalidMessage(_) => format!(
+            "the TLS handshake failed: {error}; the peer does not speak TLS (does it run without --tls-ca, --tls-cert and --tls-key?)"
+        ),
+        error => format!("the TLS handshake failed: {error}"),
+    }
+}
+
 fn certificate_problem(problem: &CertificateError) -> String {
     match problem {
         CertificateError::UnknownIssuer => {
-            "UnknownIssuer (it is not signed by the CA of --tls-ca)".to_owned()
+            "UnknownIssuer (it is not signed by the CA in this process's --tls-ca)".to_owned()
         }
         problem => problem.to_string(),
     }
