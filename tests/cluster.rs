@@ -140,13 +140,17 @@ struct Process {
 }
 
 impl Process {
-    /// The next line that starts with `prefix`, skipping others.
+    /// The next line that holds `prefix`, from it on, skipping others (the
+    /// test harness of the child may print before it on the same line).
     fn expect(&mut self, prefix: &str) -> String {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(line) if line.contains(prefix) => {
+                    let start = line.find(prefix).expect("contained");
+                    return line[start..].to_owned();
+                }
                 Ok(_) => {}
                 Err(_) => panic!("no line starting with {prefix:?} in {PATIENCE:?}"),
             }
@@ -359,7 +363,11 @@ fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
     let leader = results.iter().find(|r| r.starts_with("led ")).unwrap();
     for result in &results {
         assert_eq!(token(result), token(leader), "one token: {results:?}");
-        assert_eq!(result.split(' ').nth(2), leader.split(' ').nth(2), "one value");
+        assert_eq!(
+            result.split(' ').nth(2),
+            leader.split(' ').nth(2),
+            "one value"
+        );
     }
 }
 
@@ -446,7 +454,9 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
     );
     let result = third.result();
     assert!(
-        result.starts_with("unavailable") || result.starts_with("open-error") || result == "deadline",
+        result.starts_with("unavailable")
+            || result.starts_with("open-error")
+            || result == "deadline",
         "no quorum: {result}"
     );
     world.etcd.restart(0);
@@ -459,6 +469,9 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
         if result.starts_with("led ") {
             break;
         }
-        assert!(Instant::now() < deadline, "service did not resume: {result}");
+        assert!(
+            Instant::now() < deadline,
+            "service did not resume: {result}"
+        );
     }
 }

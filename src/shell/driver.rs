@@ -298,12 +298,21 @@ where
         } = connection;
         let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
         hello.push(b'\n');
-        if write.write_all(&hello).await.is_err() {
+        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
             return None;
         }
         let mut lines = Lines::new(read);
         let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
             Ok(Ok(line)) => line,
+            Ok(Err(LineError::Io(error)))
+                if error.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                // §14.5: the coordinator refused this process's certificate;
+                // waiting would not change that.
+                warn!(%error, "the coordinator refused this process");
+                self.fail_waiting(Unavailable::Rejected(error));
+                return None;
+            }
             Ok(Err(error)) => {
                 debug!(%error, "the coordinator closed during the handshake");
                 return None;
@@ -374,7 +383,9 @@ async fn write_requests(
         while let Ok(line) = outgoing.try_recv() {
             batch.extend_from_slice(&line);
         }
-        if write.write_all(&batch).await.is_err() {
+        // A flush after every batch: a TLS writer keeps records back until
+        // flushed (a Unix socket's flush does nothing).
+        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
             return;
         }
     }

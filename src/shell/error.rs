@@ -51,6 +51,10 @@ pub enum Unavailable {
     /// certificate that does not verify, or one that refused ours.
     #[error("refusing the coordinator: {0}")]
     Refused(#[from] crate::transport::ConnectError),
+    /// The coordinator refused this process (SPEC.md §14.5): its
+    /// certificate is not one of the cluster's.
+    #[error("{0}")]
+    Rejected(io::Error),
     /// The `SingleFlight` this call belongs to was shut down, or its thread
     /// stopped.
     #[error("this SingleFlight has shut down; open a new one")]

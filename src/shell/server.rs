@@ -448,7 +448,9 @@ async fn write_lines(
                 Err(_) => break,
             }
         }
-        if write.write_all(&batch).await.is_err() {
+        // A flush after every batch: a TLS writer keeps records back until
+        // flushed (a Unix socket's flush does nothing).
+        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
             return;
         }
         queued.fetch_sub(batch.len(), Ordering::AcqRel);

@@ -117,6 +117,7 @@ where
     let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
     request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");
     write.write_all(&request).await?;
+    write.flush().await?;
     let mut lines = Lines::new(read);
     let exchange = async {
         let hello = decode_coordinator_hello(&lines.next().await.map_err(line_error)?)?;

@@ -85,10 +85,20 @@ impl Etcd {
         let members: Vec<Member> = places
             .iter()
             .enumerate()
-            .map(|(index, (ip, prefix))| Member {
+            .map(|(index, (ip, prefix))| {
+                // A member in a namespace of its own has every port free
+                // (and this process cannot bind that namespace's address).
+                let (client, peer) = if prefix.is_empty() {
+                    (free_port(*ip), free_port(*ip))
+                } else {
+                    (2379, 2380)
+                };
+                (index, ip, prefix, client, peer)
+            })
+            .map(|(index, ip, prefix, client, peer)| Member {
                 name: format!("m{index}"),
-                client_url: format!("http://{ip}:{}", free_port(*ip)),
-                peer_url: format!("http://{ip}:{}", free_port(*ip)),
+                client_url: format!("http://{ip}:{client}"),
+                peer_url: format!("http://{ip}:{peer}"),
                 data: scratch.join(format!("m{index}")),
                 prefix: prefix.clone(),
                 child: None,

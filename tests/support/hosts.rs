@@ -44,7 +44,9 @@ impl Hosts {
                 std::env::var_os("SINGLE_FLIGHT_REQUIRE_NETNS").is_none(),
                 "network namespaces are not available (root and iproute2's ip are needed), and SINGLE_FLIGHT_REQUIRE_NETNS is set"
             );
-            eprintln!("skipping: multi-host tests need root and iproute2's ip (network namespaces)");
+            eprintln!(
+                "skipping: multi-host tests need root and iproute2's ip (network namespaces)"
+            );
         }
         root && tool
     }
@@ -72,7 +74,9 @@ impl Hosts {
             let inside = format!("sfi{tag}{index}");
             ip(&["netns", "add", &name]);
             hosts.names.push(name.clone());
-            ip(&["link", "add", &outside, "type", "veth", "peer", "name", &inside]);
+            ip(&[
+                "link", "add", &outside, "type", "veth", "peer", "name", &inside,
+            ]);
             hosts.links.push(outside.clone());
             ip(&["link", "set", &inside, "netns", &name]);
             ip(&["link", "set", &outside, "master", &bridge]);
