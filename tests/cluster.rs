@@ -442,10 +442,12 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
     };
     world.release();
     let mut first = world.spawn(None, "call", &[("SF_KEY", "a")]);
-    assert!(first.result().starts_with("led "));
+    let result = first.result();
+    assert!(result.starts_with("led "), "{result}");
     world.etcd.kill(0);
     let mut second = world.spawn(None, "call", &[("SF_KEY", "b")]);
-    assert!(second.result().starts_with("led "), "one member down");
+    let result = second.result();
+    assert!(result.starts_with("led "), "one member down: {result}");
     world.etcd.kill(1);
     let mut third = world.spawn(
         None,

@@ -56,6 +56,49 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// cluster without quorum.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
 
+/// Attempts of one request to etcd. The client spreads requests over the
+/// members, and one sent to a member that died fails at once ("connection
+/// refused") until the client stops choosing it; a few attempts, a short
+/// pause apart, let a request reach a live member instead.
+const REQUEST_ATTEMPTS: u32 = 5;
+
+/// The pause between two attempts of a request (see [`REQUEST_ATTEMPTS`]).
+const REQUEST_RETRY: Duration = Duration::from_millis(100);
+
+/// Whether a failed request may succeed at another member: the member was
+/// unreachable (gRPC's UNAVAILABLE, code 14), not the request wrong.
+fn transient(error: &etcd_client::Error) -> bool {
+    const UNAVAILABLE: i32 = 14;
+    match error {
+        etcd_client::Error::GRpcStatus(status) => i32::from(status.code()) == UNAVAILABLE,
+        etcd_client::Error::TransportError(_) => true,
+        _ => false,
+    }
+}
+
+/// Sends a request, again at most [`REQUEST_ATTEMPTS`] times while it fails
+/// transiently. Every request made this way is safe to repeat: reads, a
+/// lease grant (an unused lease expires), and the campaign's transaction (if
+/// an attempt that failed was applied, the repeat finds the key taken and
+/// the campaign revokes its own lease).
+async fn with_retries<T, F, Fut>(client: &Client, mut request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut(Client) -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match request(client.clone()).await {
+            Err(error) if attempt < REQUEST_ATTEMPTS && transient(&error) => {
+                debug!(%error, attempt, "an etcd request failed; trying another member");
+                attempt += 1;
+                tokio::time::sleep(REQUEST_RETRY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// The longest cluster name, so that every key stays short.
 pub const MAX_CLUSTER_NAME_BYTES: usize = 128;
 
@@ -251,11 +294,12 @@ impl Election for EtcdElection {
 
     async fn coordinator(&mut self) -> Result<Option<String>, ElectionError> {
         let key = self.keys.coordinator.clone();
-        let answer = self
-            .client
-            .get(key, None)
-            .await
-            .map_err(|error| self.request_failed("reading the coordinator key", error))?;
+        let answer = with_retries(&self.client, |mut client| {
+            let key = key.clone();
+            async move { client.get(key, None).await }
+        })
+        .await
+        .map_err(|error| self.request_failed("reading the coordinator key", error))?;
         let revision = answer.header().map_or(0, |header| header.revision());
         let Some(found) = answer.kvs().first() else {
             self.seen = None;
@@ -272,11 +316,12 @@ impl Election for EtcdElection {
             return Ok(None);
         }
         let epoch_key = self.keys.epoch.clone();
-        let answer = self
-            .client
-            .get(epoch_key.clone(), None)
-            .await
-            .map_err(|error| self.request_failed("reading the epoch", error))?;
+        let answer = with_retries(&self.client, |mut client| {
+            let key = epoch_key.clone();
+            async move { client.get(key, None).await }
+        })
+        .await
+        .map_err(|error| self.request_failed("reading the epoch", error))?;
         let (last, last_revision) = match answer.kvs().first() {
             Some(found) => (
                 Some(parse_epoch(&epoch_key, found.value())?),
@@ -292,11 +337,12 @@ impl Election for EtcdElection {
         };
         // The lease is proven from the moment its grant was sent (§14.2).
         let sent = Instant::now();
-        let lease = self
-            .client
-            .lease_grant(self.ttl.as_secs() as i64, None)
-            .await
-            .map_err(|error| self.request_failed("granting a lease", error))?;
+        let ttl = self.ttl.as_secs() as i64;
+        let lease = with_retries(&self.client, |mut client| async move {
+            client.lease_grant(ttl, None).await
+        })
+        .await
+        .map_err(|error| self.request_failed("granting a lease", error))?;
         let granted = Duration::from_secs(lease.ttl().max(0) as u64);
         // §14.1: the key is won and the epoch raised in one transaction, which
         // succeeds only if nobody holds the key and nobody raised the epoch
@@ -318,7 +364,12 @@ impl Election for EtcdElection {
                     Some(DeleteOptions::new().with_prev_key()),
                 ),
             ]);
-        let won = match self.client.txn(txn).await {
+        let won = with_retries(&self.client, |mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await;
+        let won = match won {
             Ok(won) => won,
             Err(error) => {
                 // Whether the transaction was applied is unknown: the lease
