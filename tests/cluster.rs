@@ -102,10 +102,17 @@ async fn run_child(role: &str) -> i32 {
                     let pid = std::process::id();
                     std::fs::write(runs.join(format!("ran-{pid}")), token.to_string())?;
                     println!("LEADING");
-                    // The test lets the work finish by creating `release`.
-                    while !runs.join("release").exists() {
+                    // The test lets the work finish by creating `release`
+                    // (or the file that `SF_RELEASE` names).
+                    let release = match env("SF_RELEASE") {
+                        name if name.is_empty() => "release".to_owned(),
+                        name => name,
+                    };
+                    while !runs.join(&release).exists() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
+                    let verdict = fenced_write(&runs.join("resource"), token.get());
+                    println!("WRITE {verdict}");
                     Ok::<_, std::io::Error>(format!("value-of-{pid}"))
                 })
                 .await;
@@ -129,6 +136,31 @@ async fn run_child(role: &str) -> i32 {
         }
         _ => 2,
     }
+}
+
+/// A fenced resource (SPEC.md §6) shared by every host through the file
+/// system, which no partition cuts: it keeps the highest token that wrote
+/// and refuses a lower or equal one, in one step under an exclusive lock.
+fn fenced_write(path: &Path, token: u64) -> &'static str {
+    use std::io::{Read, Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("the resource opens");
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).expect("a lock");
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("the resource reads");
+    let highest: u64 = text.trim().parse().unwrap_or(0);
+    if token <= highest {
+        return "refused";
+    }
+    file.set_len(0).unwrap();
+    file.rewind().unwrap();
+    write!(file, "{token}").unwrap();
+    "accepted"
 }
 
 // ---------------------------------------------------------------- harness
@@ -476,4 +508,51 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
             "service did not resume: {result}"
         );
     }
+}
+
+/// §14.2, §6: the coordinator's host is cut off (its link down) while a
+/// leader on it runs: the coordinator steps down, another host coordinates,
+/// the cut-off flight's joiners elsewhere end `interrupted` (its leader
+/// cannot reassert), a new flight leads under a greater token and writes
+/// first, and the cut-off leader's late write is refused by the fence.
+#[test]
+fn s14_2_a_partitioned_coordinator_steps_down_and_the_fence_refuses_its_leader() {
+    let Some(world) = World::hosts("partition", 3) else {
+        return;
+    };
+    let hosts = world.hosts.as_ref().unwrap();
+    let mut coordinator = world.spawn(Some(0), "idle", &[]);
+    coordinator.expect("READY");
+    let mut cut_off = world.spawn(
+        Some(0),
+        "call",
+        &[("SF_KEY", "report"), ("SF_RELEASE", "release-old")],
+    );
+    cut_off.expect("LEADING");
+    let mut joiner = world.spawn(Some(1), "call", &[("SF_KEY", "report")]);
+    world.wait_for_joiners("report", 1);
+    hosts.partition(0);
+    let interrupted = joiner.result();
+    assert_eq!(interrupted, "interrupted", "its leader cannot reassert");
+    // A new flight of the key, on a host that can reach the new term.
+    std::fs::write(world.runs().join("release"), b"").unwrap();
+    let mut fresh = world.spawn(Some(2), "call", &[("SF_KEY", "report")]);
+    assert_eq!(fresh.expect("WRITE "), "WRITE accepted");
+    let led = fresh.result();
+    assert!(led.starts_with("led "), "{led}");
+    // The cut-off leader, released now, writes after the new flight with
+    // an older token.
+    std::fs::write(world.runs().join("release-old"), b"").unwrap();
+    assert_eq!(cut_off.expect("WRITE "), "WRITE refused");
+    let old: u64 = std::fs::read_to_string(world.runs().join("resource"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        old.to_string(),
+        token(&led),
+        "the resource holds the newer token"
+    );
+    hosts.heal(0);
 }
