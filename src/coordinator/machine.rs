@@ -429,6 +429,7 @@ impl Coordinator {
     /// rejoiners; it does not become live again, so it displaces nothing
     /// and no new call joins it (§8.3).
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
+        let (outcome, answer) = shareable(outcome);
         if !self.mutant(Mutant::ForgetsLandingsInGrace) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
@@ -438,7 +439,7 @@ impl Coordinator {
         });
         self.remove_party(&party);
         let (connection, id) = party;
-        self.send(connection, Response::Ack { id });
+        self.send(connection, answer(id));
     }
 
     /// Applies `rule` to each run of `key` that waits, in arrival order; the
@@ -470,7 +471,9 @@ impl Coordinator {
         self.waiting = still;
     }
 
-    /// §8.5: the leader ends its flight; anyone else is rejected.
+    /// §8.5: the leader ends its flight; anyone else is rejected. An outcome
+    /// too large to share ends the flight too, with the failure that takes
+    /// its place, and the leader is told that its own was not handed over.
     fn land(&mut self, party: PartyRef, outcome: Outcome) {
         let leading = match self.party(&party) {
             Some(Party {
@@ -479,11 +482,13 @@ impl Coordinator {
             }) => Some((key.clone(), *token)),
             _ => None,
         };
-        let landed =
-            leading.is_some_and(|(key, token)| self.end_flight(&key, token, Some(outcome)));
         let (connection, id) = party;
-        if landed {
-            self.send(connection, Response::Ack { id });
+        let Some((key, token)) = leading else {
+            return self.send(connection, Response::Rejected { id });
+        };
+        let (outcome, answer) = shareable(outcome);
+        if self.end_flight(&key, token, Some(outcome)) {
+            self.send(connection, answer(id));
         } else {
             self.send(connection, Response::Rejected { id });
         }
@@ -662,6 +667,19 @@ impl Coordinator {
     #[inline(always)]
     fn mutant(&self, _: Mutant) -> bool {
         false
+    }
+}
+
+/// The outcome that a land or a landed reassert hands to the joiners, and how
+/// its leader is answered (§3.4, §8.5): `ack` when the outcome itself is
+/// handed over; `rejected` when it is too large for a joiner's `landed` line,
+/// which then carries the `ValueTooLarge` failure instead, so that the
+/// joiners still get an answer and the coordinator never sends a line over
+/// the frame limit.
+fn shareable(outcome: Outcome) -> (Outcome, fn(RequestId) -> Response) {
+    match outcome.shareable() {
+        Ok(outcome) => (outcome, |id| Response::Ack { id }),
+        Err(failure) => (Outcome::Failure(failure), |id| Response::Rejected { id }),
     }
 }
 

@@ -26,7 +26,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
-use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES};
+use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES};
 use super::token::FencingToken;
 
 /// A flight key: the name of the work that runs once (SPEC.md §3.1).
@@ -113,6 +113,57 @@ pub enum Outcome {
     #[serde(rename = "failure")]
     Failure(Failure),
 }
+
+impl Outcome {
+    /// The length of the JSON text [`encode`] writes for this outcome,
+    /// counted without keeping the text (SPEC.md §3.4).
+    pub fn encoded_len(&self) -> usize {
+        /// Counts what serde_json writes, and keeps none of it.
+        struct Counter(usize);
+        impl std::io::Write for Counter {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0 += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut counter = Counter(0);
+        // As in `encode`: an outcome always serializes, and the counter never
+        // fails a write.
+        serde_json::to_writer(&mut counter, self).expect("outcomes always serialize");
+        counter.0
+    }
+
+    /// This outcome when it can be shared, that is when its JSON text is at
+    /// most [`MAX_OUTCOME_BYTES`]; otherwise the `ValueTooLarge` failure that
+    /// takes its place for every joiner (SPEC.md §3.4, §8.5), saying how large
+    /// it was and what to do.
+    pub fn shareable(self) -> Result<Outcome, Failure> {
+        let len = self.encoded_len();
+        if len <= MAX_OUTCOME_BYTES {
+            return Ok(self);
+        }
+        let message = match self {
+            Outcome::Value(_) => format!(
+                "the leader's value is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; share the path of a file instead"
+            ),
+            Outcome::Failure(_) => format!(
+                "the leader's error is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; give it a shorter message"
+            ),
+        };
+        Err(Failure {
+            name: VALUE_TOO_LARGE.to_owned(),
+            message,
+            code: None,
+        })
+    }
+}
+
+/// The name of the failure that replaces an outcome too large to share
+/// (SPEC.md §3.4).
+pub const VALUE_TOO_LARGE: &str = "ValueTooLarge";
 
 /// What a client asks of the coordinator (SPEC.md §3.2), in the order SPEC.md
 /// lists them.
@@ -680,13 +731,11 @@ fn op(member: Option<Json<'_>>) -> Result<Cow<'_, str>, DecodeError> {
     if op.is_empty() {
         return Err(DecodeError::Empty { field: "op" });
     }
-    // `op` is matched against a handful of names; anything longer than the
-    // id limit is no op of any version and would only be echoed in errors.
-    if op.len() > MAX_ID_BYTES {
+    if op.len() > MAX_OP_BYTES {
         return Err(DecodeError::TooLong {
             field: "op",
             len: op.len(),
-            max: MAX_ID_BYTES,
+            max: MAX_OP_BYTES,
         });
     }
     Ok(op)
