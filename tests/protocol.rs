@@ -1584,3 +1584,41 @@ proptest! {
         fuzzing::framer(&bytes, &cuts, max);
     }
 }
+
+/// The fuzz targets' seeds at the edges of §5's limits (fuzz/seeds/) are on
+/// the side of the edge their names say: a seed named `…at-limit…`,
+/// `…longest…` or `…i64-max`/`…i64-min`/`…u32-max` decodes, one named
+/// `…over…`, `…above…` or `…negative-zero` does not; a hello seed is judged
+/// as a hello (of any version).
+#[test]
+fn fuzz_seeds_sit_on_the_side_of_the_edge_they_name() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let mut checked = 0;
+    for target in ["request_decode", "response_decode"] {
+        for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let line = std::fs::read(&path).unwrap();
+            // A hello of another version is still a hello (§4.2).
+            let is_hello = |result: Result<(), HandshakeError>| {
+                !matches!(result, Err(HandshakeError::NotAHello { .. }))
+            };
+            let decodes = match (target, name.contains("hello")) {
+                ("request_decode", true) => is_hello(decode_client_hello(&line).map(|_| ())),
+                (_, true) => is_hello(decode_coordinator_hello(&line).map(|_| ())),
+                ("request_decode", false) => decode_request(&line).is_ok(),
+                _ => decode_response(&line).is_ok(),
+            };
+            let refused = ["over", "above", "negative-zero"];
+            let accepted = ["at-limit", "longest", "i64-max", "i64-min", "u32-max"];
+            if refused.iter().any(|word| name.contains(word)) {
+                assert!(!decodes, "{target}/{name} should not decode");
+                checked += 1;
+            } else if accepted.iter().any(|word| name.contains(word)) {
+                assert!(decodes, "{target}/{name} should decode");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} edge seeds");
+}
