@@ -459,6 +459,12 @@ fn an_outcome_over_the_limit_is_replaced_by_value_too_large() {
         failure.message
     );
     assert!(failure.message.contains("a file"), "{}", failure.message);
+    // Where every byte is written as an escape of six.
+    let escapes = |count: usize| Outcome::Value(escaped_text(count));
+    let most = (MAX_OUTCOME_BYTES - r#"{"value":""}"#.len()) / 6;
+    assert_eq!(escapes(most).encoded_len(), MAX_OUTCOME_BYTES);
+    assert_eq!(escapes(most).shareable(), Ok(escapes(most)));
+    assert!(escapes(most + 1).shareable().is_err());
     let huge_error = Outcome::Failure(Failure {
         name: "Error".into(),
         message: "m".repeat(MAX_OUTCOME_BYTES),
