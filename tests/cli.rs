@@ -627,7 +627,7 @@ fn status_reports_the_coordinator_and_its_flights() {
     let report: serde_json::Value = serde_json::from_slice(&none.stdout).unwrap();
     assert_eq!(
         report,
-        serde_json::json!({"directory": dir, "coordinator": null, "flights": []})
+        serde_json::json!({"directory": dir, "coordinator": null, "flights": [], "omitted": 0})
     );
     let none = scene.run(&["status", "--dir", &dir]);
     assert_eq!(none.code, Some(3));
@@ -654,6 +654,7 @@ fn status_reports_the_coordinator_and_its_flights() {
             "directory": dir,
             "coordinator": {"pid": coordinator, "epoch": "1", "grace_window": null},
             "flights": [{"key": "build:app", "token": token, "joiners": 2}],
+            "omitted": 0,
         })
     );
     let text = scene.run(&["status", "--dir", &dir]);

@@ -306,6 +306,7 @@ fn response_status() {
                 joiners: 3,
             }],
             waiting: None,
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}]}"#,
     );
@@ -319,6 +320,7 @@ fn response_status_in_a_grace_window() {
             id: id("9"),
             flights: Vec::new(),
             waiting: Some(4),
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[],"waiting":4}"#,
     );
@@ -332,6 +334,7 @@ fn response_status_without_flights() {
             id: id("9"),
             flights: Vec::new(),
             waiting: None,
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[]}"#,
     );
@@ -1389,12 +1392,14 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
         (
             arbitrary_id(),
             prop::collection::vec(flight, 0..4),
-            prop::option::of(any::<u64>())
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<u64>()),
         )
-            .prop_map(|(id, flights, waiting)| Response::Status {
+            .prop_map(|(id, flights, waiting, omitted)| Response::Status {
                 id,
                 flights,
-                waiting
+                waiting,
+                omitted,
             }),
     ]
 }

@@ -468,3 +468,67 @@ fn hello_versions_are_32_bit_unsigned_integers() {
         server.raw(&line).assert_closed(&line);
     }
 }
+
+/// §3.5, §13.5: with more flights than one answer can list, `status` lists
+/// the first ones in key order, in a line within the frame, and counts the
+/// others in `omitted`; `single-flight status` shows both, in text and in
+/// JSON. With every flight listed there is no `omitted`.
+#[test]
+fn a_status_answer_counts_the_flights_that_do_not_fit() {
+    let server = Server::start("status-limit");
+    let mut leader = server.connect();
+    // Each flight takes about 4 KiB of the answer: 2 100 of them are more
+    // than 8 MiB.
+    let key = |n: usize| format!("{n:05}{}", "k".repeat(4091));
+    let total = 2100;
+    let status = |peer: &mut Peer| {
+        peer.send(br#"{"op":"status","id":"s"}"#);
+        let Response::Status {
+            flights, omitted, ..
+        } = peer.response()
+        else {
+            panic!("a status answer");
+        };
+        (flights, omitted)
+    };
+    let mut peer = server.connect();
+    for batch in (0..total).collect::<Vec<_>>().chunks(100) {
+        for &n in batch {
+            leader.send(&run(&n.to_string(), &key(n)));
+        }
+        for _ in batch {
+            assert!(matches!(leader.response(), Response::Lead { .. }));
+        }
+        if batch[0] == 0 {
+            assert_eq!(status(&mut peer).1, None, "100 flights fit");
+        }
+    }
+    let (listed, omitted) = status(&mut peer);
+    let omitted = omitted.expect("flights left out");
+    assert_eq!(listed.len() as u64 + omitted, total as u64);
+    let first: Vec<String> = (0..listed.len()).map(key).collect();
+    let keys: Vec<String> = listed.iter().map(|f| f.key.to_string()).collect();
+    assert!(keys == first, "the first flights in key order");
+
+    let json = Command::new(BINARY)
+        .args(["status", "--json", "--dir"])
+        .arg(&server.dir)
+        .output()
+        .unwrap();
+    assert_eq!(json.status.code(), Some(0));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["omitted"], omitted);
+    assert_eq!(report["flights"].as_array().unwrap().len(), listed.len());
+    let text = Command::new(BINARY)
+        .args(["status", "--dir"])
+        .arg(&server.dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains(&format!("{total} in progress")),
+        "{}",
+        &text[..200]
+    );
+    assert!(text.contains(&format!("and {omitted} more")));
+}

@@ -157,8 +157,10 @@ struct StatusArgs {
     ///
     /// {"directory": DIR, "coordinator": {"pid": N, "epoch": "E",
     /// "grace_window": {"waiting": N} or null} or null, "flights": [{"key": K,
-    /// "token": "T", "joiners": N}]}; epochs and tokens are decimal strings,
-    /// and grace_window is null when no grace window is open.
+    /// "token": "T", "joiners": N}], "omitted": N}; epochs and tokens are
+    /// decimal strings, grace_window is null when no grace window is open, and
+    /// omitted counts the flights left out of an answer too long for one
+    /// message (0 when all are listed).
     #[arg(long)]
     json: bool,
 }

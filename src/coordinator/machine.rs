@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
 #[cfg(feature = "mutants")]
 use super::mutant::Mutant;
+use crate::protocol::limits::STATUS_FLIGHTS_BYTES;
 use crate::protocol::{
     Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
+    encoded_len,
 };
 
 /// Open requests one connection may have at once (SPEC.md §8.9). A process
@@ -220,34 +222,44 @@ impl Coordinator {
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
-            Request::Status { id } => {
-                let flights = self
-                    .flights
-                    .iter()
-                    .map(|(key, flight)| FlightStatus {
-                        key: key.clone(),
-                        token: flight.token,
-                        joiners: flight.joiners.len() as u64,
-                    })
-                    .collect();
-                // §3.5: the runs that wait for the window, for an operator
-                // who wonders why calls stall after a failover.
-                let waiting = self.in_grace.then(|| {
-                    self.waiting
-                        .iter()
-                        .filter(|party| self.party(party).is_some())
-                        .count() as u64
-                });
-                self.send(
-                    connection,
-                    Response::Status {
-                        id,
-                        flights,
-                        waiting,
-                    },
-                );
-            }
+            Request::Status { id } => self.status(connection, id),
         }
+    }
+
+    /// §3.5: the flights in progress in key order, as many as fit in one
+    /// line, and how many did not.
+    fn status(&mut self, connection: ConnectionId, id: RequestId) {
+        let mut flights = Vec::new();
+        let mut room = STATUS_FLIGHTS_BYTES;
+        for (key, flight) in &self.flights {
+            let status = FlightStatus {
+                key: key.clone(),
+                token: flight.token,
+                joiners: flight.joiners.len() as u64,
+            };
+            // Its JSON and the comma before the next one.
+            let Some(left) = room.checked_sub(encoded_len(&status) + 1) else {
+                break;
+            };
+            room = left;
+            flights.push(status);
+        }
+        let omitted = (self.flights.len() - flights.len()) as u64;
+        // The runs that wait for the window, for an operator who wonders why
+        // calls stall after a failover.
+        let waiting = self.in_grace.then(|| {
+            self.waiting
+                .iter()
+                .filter(|party| self.party(party).is_some())
+                .count() as u64
+        });
+        let response = Response::Status {
+            id,
+            flights,
+            waiting,
+            omitted: (omitted > 0).then_some(omitted),
+        };
+        self.send(connection, response);
     }
 
     /// Opens a party for `id` in the role `Waiting`; `false` when the id is

@@ -469,6 +469,7 @@ fn status_lists_flights() {
                 id: id("9"),
                 flights,
                 waiting: None,
+                omitted: None,
             }
         )]
     );
@@ -498,6 +499,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 id: id("9"),
                 flights: held,
                 waiting: Some(2),
+                omitted: None,
             }
         )]
     );
@@ -515,6 +517,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 id: id("9"),
                 flights: joined,
                 waiting: None,
+                omitted: None,
             }
         )]
     );
@@ -792,4 +795,56 @@ fn joiners_are_answered_in_connection_and_id_order() {
     expected.push(landed(3, "x", outcome.clone()));
     expected.push(ack(1, "1"));
     assert_eq!(co.step(land(1, "1", outcome)), expected);
+}
+
+/// §3.5: a `status` answer is one line within the frame: with more flights
+/// than fit, it lists the first ones in key order, as many as fit in
+/// `STATUS_FLIGHTS_BYTES`, and counts the others in `omitted`; with all of
+/// them listed it has no `omitted`.
+#[test]
+fn status_lists_the_flights_that_fit_and_counts_the_others() {
+    use crate::protocol::limits::{MAX_FRAME_BYTES, STATUS_FLIGHTS_BYTES};
+    let key_of = |n: usize| format!("{n:05}{}", "k".repeat(4091));
+    let mut co = coordinator(1, Term::First, 2);
+    let status_of = |co: &mut Coordinator| {
+        let effects = co.step(request(
+            c(2),
+            Request::Status {
+                id: id(&longest_id('s')),
+            },
+        ));
+        let [Effect::Send { response, .. }] = &effects[..] else {
+            panic!("one answer, not {effects:?}");
+        };
+        assert!(crate::protocol::encode(response).len() <= MAX_FRAME_BYTES);
+        let Response::Status {
+            flights, omitted, ..
+        } = response.clone()
+        else {
+            panic!("a status answer");
+        };
+        (flights, omitted)
+    };
+    // Each flight's JSON and its comma: the same length for every key here.
+    let one = {
+        assert_eq!(co.step(run(1, "0", &key_of(0))).len(), 1);
+        let (flights, _) = status_of(&mut co);
+        crate::protocol::encoded_len(&flights[0]) + 1
+    };
+    let fit = STATUS_FLIGHTS_BYTES / one;
+    for n in 1..fit {
+        assert_eq!(co.step(run(1, &n.to_string(), &key_of(n))).len(), 1);
+    }
+    let (flights, omitted) = status_of(&mut co);
+    assert_eq!((flights.len(), omitted), (fit, None), "all {fit} fit");
+    assert_eq!(co.step(run(1, "last", &key_of(fit))).len(), 1);
+    let (flights, omitted) = status_of(&mut co);
+    assert_eq!(
+        (flights.len(), omitted),
+        (fit, Some(1)),
+        "one more does not"
+    );
+    let listed: Vec<String> = flights.iter().map(|f| f.key.to_string()).collect();
+    let first: Vec<String> = (0..fit).map(key_of).collect();
+    assert_eq!(listed, first, "the first ones in key order");
 }

@@ -58,3 +58,11 @@ pub const MAX_OP_BYTES: usize = MAX_ID_BYTES;
 /// exhausting the reader's stack. It is serde_json's own recursion limit,
 /// which the decoders rely on rather than count again; a test pins it.
 pub const MAX_NESTING_DEPTH: usize = 127;
+
+/// Room in a `status` answer for its list of flights (SPEC.md §3.5): the
+/// frame less 1 KiB for the rest of the answer, which is at most 866 bytes
+/// (an id at its limit written with an escape for every byte, and the two
+/// counts). A coordinator with more flights than fit lists the first ones in
+/// key order and says how many it left out, rather than send a line that
+/// the client would refuse.
+pub const STATUS_FLIGHTS_BYTES: usize = MAX_FRAME_BYTES - 1024;

@@ -118,22 +118,7 @@ impl Outcome {
     /// The length of the JSON text [`encode`] writes for this outcome,
     /// counted without keeping the text (SPEC.md §3.4).
     pub fn encoded_len(&self) -> usize {
-        /// Counts what serde_json writes, and keeps none of it.
-        struct Counter(usize);
-        impl std::io::Write for Counter {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0 += bytes.len();
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut counter = Counter(0);
-        // As in `encode`: an outcome always serializes, and the counter never
-        // fails a write.
-        serde_json::to_writer(&mut counter, self).expect("outcomes always serialize");
-        counter.0
+        encoded_len(self)
     }
 
     /// This outcome when it can be shared, that is when its JSON text is at
@@ -243,6 +228,12 @@ pub enum Response {
         /// coordinators older than the field.
         #[serde(skip_serializing_if = "Option::is_none")]
         waiting: Option<u64>,
+        /// Only when the flights in progress do not all fit in one line
+        /// (§3.5): how many were left out, after the last one listed.
+        /// Absent on the wire otherwise, and from coordinators older than
+        /// the field.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        omitted: Option<u64>,
     },
 }
 
@@ -296,6 +287,27 @@ pub fn encode<M: Serialize>(message: &M) -> String {
     // Serializing these types cannot fail: every map key is a string and no
     // value is a float.
     serde_json::to_string(message).expect("protocol messages always serialize")
+}
+
+/// The length of the JSON text [`encode`] writes for `message`, counted
+/// without keeping the text.
+pub fn encoded_len<M: Serialize>(message: &M) -> usize {
+    /// Counts what serde_json writes, and keeps none of it.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // As in `encode`: protocol messages always serialize, and the counter
+    // never fails a write.
+    serde_json::to_writer(&mut counter, message).expect("protocol messages always serialize");
+    counter.0
 }
 
 /// Encodes responses as lines (with their `\n`), writing the outcome of a
@@ -404,6 +416,11 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
                 .waiting
                 .take()
                 .map(|given| count(given, "waiting"))
+                .transpose()?,
+            omitted: message
+                .omitted
+                .take()
+                .map(|given| count(given, "omitted"))
                 .transpose()?,
         },
         _ => {
@@ -592,6 +609,7 @@ struct MessageFields<'a> {
     outcome: Option<Json<'a, OutcomeFields<'a>>>,
     flights: Option<Json<'a, Skipped, FlightList>>,
     waiting: Option<Json<'a>>,
+    omitted: Option<Json<'a>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -626,6 +644,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "outcome" => member(map, &mut self.outcome),
             "flights" => member(map, &mut self.flights),
             "waiting" => member(map, &mut self.waiting),
+            "omitted" => member(map, &mut self.omitted),
             _ => skip(map),
         }
     }
