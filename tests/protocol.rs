@@ -326,6 +326,24 @@ fn response_status_in_a_grace_window() {
     );
 }
 
+/// §3.5: an answer that leaves flights out to fit in one line counts them.
+#[test]
+fn response_status_with_flights_left_out() {
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: vec![FlightStatus {
+                key: key("build:app"),
+                token: first_token(),
+                joiners: 3,
+            }],
+            waiting: None,
+            omitted: Some(2048),
+        },
+        r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}],"omitted":2048}"#,
+    );
+}
+
 /// §3.5: a coordinator with no flight in progress answers an empty list.
 #[test]
 fn response_status_without_flights() {
