@@ -53,10 +53,10 @@ pub const MAX_OP_BYTES: usize = MAX_ID_BYTES;
 /// Deepest nesting of arrays and objects in a line, the message object
 /// counting as the first level (SPEC.md §3.7). Messages nest three levels at
 /// most (a failure in an outcome in a `land`, a flight in a `status` answer's
-/// list); the bound only matters for members a
-/// receiver ignores, which are still read, and keeps a hostile line from
-/// exhausting the reader's stack. It is serde_json's own recursion limit,
-/// which the decoders rely on rather than count again; a test pins it.
+/// list); the bound only matters for members a receiver ignores, which are
+/// still read, and keeps a hostile line from exhausting the reader's stack.
+/// It is serde_json's own recursion limit, which the decoders rely on rather
+/// than count again; a test pins it.
 pub const MAX_NESTING_DEPTH: usize = 127;
 
 /// Room in a `status` answer for its list of flights (SPEC.md §3.5): the
