@@ -52,18 +52,25 @@
 //! [`election`] (who coordinates), and the tokio [`shell`] that runs them over
 //! Unix sockets.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml): `doc_cfg` marks
+// each item that a cargo feature gates with that feature's name. (It took in
+// the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod client;
 pub mod coordinator;
 pub mod election;
 pub mod protocol;
 pub mod shell;
+pub mod transport;
 
 pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
 pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
     Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
 };
+#[cfg(feature = "cluster")]
+pub use shell::{Cluster, ClusterError, cluster_status};
 
 #[doc(hidden)]
 pub mod fuzzing;

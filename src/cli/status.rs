@@ -170,6 +170,7 @@ mod tests {
         Status {
             epoch: Epoch::new(2).unwrap(),
             pid: 42,
+            address: None,
             flights: vec![FlightStatus {
                 key: Key::new("a\nb").unwrap(),
                 token: FencingToken::new(Epoch::FIRST, 7).unwrap(),

@@ -1,14 +1,34 @@
-//! Who coordinates (SPEC.md §7): the SQLite claim on `flight.lock`, the
-//! durable epoch in `flight.epoch`, and the checks on the directory.
+//! Who coordinates (SPEC.md §7): an [`Election`] picks one process of many
+//! to serve a [`Term`] under a fresh epoch. The shell is written against
+//! these two traits only; each backend is a folder:
 //!
-//! # Driving contract
+//! - [`local`]: the SQLite claim on `flight.lock`, the durable epoch in
+//!   `flight.epoch` and the checks on the flight directory, for processes of
+//!   one machine. Its items are re-exported here.
+//! - `etcd` (feature `cluster`): a lease and a key in etcd, the epoch as an
+//!   etcd counter, for processes of many machines (§14).
+//!
+//! # Driving contract (every backend)
+//!
+//! - [`Election::coordinator`] says where the current coordinator is, if
+//!   anyone knows; a caller that cannot reach it calls
+//!   [`Election::campaign`], which makes one attempt and never waits for
+//!   another process.
+//! - A won campaign returns a [`Term`] whose epoch is greater than every
+//!   earlier term's and already durable (§7.3). Its holder calls
+//!   [`Term::check`] every [`CHECK_INTERVAL`] and [`Term::still_holds`]
+//!   before it answers anything; when either fails, the term is over: stop
+//!   serving and [`Term::resign`].
+//! - A holder never campaigns again while its term lasts (§7.2).
+//!
+//! # Driving contract (local)
 //!
 //! - Check the directory with [`prepare_directory`] (or let
 //!   [`LeaderElection::new`] do it) before anything else touches it (§7.4).
 //! - [`LeaderElection::campaign`] is synchronous and blocks the calling thread
 //!   for up to its timeout, sleeping [`POLL_INTERVAL`] between attempts
-//!   (§7.2). Async code calls it from `tokio::task::spawn_blocking` or a thread
-//!   of its own, never on a runtime worker.
+//!   (§7.2). Async code calls it with a zero timeout, as [`LocalElection`]
+//!   does, or from a thread of its own.
 //! - A won campaign returns a [`Leadership`] whose epoch is already durable
 //!   (§7.3). The holder polls [`Leadership::check`] (one `stat`, cheap enough
 //!   for every [`POLL_INTERVAL`]); when it fails, the term is over: stop
@@ -19,22 +39,82 @@
 //!   except through this module: POSIX locks belong to the whole process, and
 //!   closing any other descriptor on the file releases the claim (§7.2).
 
-mod claim;
-mod directory;
-mod epoch;
-mod network;
+#[cfg(feature = "cluster")]
+pub mod etcd;
+pub mod local;
 
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
-pub use claim::{ElectionOptions, LOCK_FILE, LeaderElection, Leadership, POLL_INTERVAL};
-pub use directory::{
-    DIRECTORY_MODE, DirectoryError, DirectoryOptions, NetworkDirectoryError, prepare_directory,
+pub use local::{
+    CLEAN_FILE, DIRECTORY_MODE, DirectoryError, DirectoryOptions, DurableStep, EPOCH_FILE,
+    EPOCH_TEMP_PREFIX, ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, Leadership,
+    LocalElection, LocalTerm, NETWORK_FUSE_TYPES, NetworkDirectoryError, POLL_INTERVAL,
+    prepare_directory,
 };
-pub use epoch::{DurableStep, EPOCH_FILE, EPOCH_TEMP_PREFIX, EpochProblem};
-pub use network::NETWORK_FUSE_TYPES;
 
 use crate::protocol::Epoch;
+
+/// How often a term's holder calls [`Term::check`] (SPEC.md §7.2, §11.1).
+/// A local check is two `stat`s; 100 ms bounds how long a term goes on after
+/// its lock file was replaced while costing nothing measurable.
+pub const CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Picks the coordinator among the processes of one flight directory or
+/// cluster (SPEC.md §7, §10.1).
+pub trait Election: Send + 'static {
+    /// Where a coordinator can be reached, in the terms of the transport
+    /// that goes with this election.
+    type Address: Send + Sync + 'static;
+    /// A term this process won.
+    type Term: Term;
+
+    /// Where the current coordinator is, or `None` when no term is being
+    /// served; an error when the election itself cannot be asked.
+    fn coordinator(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Self::Address>, ElectionError>> + Send;
+
+    /// One attempt to become the coordinator: `Some` term if won, `None` if
+    /// another process holds the term. It never waits for another process.
+    fn campaign(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<Self::Term>, ElectionError>> + Send;
+
+    /// Resolves when the coordinator that [`coordinator`](Self::coordinator)
+    /// last reported no longer holds its term, for a client connected to it
+    /// that would not otherwise learn it (a dead host sends no FIN). Local
+    /// coordinators share the client's kernel, which closes the connection
+    /// when they die: this never resolves.
+    fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        std::future::pending()
+    }
+}
+
+/// One term as the coordinator, from a won [`Election::campaign`] until
+/// [`resign`](Term::resign) or the death of its process.
+pub trait Term: Send + 'static {
+    /// This term's epoch (SPEC.md §7.3).
+    fn epoch(&self) -> Epoch;
+
+    /// Whether an earlier term may have ended with flights in progress, so
+    /// that this one opens a grace window (SPEC.md §10.2).
+    fn follows_failover(&self) -> bool;
+
+    /// The periodic check, every [`CHECK_INTERVAL`]: an error when the term
+    /// is over.
+    fn check(&mut self) -> Result<(), ElectionError>;
+
+    /// Whether this process may still answer as the coordinator right now;
+    /// cheap, called before every answer.
+    fn still_holds(&self) -> bool;
+
+    /// Ends the term. `clean` says that no flight is in progress, so that
+    /// the next term needs no grace window (SPEC.md §10.2).
+    fn resign(self, clean: bool) -> impl Future<Output = ()> + Send;
+}
 
 /// Why a campaign failed or a term ended (SPEC.md §7). Each message names the
 /// file involved and says what to do.
@@ -109,6 +189,53 @@ pub enum ElectionError {
         step: DurableStep,
         error: io::Error,
     },
+    /// A cluster name that could reach into other clusters' keys (§14.1).
+    #[error(
+        "the cluster name {name:?} is not allowed: use 1 to 128 letters, digits, '.', '_' or '-' (SPEC.md §14.1)"
+    )]
+    ClusterName { name: String },
+    /// No etcd member answers (§14.6).
+    #[error(
+        "cannot reach etcd at {endpoints}: {error}; check that the members run and that these URLs (--etcd, SINGLE_FLIGHT_ETCD) are right"
+    )]
+    EtcdUnreachable { endpoints: String, error: String },
+    /// etcd did not answer a request in time or refused it: quorum lost,
+    /// members unreachable (§14.6).
+    #[error(
+        "etcd at {endpoints} failed while {what}: {error}; if a majority of its members is down or cut off, service resumes when they are back"
+    )]
+    EtcdRequest {
+        what: &'static str,
+        endpoints: String,
+        error: String,
+    },
+    /// `https://` endpoints without certificates.
+    #[error(
+        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
+    )]
+    EtcdTlsMissing { endpoints: String },
+    #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
+    EtcdTlsFile {
+        what: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// The epoch counter holds no epoch; the election fails closed (§14.1).
+    #[error(
+        "the etcd key {key} holds {value:?}, which is not an epoch: refusing to start a term, because a guess could reuse fencing tokens. Put into it a number larger than every epoch this cluster has used (a fencing token divided by 4294967296)"
+    )]
+    EtcdEpochCorrupt { key: String, value: String },
+    /// The epoch counter reached the largest epoch (§6, §14.1).
+    #[error(
+        "the etcd key {key} holds {}, the largest epoch (SPEC.md §6): no further term can start in this cluster. Use a new cluster name, and reset the highest token that each fenced resource has stored",
+        Epoch::MAX
+    )]
+    EtcdEpochExhausted { key: String },
+    /// The term can no longer prove that its lease lives (§14.2).
+    #[error(
+        "the coordinator's lease on {key} can no longer be proven alive ({reason}); this term has ended"
+    )]
+    LeaseLost { key: String, reason: String },
     /// Ending the term reported an error; the claim is released anyway when
     /// the lock file is closed (§7.2).
     #[error(

@@ -13,10 +13,11 @@ use super::driver::{CallEvent, Command, Driver};
 use super::error::{OpenError, RunError, Unavailable};
 use super::failure::IntoFailure;
 use super::options::Options;
-use super::socket::SocketDirectory;
 use crate::client::{CallId, Resolution};
-use crate::election::{ElectionError, ElectionOptions, LeaderElection};
+use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
 use crate::protocol::{Failure, FencingToken, Key, Outcome};
+use crate::transport::Transport;
+use crate::transport::unix::UnixTransport;
 
 /// Whether a call ran the work or received another's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,7 +71,8 @@ pub struct SingleFlight {
 }
 
 struct Shared {
-    directory: PathBuf,
+    /// `None` in cluster mode.
+    directory: Option<PathBuf>,
     commands: mpsc::UnboundedSender<Command>,
     next_call: AtomicU64,
 }
@@ -78,8 +80,19 @@ struct Shared {
 /// Configures a [`SingleFlight`] before it opens.
 #[derive(Clone, Debug)]
 pub struct Builder {
-    directory: PathBuf,
-    options: Options,
+    pub(crate) place: Place,
+    pub(crate) options: Options,
+}
+
+/// Where the processes meet: the one place that chooses a backend; the
+/// shell below it is generic over the election and the transport.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    /// A flight directory on this machine (SPEC.md §7, §11).
+    Directory(PathBuf),
+    /// A cluster of machines (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    Cluster(Box<super::cluster::Cluster>),
 }
 
 impl Builder {
@@ -108,16 +121,28 @@ impl Builder {
         self
     }
 
-    pub(crate) fn into_parts(self) -> (PathBuf, Options) {
-        (self.directory, self.options)
-    }
-
     /// Checks the directory (creating it with mode 0700 if missing,
-    /// SPEC.md §7.4) and starts this process's single-flight thread. It
-    /// connects to the coordinator, or becomes it, at the first call.
+    /// SPEC.md §7.4), or connects to etcd and loads the certificates in
+    /// cluster mode (§14), and starts this process's single-flight thread.
+    /// It connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
-        let election = LeaderElection::new(
-            &self.directory,
+        let directory = match self.place {
+            Place::Directory(directory) => directory,
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => {
+                let (election, transport) = cluster.connect().await?;
+                let commands = start_thread(Driver::new(election, transport, self.options))?;
+                return Ok(SingleFlight {
+                    shared: Arc::new(Shared {
+                        directory: None,
+                        commands,
+                        next_call: AtomicU64::new(1),
+                    }),
+                });
+            }
+        };
+        let election = LocalElection::new(
+            &directory,
             ElectionOptions {
                 poll_interval: self.options.poll_interval,
                 directory: self.options.directory.clone(),
@@ -126,33 +151,45 @@ impl Builder {
         .map_err(|error| match error {
             ElectionError::Directory(error) => OpenError::Directory(error),
             other => OpenError::Socket {
-                path: self.directory.display().to_string(),
+                path: directory.display().to_string(),
                 error: std::io::Error::other(other.to_string()),
             },
         })?;
-        let sockets = SocketDirectory::new(&self.directory).map_err(|error| OpenError::Socket {
-            path: self.directory.display().to_string(),
+        let transport = UnixTransport::new(&directory).map_err(|error| OpenError::Socket {
+            path: directory.display().to_string(),
             error,
         })?;
-        let (commands, inbox) = mpsc::unbounded_channel();
-        let driver = Driver::new(election, Arc::new(sockets), self.options);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(OpenError::Thread)?;
-        #[allow(clippy::disallowed_methods)] // the shell owns threads
-        std::thread::Builder::new()
-            .name("single-flight".into())
-            .spawn(move || runtime.block_on(driver.run(inbox)))
-            .map_err(OpenError::Thread)?;
+        let commands = start_thread(Driver::new(election, transport, self.options))?;
         Ok(SingleFlight {
             shared: Arc::new(Shared {
-                directory: self.directory,
+                directory: Some(directory),
                 commands,
                 next_call: AtomicU64::new(1),
             }),
         })
     }
+}
+
+/// Starts the process's single-flight thread, which runs `driver` until
+/// every handle is gone; returns the way to send it commands.
+pub(crate) fn start_thread<E, T>(
+    driver: Driver<E, T>,
+) -> Result<mpsc::UnboundedSender<Command>, OpenError>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    let (commands, inbox) = mpsc::unbounded_channel();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OpenError::Thread)?;
+    #[allow(clippy::disallowed_methods)] // the shell owns threads
+    std::thread::Builder::new()
+        .name("single-flight".into())
+        .spawn(move || runtime.block_on(driver.run(inbox)))
+        .map_err(OpenError::Thread)?;
+    Ok(commands)
 }
 
 impl SingleFlight {
@@ -164,14 +201,14 @@ impl SingleFlight {
     /// Options other than the defaults.
     pub fn builder(directory: impl AsRef<Path>) -> Builder {
         Builder {
-            directory: directory.as_ref().to_owned(),
+            place: Place::Directory(directory.as_ref().to_owned()),
             options: Options::default(),
         }
     }
 
-    /// The flight directory.
-    pub fn directory(&self) -> &Path {
-        &self.shared.directory
+    /// The flight directory; `None` in cluster mode.
+    pub fn directory(&self) -> Option<&Path> {
+        self.shared.directory.as_deref()
     }
 
     /// Runs `work` for `key` once among every concurrent caller of every

@@ -7,9 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
-use tokio::net::unix::OwnedReadHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
@@ -17,14 +15,14 @@ use super::error::Unavailable;
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
-use super::socket::{SocketDirectory, own_uid, peer_allowed};
 use crate::client::{CallId, Client, Effect, Event, Resolution};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
-use crate::election::LeaderElection;
+use crate::election::{Election, Term};
 use crate::protocol::{
     ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
     decode_response, encode,
 };
+use crate::transport::{ConnectError, Connection, Transport};
 
 /// How long a shutting-down process waits for its lands to be acknowledged,
 /// so that its joiners get the values it produced (SPEC.md §9.3).
@@ -58,9 +56,9 @@ pub enum CallEvent {
     Unavailable(Arc<Unavailable>),
 }
 
-pub struct Driver {
-    election: LeaderElection,
-    sockets: Arc<SocketDirectory>,
+pub struct Driver<E, T> {
+    election: E,
+    transport: T,
     options: Options,
     client: Client,
     calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
@@ -69,42 +67,50 @@ pub struct Driver {
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
-    uid: u32,
 }
 
 enum Wake {
     Command(Option<Command>),
     Line(Result<Vec<u8>, LineError>),
+    /// The election says the coordinator this process is connected to no
+    /// longer holds its term (§14.3).
+    CoordinatorGone,
     Retry,
 }
 
-impl Driver {
-    pub fn new(
-        election: LeaderElection,
-        sockets: Arc<SocketDirectory>,
-        options: Options,
-    ) -> Driver {
+/// A future that resolves when the connected coordinator's term is over.
+type Gone = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl<E, T> Driver<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    pub fn new(election: E, transport: T, options: Options) -> Driver<E, T> {
         Driver {
             election,
-            sockets,
+            transport,
             options,
             client: Client::new(),
             calls: BTreeMap::new(),
             leading: BTreeSet::new(),
             writer: None,
             serving: None,
-            uid: own_uid(),
         }
     }
 
     /// Runs until every handle is gone or [`Command::Close`] arrives.
     pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut lines: Option<Lines<OwnedReadHalf>> = None;
+        let mut lines: Option<Lines<T::Reader>> = None;
+        let mut gone: Option<Gone> = None;
         let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
         let mut handles_left = true;
         loop {
             if lines.is_none() {
                 lines = self.connect().await;
+                gone = lines
+                    .is_some()
+                    .then(|| Box::pin(self.election.coordinator_gone()) as Gone);
             }
             if let Some((deadline, _)) = &closing {
                 #[allow(clippy::disallowed_methods)] // the shell owns time
@@ -116,6 +122,7 @@ impl Driver {
             let wake = tokio::select! {
                 command = commands.recv(), if handles_left => Wake::Command(command),
                 line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
+                () = async { gone.as_mut().expect("guarded").await }, if gone.is_some() && lines.is_some() => Wake::CoordinatorGone,
                 () = tokio::time::sleep(self.options.poll_interval), if lines.is_none() || closing.is_some() => Wake::Retry,
             };
             match wake {
@@ -144,6 +151,12 @@ impl Driver {
                 Wake::Line(Err(error)) => {
                     debug!(%error, "lost the coordinator");
                     lines = None;
+                    self.lost();
+                }
+                Wake::CoordinatorGone => {
+                    info!("the coordinator's term is over; leaving it (SPEC.md §14.3)");
+                    lines = None;
+                    gone = None;
                     self.lost();
                 }
                 Wake::Retry => {}
@@ -222,11 +235,26 @@ impl Driver {
     }
 
     /// One attempt to reach the coordinator, or to become it (SPEC.md §10.1).
-    async fn connect(&mut self) -> Option<Lines<OwnedReadHalf>> {
+    async fn connect(&mut self) -> Option<Lines<T::Reader>> {
         for _ in 0..2 {
-            match UnixStream::connect(self.sockets.socket()).await {
-                Ok(stream) => return self.handshake(stream).await,
-                Err(error) => debug!(%error, "no coordinator answers"),
+            match self.election.coordinator().await {
+                Ok(Some(address)) => match self.transport.connect(&address).await {
+                    Ok(connection) => return self.handshake(connection).await,
+                    Err(ConnectError::Unreachable(error)) => {
+                        debug!(%error, "no coordinator answers");
+                    }
+                    Err(error) => {
+                        warn!(%error, "refusing the coordinator (SPEC.md §11.2, §14.5)");
+                        self.fail_waiting(Unavailable::Refused(error));
+                        return None;
+                    }
+                },
+                Ok(None) => debug!("no coordinator serves"),
+                Err(error) => {
+                    warn!(%error, "cannot find the coordinator");
+                    self.fail_waiting(Unavailable::Election(error));
+                    return None;
+                }
             }
             // §7.2: a process that holds the claim never campaigns again;
             // that would open the lock file a second time and could drop the
@@ -235,13 +263,16 @@ impl Driver {
                 return None;
             }
             self.serving = None;
-            match self.election.campaign(Duration::ZERO) {
-                Ok(Some(leadership)) => {
-                    let epoch = leadership.epoch();
-                    match server::start(leadership, self.sockets.clone(), &self.options) {
-                        Ok(serving) => self.serving = Some(serving),
+            match self.election.campaign().await {
+                Ok(Some(term)) => {
+                    let epoch = term.epoch();
+                    match self.transport.listen() {
+                        Ok(listener) => {
+                            self.serving = Some(server::start(term, listener, &self.options));
+                        }
                         Err(error) => {
                             warn!(%epoch, %error, "won the election but cannot serve; resigning");
+                            term.resign(false).await;
                             return None;
                         }
                     }
@@ -257,23 +288,31 @@ impl Driver {
         None
     }
 
-    async fn handshake(&mut self, stream: UnixStream) -> Option<Lines<OwnedReadHalf>> {
-        match stream.peer_cred() {
-            Ok(credentials) if peer_allowed(credentials.uid(), self.uid) => {}
-            other => {
-                warn!(peer = ?other.map(|c| c.uid()), "the socket is served by another user; refusing it (SPEC.md §11.2)");
-                return None;
-            }
-        }
-        let (read, mut write) = stream.into_split();
+    async fn handshake(
+        &mut self,
+        connection: Connection<T::Reader, T::Writer>,
+    ) -> Option<Lines<T::Reader>> {
+        let Connection {
+            reader: read,
+            writer: mut write,
+        } = connection;
         let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
         hello.push(b'\n');
-        if write.write_all(&hello).await.is_err() {
+        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
             return None;
         }
         let mut lines = Lines::new(read);
         let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
             Ok(Ok(line)) => line,
+            Ok(Err(LineError::Io(error)))
+                if error.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                // §14.5: the coordinator refused this process's certificate;
+                // waiting would not change that.
+                warn!(%error, "the coordinator refused this process");
+                self.fail_waiting(Unavailable::Rejected(error));
+                return None;
+            }
             Ok(Err(error)) => {
                 debug!(%error, "the coordinator closed during the handshake");
                 return None;
@@ -334,7 +373,7 @@ fn deadline_after(duration: Duration) -> tokio::time::Instant {
 }
 
 async fn write_requests(
-    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
 ) {
     let mut batch = Vec::new();
@@ -344,7 +383,9 @@ async fn write_requests(
         while let Ok(line) = outgoing.try_recv() {
             batch.extend_from_slice(&line);
         }
-        if write.write_all(&batch).await.is_err() {
+        // A flush after every batch: a TLS writer keeps records back until
+        // flushed (a Unix socket's flush does nothing).
+        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
             return;
         }
     }

@@ -23,6 +23,11 @@ pub enum OpenError {
     Thread(io::Error),
     #[error("cannot open the flight directory {path} to reach its socket: {error}")]
     Socket { path: String, error: io::Error },
+    /// Cluster mode could not start (SPEC.md §14): etcd, the certificates
+    /// or the listen address.
+    #[cfg(feature = "cluster")]
+    #[error(transparent)]
+    Cluster(#[from] super::cluster::ClusterError),
 }
 
 /// Why no coordinator could be reached or elected: the call could not take
@@ -41,6 +46,15 @@ pub enum Unavailable {
     /// The coordinator sent a line that is not a response (SPEC.md §3.7).
     #[error("the coordinator sent a malformed response: {0}")]
     Protocol(#[from] DecodeError),
+    /// The coordinator, or what answers at its address, is not one this
+    /// process may trust (SPEC.md §11.2, §14.5): another user's socket, a
+    /// certificate that does not verify, or one that refused ours.
+    #[error("refusing the coordinator: {0}")]
+    Refused(#[from] crate::transport::ConnectError),
+    /// The coordinator refused this process (SPEC.md §14.5): its
+    /// certificate is not one of the cluster's.
+    #[error("{0}")]
+    Rejected(io::Error),
     /// The `SingleFlight` this call belongs to was shut down, or its thread
     /// stopped.
     #[error("this SingleFlight has shut down; open a new one")]

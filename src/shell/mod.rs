@@ -2,6 +2,8 @@
 //! drive the pure coordinator and client, and the public API.
 
 mod api;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod codec;
 mod driver;
 mod error;
@@ -10,15 +12,19 @@ mod lines;
 mod options;
 mod serve;
 mod server;
-mod socket;
 mod status;
 
+pub use crate::election::CLEAN_FILE;
+pub use crate::transport::unix::SOCKET_FILE;
 pub use api::{Builder, Call, Landed, Role, SingleFlight};
+#[cfg(feature = "cluster")]
+pub use cluster::{CLUSTER_POLL_INTERVAL, Cluster, ClusterError, DEFAULT_CLUSTER_GRACE_WINDOW};
 pub use codec::{Codec, Json};
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
 pub use serve::ServeError;
-pub use server::{CLEAN_FILE, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
-pub use socket::SOCKET_FILE;
+pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+#[cfg(feature = "cluster")]
+pub use status::cluster_status;
 pub use status::{Status, StatusError, status};

@@ -2,15 +2,15 @@
 //! process that only coordinates and never calls.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::api::Builder;
+use super::api::{Builder, Place};
+use super::options::Options;
 use super::server;
-use super::socket::SocketDirectory;
-use crate::election::{ElectionError, ElectionOptions, LeaderElection};
+use crate::election::{Election, ElectionError, ElectionOptions, LocalElection, Term};
+use crate::transport::Transport;
+use crate::transport::unix::UnixTransport;
 
 /// Why [`Builder::serve`] stopped.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,10 @@ pub enum ServeError {
     Election(#[from] ElectionError),
     #[error("cannot bind the coordinator's socket in {path}: {error}")]
     Socket { path: String, error: std::io::Error },
+    /// Cluster mode could not start (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    #[error(transparent)]
+    Cluster(#[from] super::cluster::ClusterError),
 }
 
 impl Builder {
@@ -41,43 +45,96 @@ impl Builder {
     /// # }
     /// ```
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
-        let (directory, options) = self.into_parts();
-        let election = LeaderElection::new(
+        let options = self.options;
+        let directory = match self.place {
+            Place::Directory(directory) => directory,
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => {
+                let (election, transport) = cluster.connect().await?;
+                let advertised = cluster.advertised(&transport);
+                info!(advertise = %advertised, "campaigning");
+                return serve(election, transport, &options, shutdown)
+                    .await
+                    .map_err(|error| match error {
+                        Stopped::Election(error) => ServeError::Election(error),
+                        Stopped::Listen(error) => ServeError::Socket {
+                            path: advertised,
+                            error,
+                        },
+                    });
+            }
+        };
+        let election = LocalElection::new(
             &directory,
             ElectionOptions {
                 poll_interval: options.poll_interval,
                 directory: options.directory.clone(),
             },
         )?;
-        let socket_error = |error| ServeError::Socket {
+        let transport = UnixTransport::new(&directory).map_err(|error| ServeError::Socket {
             path: directory.display().to_string(),
             error,
-        };
-        let sockets = Arc::new(SocketDirectory::new(&directory).map_err(socket_error)?);
-        tokio::pin!(shutdown);
-        loop {
-            let leadership = loop {
-                // One attempt at a time, so that a shutdown is never kept
-                // waiting by a campaign.
-                if let Some(leadership) = election.campaign(Duration::ZERO)? {
-                    break leadership;
-                }
-                tokio::select! {
-                    () = &mut shutdown => return Ok(()),
-                    () = tokio::time::sleep(options.poll_interval) => {}
-                }
-            };
-            info!(epoch = %leadership.epoch(), directory = %directory.display(), "serving");
-            let mut serving =
-                server::start(leadership, sockets.clone(), &options).map_err(socket_error)?;
-            tokio::select! {
-                () = &mut shutdown => {
-                    let _ = serving.stop.send(());
-                    let _ = serving.done.await;
-                    return Ok(());
-                }
-                _ = &mut serving.done => warn!("the term ended; campaigning again"),
+        })?;
+        info!(directory = %directory.display(), "campaigning");
+        serve(election, transport, &options, shutdown)
+            .await
+            .map_err(|error| match error {
+                Stopped::Election(error) => ServeError::Election(error),
+                Stopped::Listen(error) => ServeError::Socket {
+                    path: directory.display().to_string(),
+                    error,
+                },
+            })
+    }
+}
+
+/// Why [`serve`] stopped before its shutdown.
+enum Stopped {
+    Election(ElectionError),
+    Listen(std::io::Error),
+}
+
+/// Campaigns until this process coordinates, serves until `shutdown`, and
+/// campaigns again when a term is lost; any backend.
+async fn serve<E, T>(
+    mut election: E,
+    transport: T,
+    options: &Options,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Stopped>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    tokio::pin!(shutdown);
+    loop {
+        let term = loop {
+            // One attempt at a time, so that a shutdown is never kept
+            // waiting by a campaign.
+            if let Some(term) = election.campaign().await.map_err(Stopped::Election)? {
+                break term;
             }
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                () = tokio::time::sleep(options.poll_interval) => {}
+            }
+        };
+        info!(epoch = %term.epoch(), "serving");
+        let listener = match transport.listen() {
+            Ok(listener) => listener,
+            Err(error) => {
+                term.resign(false).await;
+                return Err(Stopped::Listen(error));
+            }
+        };
+        let mut serving = server::start(term, listener, options);
+        tokio::select! {
+            () = &mut shutdown => {
+                let _ = serving.stop.send(());
+                let _ = serving.done.await;
+                return Ok(());
+            }
+            _ = &mut serving.done => warn!("the term ended; campaigning again"),
         }
     }
 }

@@ -4,28 +4,24 @@
 //! won the election.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
-use tokio::net::unix::OwnedWriteHalf;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::socket::{SocketDirectory, own_uid, peer_allowed};
-use crate::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
-use crate::election::Leadership;
+use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
+use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
     CoordinatorHello, HandshakeError, Incoming, LineEncoder, PROTOCOL_NAME, PROTOCOL_VERSION,
     decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
 };
+use crate::transport::{Connection, Listener};
 
 /// Connections served at once. Each costs two tasks and up to
 /// [`MAX_QUEUED_BYTES`]; a flood beyond this is refused at accept, so that it
@@ -44,10 +40,6 @@ pub const MAX_QUEUED_BYTES: usize = MAX_FRAME_BYTES + 1024 * 1024;
 /// push back on the clients.
 const EVENT_QUEUE: usize = 1024;
 
-/// How often the term checks that its lock file and socket are still its own
-/// (SPEC.md §7.2, §11.1). A check is two `stat`s.
-const CHECK_INTERVAL: Duration = Duration::from_millis(100);
-
 /// The pause after a failed `accept` (SPEC.md §11.3).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
@@ -55,10 +47,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 /// client that does not read them in that time learns of the end from the
 /// closed connection instead.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A file whose presence tells the next term that this one ended with no
-/// flight in progress, so that it needs no grace window (SPEC.md §10.2).
-pub const CLEAN_FILE: &str = "flight.clean";
 
 /// What the connection tasks report to the coordinator's loop.
 enum Report {
@@ -71,6 +59,11 @@ enum Report {
         request: Incoming,
     },
     Closed {
+        connection: ConnectionId,
+    },
+    /// The connection was refused or closed before it opened: the
+    /// coordinator never heard of it.
+    Abandoned {
         connection: ConnectionId,
     },
 }
@@ -89,52 +82,35 @@ pub struct Serving {
     pub done: tokio::task::JoinHandle<()>,
 }
 
-/// Binds the socket for `leadership`'s term and starts serving it on the
-/// current (single-flight) runtime.
-pub fn start(
-    leadership: Leadership,
-    sockets: Arc<SocketDirectory>,
-    options: &Options,
-) -> std::io::Result<Serving> {
-    sockets.remove_stale_temporaries();
-    let (listener, inode) = sockets.bind(0)?;
-    listener.set_nonblocking(true)?;
-    let listener = tokio::net::UnixListener::from_std(listener)?;
-    let clean = leadership.directory().join(CLEAN_FILE);
-    // §10.2: the first term, or one after a clean end, has nothing to wait for.
-    let term = if leadership.epoch().get() == 1 || fs::remove_file(&clean).is_ok() {
-        Term::First
+/// Serves `term` on `listener`, on the current (single-flight) runtime.
+pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> Serving {
+    let kind = if term.follows_failover() {
+        coordinator::Term::AfterFailover
     } else {
-        Term::AfterFailover
+        coordinator::Term::First
     };
-    info!(epoch = %leadership.epoch(), ?term, "coordinating");
+    info!(epoch = %term.epoch(), term = ?kind, "coordinating");
     let (stop, stopped) = oneshot::channel();
     let server = Server {
-        coordinator: Coordinator::new(leadership.epoch(), term),
-        leadership,
-        sockets,
+        coordinator: Coordinator::new(term.epoch(), kind),
+        term,
         listener,
-        inode,
         writers: BTreeMap::new(),
         readers: BTreeMap::new(),
         next_connection: 0,
-        uid: own_uid(),
     };
-    let grace = (term == Term::AfterFailover).then_some(options.grace_window);
+    let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
     let done = tokio::spawn(server.serve(grace, stopped));
-    Ok(Serving { stop, done })
+    Serving { stop, done }
 }
 
-struct Server {
+struct Server<T, L> {
     coordinator: Coordinator,
-    leadership: Leadership,
-    sockets: Arc<SocketDirectory>,
-    listener: tokio::net::UnixListener,
-    inode: u64,
+    term: T,
+    listener: L,
     writers: BTreeMap<ConnectionId, Writer>,
     readers: BTreeMap<ConnectionId, AbortHandle>,
     next_connection: u64,
-    uid: u32,
 }
 
 /// How a term ends.
@@ -145,7 +121,7 @@ enum End {
     Lost,
 }
 
-impl Server {
+impl<T: Term, L: Listener> Server<T, L> {
     async fn serve(mut self, grace: Option<Duration>, mut stopped: oneshot::Receiver<()>) {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
         let grace_over = async {
@@ -160,7 +136,7 @@ impl Server {
         let end = loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => self.accept(stream, &reports),
+                    Ok(incoming) => self.accept(incoming, &reports),
                     Err(error) => {
                         // Out of descriptors or memory: an immediate retry
                         // would fail the same way and spin.
@@ -191,22 +167,7 @@ impl Server {
         self.end(end).await;
     }
 
-    fn accept(&mut self, stream: UnixStream, reports: &mpsc::Sender<Report>) {
-        let peer = stream.peer_cred().map(|credentials| credentials.uid());
-        match peer {
-            Ok(uid) if peer_allowed(uid, self.uid) => {}
-            Ok(uid) => {
-                warn!(
-                    uid,
-                    "refused a connection from another user (SPEC.md §11.2)"
-                );
-                return;
-            }
-            Err(error) => {
-                warn!(%error, "refused a connection whose user cannot be told");
-                return;
-            }
-        }
+    fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) {
         if self.readers.len() >= MAX_CONNECTIONS {
             warn!(
                 limit = MAX_CONNECTIONS,
@@ -222,7 +183,12 @@ impl Server {
             epoch: self.coordinator.epoch().to_string(),
             pid: std::process::id(),
         };
-        let task = tokio::spawn(connection_task(stream, connection, hello, reports.clone()));
+        let task = tokio::spawn(connection_task::<L>(
+            incoming,
+            connection,
+            hello,
+            reports.clone(),
+        ));
         self.readers.insert(connection, task.abort_handle());
     }
 
@@ -244,12 +210,23 @@ impl Server {
                 self.forget(connection);
                 self.step(Event::ConnectionClosed { connection })
             }
+            Report::Abandoned { connection } => {
+                self.readers.remove(&connection);
+                true
+            }
         }
     }
 
     /// Runs one event through the coordinator and carries out its effects
     /// in order; `false` when the term must end.
     fn step(&mut self, event: Event) -> bool {
+        // A term that can no longer prove it holds answers nothing more,
+        // not even to the event that woke it: another coordinator may serve
+        // already (SPEC.md §7).
+        if !self.term.still_holds() {
+            warn!(epoch = %self.coordinator.epoch(), "this term can no longer prove it holds; ending it before it answers");
+            return false;
+        }
         let mut closed = Vec::new();
         let mut encoder = LineEncoder::default();
         for effect in self.coordinator.step(event) {
@@ -310,31 +287,15 @@ impl Server {
         }
     }
 
-    /// §7.2, §11.1: the term's lock file and socket must still be its own.
+    /// §7.2, §11.1: the term and its listener must still be its own.
     fn check(&mut self) -> bool {
-        if let Err(error) = self.leadership.check() {
+        if let Err(error) = self.term.check() {
             warn!(%error, "ending the term");
             return false;
         }
-        if !self.sockets.still_bound(self.inode) {
-            warn!("the socket was removed or replaced; binding it again (SPEC.md §11.1)");
-            let rebound = self
-                .sockets
-                .bind(self.next_connection)
-                .and_then(|(listener, inode)| {
-                    listener.set_nonblocking(true)?;
-                    Ok((tokio::net::UnixListener::from_std(listener)?, inode))
-                });
-            match rebound {
-                Ok((listener, inode)) => {
-                    self.listener = listener;
-                    self.inode = inode;
-                }
-                Err(error) => {
-                    warn!(%error, "cannot bind the socket again; ending the term");
-                    return false;
-                }
-            }
+        if let Err(error) = self.listener.check() {
+            warn!(%error, "cannot listen any more; ending the term");
+            return false;
         }
         true
     }
@@ -354,24 +315,9 @@ impl Server {
             }
         };
         let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
-        if self.sockets.still_bound(self.inode) {
-            let _ = fs::remove_file(self.sockets.socket());
-        }
-        if clean {
-            // §10.2: written while the claim is still held, so that no other
-            // term can have begun.
-            // Mode 0600 like every file of the directory (§7.1); it is empty.
-            let _ = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(self.leadership.directory().join(CLEAN_FILE));
-        }
+        self.listener.close();
         info!(epoch = %self.coordinator.epoch(), clean, "term over");
-        if let Err(error) = self.leadership.resign() {
-            warn!(%error, "resigning");
-        }
+        self.term.resign(clean).await;
     }
 }
 
@@ -388,41 +334,17 @@ fn trace_response(connection: ConnectionId, response: &crate::protocol::Response
 }
 
 /// One connection: handshake, then requests until it closes (SPEC.md §4).
-async fn connection_task(
-    stream: UnixStream,
+async fn connection_task<L: Listener>(
+    incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
     reports: mpsc::Sender<Report>,
 ) {
-    let (read, write) = stream.into_split();
-    let (lines_out, outgoing) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let task = tokio::spawn(write_lines(write, outgoing, queued.clone()));
-    let mut lines = Lines::new(read);
-    let mut our_hello = serde_json::to_vec(&hello).expect("a hello always serializes");
-    our_hello.push(b'\n');
-    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
-        Ok(Ok(line)) => line,
-        Ok(Err(error)) => return debug!(?connection, %error, "closed before its hello"),
-        Err(_) => return debug!(?connection, "no hello in time; closing"),
-    };
-    match decode_client_hello(&first) {
-        Ok(_) => {}
-        Err(error) => {
-            // §4.2: a client of another version learns ours before the close.
-            if matches!(error, HandshakeError::Version(_)) {
-                let _ = lines_out.send(our_hello);
-            }
-            return warn!(?connection, %error, "refused a handshake");
-        }
-    }
-    // The writer subtracts every line it writes from `queued`, the hello too.
-    queued.fetch_add(our_hello.len(), Ordering::AcqRel);
-    let _ = lines_out.send(our_hello);
-    let writer = Writer {
-        lines: lines_out,
-        queued,
-        task,
+    let Some((mut lines, writer)) = handshake::<L>(incoming, connection, hello).await else {
+        // The slot is freed, or failed handshakes would fill the table of
+        // connections and shut every client out (§11.3).
+        let _ = reports.send(Report::Abandoned { connection }).await;
+        return;
     };
     if reports
         .send(Report::Opened { connection, writer })
@@ -460,9 +382,59 @@ async fn connection_task(
     let _ = reports.send(Report::Closed { connection }).await;
 }
 
+/// Checks the peer and exchanges hellos (SPEC.md §4.2, §11.2); `None` when
+/// the connection is refused or closed before it is open.
+async fn handshake<L: Listener>(
+    incoming: L::Incoming,
+    connection: ConnectionId,
+    hello: CoordinatorHello,
+) -> Option<(Lines<L::Reader>, Writer)> {
+    let Connection { reader, writer } = match L::establish(incoming).await {
+        Ok(established) => established,
+        Err(error) => {
+            warn!(?connection, %error, "refused a connection (SPEC.md §11.2)");
+            return None;
+        }
+    };
+    let (lines_out, outgoing) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone()));
+    let mut lines = Lines::new(reader);
+    let mut our_hello = serde_json::to_vec(&hello).expect("a hello always serializes");
+    our_hello.push(b'\n');
+    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
+        Ok(Ok(line)) => line,
+        Ok(Err(error)) => {
+            debug!(?connection, %error, "closed before its hello");
+            return None;
+        }
+        Err(_) => {
+            debug!(?connection, "no hello in time; closing");
+            return None;
+        }
+    };
+    if let Err(error) = decode_client_hello(&first) {
+        // §4.2: a client of another version learns ours before the close.
+        if matches!(error, HandshakeError::Version(_)) {
+            let _ = lines_out.send(our_hello);
+        }
+        warn!(?connection, %error, "refused a handshake");
+        return None;
+    }
+    // The writer subtracts every line it writes from `queued`, the hello too.
+    queued.fetch_add(our_hello.len(), Ordering::AcqRel);
+    let _ = lines_out.send(our_hello);
+    let writer = Writer {
+        lines: lines_out,
+        queued,
+        task,
+    };
+    Some((lines, writer))
+}
+
 /// Writes queued lines, several per system call when they pile up.
 async fn write_lines(
-    mut write: OwnedWriteHalf,
+    mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
     queued: Arc<AtomicUsize>,
 ) {
@@ -476,7 +448,9 @@ async fn write_lines(
                 Err(_) => break,
             }
         }
-        if write.write_all(&batch).await.is_err() {
+        // A flush after every batch: a TLS writer keeps records back until
+        // flushed (a Unix socket's flush does nothing).
+        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
             return;
         }
         queued.fetch_sub(batch.len(), Ordering::AcqRel);

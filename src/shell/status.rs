@@ -3,15 +3,15 @@
 use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
-use tokio::net::UnixStream;
 
 use super::lines::Lines;
 use super::options::HANDSHAKE_TIMEOUT;
-use super::socket::{SocketDirectory, own_uid, peer_allowed};
 use crate::protocol::{
     ClientHello, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
     decode_coordinator_hello, decode_response,
 };
+use crate::transport::unix::{InDirectory, UnixTransport};
+use crate::transport::{ConnectError, Connection, PeerRefused, Transport};
 
 /// What the coordinator of a directory reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +20,8 @@ pub struct Status {
     pub epoch: Epoch,
     /// The coordinator's process id.
     pub pid: u32,
+    /// The address the coordinator advertises, in cluster mode.
+    pub address: Option<String>,
     /// The flights in progress, in key order: all of them, or as many as
     /// fit in one answer (SPEC.md §3.5).
     pub flights: Vec<FlightStatus>,
@@ -56,6 +58,10 @@ pub enum StatusError {
     Timeout,
     #[error("talking to the coordinator: {0}")]
     Io(#[from] std::io::Error),
+    /// Cluster mode could not start: etcd, certificates (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    #[error(transparent)]
+    Cluster(Box<super::ClusterError>),
 }
 
 /// Asks the coordinator of `directory` for its term and flights.
@@ -79,24 +85,44 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
     // A directory too long for a socket address is reached through a
     // descriptor on it (§11.1); when it does not exist, nobody coordinates
     // there, exactly as when its socket is missing.
-    let sockets = SocketDirectory::new(directory).map_err(|error| match error.kind() {
+    let transport = UnixTransport::new(directory).map_err(|error| match error.kind() {
         std::io::ErrorKind::NotFound => no_coordinator(error),
         _ => StatusError::Io(error),
     })?;
-    let stream = UnixStream::connect(sockets.socket())
+    let Connection {
+        reader: read,
+        writer: write,
+    } = transport
+        .connect(&InDirectory)
         .await
-        .map_err(no_coordinator)?;
-    let uid = stream.peer_cred()?.uid();
-    if !peer_allowed(uid, own_uid()) {
-        return Err(StatusError::OtherUser {
-            directory: name,
-            uid,
-        });
-    }
-    let (read, mut write) = stream.into_split();
+        .map_err(|error| match error {
+            ConnectError::Unreachable(error) => no_coordinator(error),
+            ConnectError::Refused(PeerRefused::OtherUser { uid }) => StatusError::OtherUser {
+                directory: name.clone(),
+                uid,
+            },
+            ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
+            // The Unix transport refuses no other way; the rest are other
+            // transports' errors.
+            error => StatusError::Io(std::io::Error::other(error)),
+        })?;
+    exchange(read, write, None).await
+}
+
+/// Asks the coordinator at the end of a connection for its status.
+async fn exchange<R, W>(
+    read: R,
+    mut write: W,
+    address: Option<String>,
+) -> Result<Status, StatusError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let mut request = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
     request.extend_from_slice(b"\n{\"op\":\"status\",\"id\":\"status\"}\n");
     write.write_all(&request).await?;
+    write.flush().await?;
     let mut lines = Lines::new(read);
     let exchange = async {
         let hello = decode_coordinator_hello(&lines.next().await.map_err(line_error)?)?;
@@ -121,6 +147,7 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
         } => Ok(Status {
             epoch,
             pid: hello.pid,
+            address,
             flights,
             // §3.5: a missing count is none left out.
             omitted: omitted.unwrap_or(0),
@@ -131,6 +158,37 @@ pub async fn status(directory: &Path) -> Result<Status, StatusError> {
             op: format!("{other:?}"),
         })),
     }
+}
+
+/// Asks the coordinator of a cluster for its term and flights (SPEC.md
+/// §14.3); its [`Status::address`] is the one it advertises.
+#[cfg(feature = "cluster")]
+pub async fn cluster_status(cluster: &super::Cluster) -> Result<Status, StatusError> {
+    use crate::election::Election;
+    let (mut election, transport) = cluster
+        .connect()
+        .await
+        .map_err(|error| StatusError::Cluster(Box::new(error)))?;
+    let address = election
+        .coordinator()
+        .await
+        .map_err(|error| StatusError::Cluster(Box::new(error.into())))?
+        .ok_or_else(|| StatusError::NoCoordinator {
+            directory: format!("the cluster at {}", election.coordinator_key()),
+            error: std::io::Error::new(std::io::ErrorKind::NotFound, "no coordinator key"),
+        })?;
+    let Connection { reader, writer } =
+        transport
+            .connect(&address)
+            .await
+            .map_err(|error| match error {
+                ConnectError::Unreachable(error) => StatusError::NoCoordinator {
+                    directory: format!("the cluster's coordinator at {address}"),
+                    error,
+                },
+                other => StatusError::Io(std::io::Error::other(other)),
+            })?;
+    exchange(reader, writer, Some(address)).await
 }
 
 fn line_error(error: super::lines::LineError) -> StatusError {

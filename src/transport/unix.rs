@@ -6,6 +6,134 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
+
+/// The address of a local coordinator: the socket of the flight directory,
+/// which the [`UnixTransport`] knows. There is nothing else to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InDirectory;
+
+/// [`Transport`] over the flight directory's Unix socket.
+#[derive(Debug, Clone)]
+pub struct UnixTransport {
+    sockets: Arc<SocketDirectory>,
+    uid: u32,
+}
+
+impl UnixTransport {
+    /// The transport of `directory`, which must already be checked
+    /// (§7.4).
+    pub fn new(directory: &Path) -> io::Result<UnixTransport> {
+        Ok(UnixTransport {
+            sockets: Arc::new(SocketDirectory::new(directory)?),
+            uid: own_uid(),
+        })
+    }
+}
+
+/// Splits a stream whose peer is the same user, or says who it is (§11.2).
+fn same_user(
+    stream: UnixStream,
+    own: u32,
+) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
+    let uid = stream.peer_cred().map_err(PeerRefused::Unknown)?.uid();
+    if !peer_allowed(uid, own) {
+        return Err(PeerRefused::OtherUser { uid });
+    }
+    let (reader, writer) = stream.into_split();
+    Ok(Connection { reader, writer })
+}
+
+impl Transport for UnixTransport {
+    type Address = InDirectory;
+    type Reader = OwnedReadHalf;
+    type Writer = OwnedWriteHalf;
+    type Listener = UnixSocketListener;
+
+    async fn connect(
+        &self,
+        _: &InDirectory,
+    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, ConnectError> {
+        let stream = UnixStream::connect(self.sockets.socket())
+            .await
+            .map_err(ConnectError::Unreachable)?;
+        Ok(same_user(stream, self.uid)?)
+    }
+
+    fn listen(&self) -> io::Result<UnixSocketListener> {
+        self.sockets.remove_stale_temporaries();
+        let (listener, inode) = self.sockets.bind(0)?;
+        Ok(UnixSocketListener {
+            listener: tokio_listener(listener)?,
+            inode,
+            binds: 1,
+            sockets: self.sockets.clone(),
+            uid: self.uid,
+        })
+    }
+}
+
+fn tokio_listener(
+    listener: std::os::unix::net::UnixListener,
+) -> io::Result<tokio::net::UnixListener> {
+    listener.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(listener)
+}
+
+/// The socket of a term, bound in the flight directory.
+#[derive(Debug)]
+pub struct UnixSocketListener {
+    listener: tokio::net::UnixListener,
+    inode: u64,
+    /// How many times the term bound its socket, which names the next
+    /// temporary file.
+    binds: u64,
+    sockets: Arc<SocketDirectory>,
+    uid: u32,
+}
+
+impl Listener for UnixSocketListener {
+    type Reader = OwnedReadHalf;
+    type Writer = OwnedWriteHalf;
+    type Incoming = (UnixStream, u32);
+
+    async fn accept(&mut self) -> io::Result<(UnixStream, u32)> {
+        let (stream, _) = self.listener.accept().await?;
+        Ok((stream, self.uid))
+    }
+
+    async fn establish(
+        (stream, uid): (UnixStream, u32),
+    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
+        same_user(stream, uid)
+    }
+
+    /// §11.1: a socket that a cleaner or a person removed or replaced is
+    /// bound again.
+    fn check(&mut self) -> io::Result<()> {
+        if self.sockets.still_bound(self.inode) {
+            return Ok(());
+        }
+        tracing::warn!("the socket was removed or replaced; binding it again (SPEC.md §11.1)");
+        let (listener, inode) = self.sockets.bind(self.binds)?;
+        self.binds += 1;
+        self.listener = tokio_listener(listener)?;
+        self.inode = inode;
+        Ok(())
+    }
+
+    /// Removes the socket unless another term's socket has replaced it.
+    fn close(self) {
+        if self.sockets.still_bound(self.inode) {
+            let _ = fs::remove_file(self.sockets.socket());
+        }
+    }
+}
 
 /// The socket's name in the flight directory (SPEC.md §7.1).
 pub const SOCKET_FILE: &str = "flight.sock";
@@ -26,7 +154,7 @@ const TEMP_NAME_BYTES: usize = SOCKET_TEMP_PREFIX.len() + 10 + 1 + 20;
 /// reached through `/proc/self/fd/<n>` of a descriptor on the directory, which
 /// this value keeps open (SPEC.md §11.1).
 #[derive(Debug)]
-pub struct SocketDirectory {
+pub(crate) struct SocketDirectory {
     base: PathBuf,
     _handle: Option<File>,
 }
@@ -109,12 +237,12 @@ impl SocketDirectory {
 /// running as `own` (SPEC.md §11.2): the same user only, as ssh-agent and
 /// tmux decide. The directory's mode already keeps others out; this check
 /// holds even if the mode is changed later.
-pub fn peer_allowed(peer: u32, own: u32) -> bool {
+pub(crate) fn peer_allowed(peer: u32, own: u32) -> bool {
     peer == own
 }
 
 /// This process's user id.
-pub fn own_uid() -> u32 {
+pub(crate) fn own_uid() -> u32 {
     rustix::process::getuid().as_raw()
 }
 

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::protocol::Epoch;
 
-use super::ElectionError;
+use crate::election::ElectionError;
 
 /// The name of the file, in the flight directory, that holds the epoch of the
 /// latest term (SPEC.md §7.1).

@@ -1,0 +1,219 @@
+//! Cluster mode's configuration (SPEC.md §14): etcd, the cluster's name,
+//! where to listen and what to advertise, and the certificates. This is
+//! where the cluster's election and transport are put together; the shell
+//! that drives them is the same as the local mode's.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::api::{Builder, Place};
+use super::options::Options;
+use crate::election::ElectionError;
+use crate::election::etcd::{EtcdElection, EtcdOptions, EtcdTls};
+use crate::transport::tcp::{Security, TcpConfigError, TcpOptions, TcpTransport};
+
+/// The grace window of a cluster's term that follows another (SPEC.md
+/// §14.4). A survivor reconnects across hosts: it learns of the old term's
+/// end from etcd's watch, reads the new address, and makes a TCP and a TLS
+/// handshake (three round trips, and certificate checks on a loaded host);
+/// 2 s covers that with room, four times the local default, and stays well
+/// under the lease TTL that dominates a failover after a host dies.
+pub const DEFAULT_CLUSTER_GRACE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The time between attempts to find or elect a coordinator in cluster
+/// mode. Each attempt is a read from etcd, so 10 ms as locally would make a
+/// hundred processes without a coordinator send 10 000 requests a second;
+/// 100 ms keeps that modest and is small beside the lease TTL.
+pub const CLUSTER_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where the processes of a cluster meet (SPEC.md §14). Build one with
+/// [`Cluster::etcd`], then open it with [`SingleFlight::cluster`].
+///
+/// [`SingleFlight::cluster`]: super::SingleFlight::cluster
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    etcd: EtcdOptions,
+    etcd_tls: Option<EtcdTls>,
+    listen: SocketAddr,
+    advertise: Option<String>,
+    security: Option<Security>,
+}
+
+/// Why cluster mode could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    #[error(transparent)]
+    Election(#[from] ElectionError),
+    #[error(transparent)]
+    Transport(#[from] TcpConfigError),
+    #[error(
+        "the listen address {listen} is not one other hosts can connect to; give the address to advertise (--advertise HOST:PORT), the one in this host's certificate"
+    )]
+    NothingToAdvertise { listen: SocketAddr },
+    #[error(
+        "no certificates were given for the cluster: give the CA, this process's certificate and its key (--tls-ca, --tls-cert, --tls-key), or, on loopback only, --insecure"
+    )]
+    NoSecurity,
+}
+
+impl Cluster {
+    /// The cluster `name` of the etcd at `endpoints` (`http://` or
+    /// `https://` URLs). Listens on 127.0.0.1 on a free port unless
+    /// [`listen`](Self::listen) says otherwise.
+    pub fn etcd(
+        endpoints: impl IntoIterator<Item = impl Into<String>>,
+        name: impl Into<String>,
+    ) -> Cluster {
+        Cluster {
+            etcd: EtcdOptions::new(endpoints.into_iter().map(Into::into).collect(), name),
+            etcd_tls: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            security: None,
+        }
+    }
+
+    /// Where this process listens when it coordinates; port 0 picks a free
+    /// port, which is the one advertised.
+    pub fn listen(mut self, address: SocketAddr) -> Cluster {
+        self.listen = address;
+        self
+    }
+
+    /// The `host:port` clients connect to when this process coordinates
+    /// (its certificate must be valid for the host); the listen address by
+    /// default.
+    pub fn advertise(mut self, address: impl Into<String>) -> Cluster {
+        self.advertise = Some(address.into());
+        self
+    }
+
+    /// Mutual TLS (SPEC.md §14.5): the cluster's CA, and this process's
+    /// certificate and key, PEM files. etcd over `https://` uses them too
+    /// unless [`etcd_tls`](Self::etcd_tls) gives others.
+    pub fn tls(
+        mut self,
+        ca: impl Into<PathBuf>,
+        certificate: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Cluster {
+        self.security = Some(Security::Tls {
+            ca: ca.into(),
+            certificate: certificate.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Other certificates for etcd's `https://` endpoints.
+    pub fn etcd_tls(
+        mut self,
+        ca: impl Into<PathBuf>,
+        certificate: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Cluster {
+        self.etcd_tls = Some(EtcdTls {
+            ca: ca.into(),
+            cert: certificate.into(),
+            key: key.into(),
+        });
+        self
+    }
+
+    /// Plain TCP, allowed on loopback only (SPEC.md §14.5).
+    pub fn insecure(mut self) -> Cluster {
+        self.security = Some(Security::Insecure);
+        self
+    }
+
+    /// The lease TTL (SPEC.md §14.2);
+    /// [`DEFAULT_TTL`](crate::election::etcd::DEFAULT_TTL) by default.
+    pub fn ttl(mut self, ttl: Duration) -> Cluster {
+        self.etcd.ttl = ttl;
+        self
+    }
+
+    /// The first part of every etcd key;
+    /// [`DEFAULT_PREFIX`](crate::election::etcd::DEFAULT_PREFIX) by default.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Cluster {
+        self.etcd.prefix = prefix.into();
+        self
+    }
+
+    /// What this process advertises with `transport`'s real port.
+    pub(crate) fn advertised(&self, transport: &TcpTransport) -> String {
+        match &self.advertise {
+            Some(address) => address.clone(),
+            None => transport.local_address().to_string(),
+        }
+    }
+
+    /// Loads the certificates, binds the listen port once to learn it, and
+    /// connects to etcd.
+    pub(crate) async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
+        let security = self.security.clone().ok_or(ClusterError::NoSecurity)?;
+        if self.advertise.is_none() && self.listen.ip().is_unspecified() {
+            return Err(ClusterError::NothingToAdvertise {
+                listen: self.listen,
+            });
+        }
+        let transport = TcpTransport::new(TcpOptions {
+            listen: self.listen,
+            security: security.clone(),
+        })?;
+        let mut etcd = self.etcd.clone();
+        etcd.tls = self.etcd_tls.clone().or(match security {
+            Security::Tls {
+                ca,
+                certificate,
+                key,
+            } => Some(EtcdTls {
+                ca,
+                cert: certificate,
+                key,
+            }),
+            Security::Insecure => None,
+        });
+        let election = EtcdElection::connect(&etcd, self.advertised(&transport)).await?;
+        Ok((election, transport))
+    }
+}
+
+impl super::SingleFlight {
+    /// Single-flight for the processes of a cluster of machines (SPEC.md
+    /// §14), with cluster mode's defaults: a grace window of
+    /// [`DEFAULT_CLUSTER_GRACE_WINDOW`], attempts every
+    /// [`CLUSTER_POLL_INTERVAL`].
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use single_flight::{Cluster, SingleFlight};
+    ///
+    /// let cluster = Cluster::etcd(["https://10.0.0.5:2379"], "ci-cache")
+    ///     .listen("10.0.0.1:7000".parse()?)
+    ///     .tls("ca.pem", "host.pem", "host-key.pem");
+    /// let flights = SingleFlight::cluster(cluster).open().await?;
+    /// let landed = flights
+    ///     .run("artifact:abc123", |token| async move {
+    ///         Ok::<_, std::io::Error>(format!("fetched under token {token}"))
+    ///     })
+    ///     .await?;
+    /// println!("{}", landed.value);
+    /// flights.close().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster(cluster: Cluster) -> Builder {
+        Builder {
+            place: Place::Cluster(Box::new(cluster)),
+            options: Options {
+                grace_window: DEFAULT_CLUSTER_GRACE_WINDOW,
+                poll_interval: CLUSTER_POLL_INTERVAL,
+                ..Options::default()
+            },
+        }
+    }
+}

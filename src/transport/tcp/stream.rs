@@ -1,0 +1,140 @@
+//! One TCP connection's bytes, plain or under TLS, with read errors put in
+//! words that a log can show.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsStream;
+use tokio_rustls::rustls;
+
+use super::tls::{refuses_certificate, rustls_error};
+
+/// The stream of one connection, which the transport splits into its
+/// [`TcpReader`](super::TcpReader) and [`TcpWriter`](super::TcpWriter).
+///
+/// One type for plain TCP and TLS, on both sides, keeps one [`Transport`]
+/// implementation instead of four, at the cost of a branch per call.
+/// [`tokio::io::split`] shares it between the reading and the writing task:
+/// a TLS session has one state for both directions, so it cannot be split
+/// into owned halves the way a [`TcpStream`] can.
+///
+/// [`Transport`]: crate::transport::Transport
+#[derive(Debug)]
+pub struct PeerStream {
+    inner: Inner,
+    /// Who is at the other end, for messages ("the coordinator at
+    /// 10.0.0.1:7000").
+    peer: String,
+    /// Whether this end is the client: only a client learns after the
+    /// handshake that its certificate was refused.
+    client: bool,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Plain(TcpStream),
+    /// Boxed: a TLS session is a few kilobytes, a plain stream a few words.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl PeerStream {
+    pub(super) fn plain(stream: TcpStream, peer: String, client: bool) -> PeerStream {
+        PeerStream {
+            inner: Inner::Plain(stream),
+            peer,
+            client,
+        }
+    }
+
+    pub(super) fn tls(stream: TlsStream<TcpStream>, peer: String, client: bool) -> PeerStream {
+        PeerStream {
+            inner: Inner::Tls(Box::new(stream)),
+            peer,
+            client,
+        }
+    }
+
+    /// The TCP connection underneath.
+    #[cfg(test)]
+    pub(super) fn tcp(&self) -> &TcpStream {
+        match &self.inner {
+            Inner::Plain(stream) => stream,
+            Inner::Tls(stream) => stream.get_ref().0,
+        }
+    }
+
+    /// What a failed TLS read means, in words; `Ok` for an end of stream.
+    fn explain(&self, error: io::Error) -> io::Result<()> {
+        // A peer that closes without TLS's close_notify (a process that
+        // exits or is killed) ends the stream as a plain TCP peer would.
+        // Cutting a stream short can only cut an unfinished line, which is
+        // discarded (SPEC.md §4.1), so no message is lost unnoticed.
+        if error.kind() == io::ErrorKind::UnexpectedEof && rustls_error(&error).is_none() {
+            return Ok(());
+        }
+        let message = match rustls_error(&error) {
+            Some(rustls::Error::AlertReceived(alert))
+                if self.client && refuses_certificate(*alert) =>
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} refused this process's certificate (TLS alert {alert:?}); give --tls-cert and --tls-key a certificate signed by the cluster's CA, the one the coordinator has in --tls-ca",
+                        self.peer
+                    ),
+                ));
+            }
+            Some(tls) => format!("TLS with {}: {tls}", self.peer),
+            None => return Err(error),
+        };
+        Err(io::Error::new(error.kind(), message))
+    }
+}
+
+impl AsyncRead for PeerStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match &mut this.inner {
+            Inner::Plain(stream) => Pin::new(stream).poll_read(context, buffer),
+            Inner::Tls(stream) => match Pin::new(stream.as_mut()).poll_read(context, buffer) {
+                Poll::Ready(Err(error)) => Poll::Ready(this.explain(error)),
+                other => other,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for PeerStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().inner {
+            Inner::Plain(stream) => Pin::new(stream).poll_write(context, bytes),
+            Inner::Tls(stream) => Pin::new(stream.as_mut()).poll_write(context, bytes),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().inner {
+            Inner::Plain(stream) => Pin::new(stream).poll_flush(context),
+            Inner::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(context),
+        }
+    }
+
+    /// Under TLS, sends close_notify before the TCP FIN.
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().inner {
+            Inner::Plain(stream) => Pin::new(stream).poll_shutdown(context),
+            Inner::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(context),
+        }
+    }
+}

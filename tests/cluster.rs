@@ -1,0 +1,479 @@
+//! Cluster mode with real processes, a real etcd and real hosts (SPEC.md
+//! §14): hosts are network namespaces joined by a bridge (tests/support/
+//! hosts.rs); every process is a child of this test binary, run on its host
+//! with `ip netns exec`. Without etcd, or without root for the namespaces,
+//! the tests say so and skip (CI requires both).
+#![cfg(feature = "cluster")]
+// Tests own time and threads: they wait for children with deadlines.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use single_flight::{Cluster, Role, RunError, SingleFlight};
+use support::etcd::{self, Etcd};
+use support::hosts::Hosts;
+
+/// The longest any wait of these tests may take before it fails: a
+/// failover after a host's death takes the lease TTL (2 s here) and the
+/// grace window (1 s here), and a loaded machine more.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The environment variable that makes the test binary a child.
+const CHILD: &str = "SINGLE_FLIGHT_CLUSTER_CHILD";
+
+/// The lease the children ask for: etcd's minimum (§14.2), so that a dead
+/// host's term ends soon.
+const TTL: Duration = Duration::from_secs(2);
+
+// ---------------------------------------------------------------- children
+
+/// Runs as a child when the environment says so; as a test it does nothing.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(CHILD) else {
+        return;
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let code = runtime.block_on(run_child(&role));
+    std::process::exit(code);
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn cluster_of_env() -> Cluster {
+    let certs = PathBuf::from(env("SF_CERTS"));
+    let prefix = env("SF_CERT");
+    Cluster::etcd(env("SF_ETCD").split(','), env("SF_CLUSTER"))
+        .listen(env("SF_LISTEN").parse().expect("SF_LISTEN"))
+        .tls(
+            certs.join(format!("{}ca.pem", env("SF_CA"))),
+            certs.join(format!("{prefix}.pem")),
+            certs.join(format!("{prefix}.key")),
+        )
+        .ttl(TTL)
+}
+
+async fn run_child(role: &str) -> i32 {
+    let flights = match SingleFlight::cluster(cluster_of_env())
+        .grace_window(Duration::from_secs(1))
+        .open()
+        .await
+    {
+        Ok(flights) => flights,
+        Err(error) => {
+            println!("RESULT open-error {error}");
+            return 0;
+        }
+    };
+    match role {
+        // Becomes the coordinator (when first) and stays until killed.
+        "idle" => {
+            let key = format!("warm-{}", std::process::id());
+            let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
+            warm.await.expect("warm-up call");
+            println!("READY");
+            std::future::pending::<()>().await;
+            0
+        }
+        "call" => {
+            let key = env("SF_KEY");
+            let runs = PathBuf::from(env("SF_RUNS"));
+            let mut call = flights.call(&key);
+            if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+                call = call.deadline(Duration::from_millis(ms));
+            }
+            let result = call
+                .run(|token| async move {
+                    let pid = std::process::id();
+                    std::fs::write(runs.join(format!("ran-{pid}")), token.to_string())?;
+                    println!("LEADING");
+                    // The test lets the work finish by creating `release`.
+                    while !runs.join("release").exists() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    Ok::<_, std::io::Error>(format!("value-of-{pid}"))
+                })
+                .await;
+            let line = match result {
+                Ok(landed) => {
+                    let role = if landed.role == Role::Led {
+                        "led"
+                    } else {
+                        "joined"
+                    };
+                    format!("{role} {} {}", landed.token, landed.value)
+                }
+                Err(RunError::Interrupted { .. }) => "interrupted".to_owned(),
+                Err(RunError::DeadlineExceeded { .. }) => "deadline".to_owned(),
+                Err(RunError::Unavailable(reason)) => format!("unavailable {reason}"),
+                Err(other) => format!("error {other}"),
+            };
+            println!("RESULT {line}");
+            flights.close().await;
+            0
+        }
+        _ => 2,
+    }
+}
+
+// ---------------------------------------------------------------- harness
+
+/// A child process and the lines it prints.
+struct Process {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Process {
+    /// The next line that holds `prefix`, from it on, skipping others (the
+    /// test harness of the child may print before it on the same line).
+    fn expect(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(prefix) => {
+                    let start = line.find(prefix).expect("contained");
+                    return line[start..].to_owned();
+                }
+                Ok(_) => {}
+                Err(_) => panic!("no line starting with {prefix:?} in {PATIENCE:?}"),
+            }
+        }
+    }
+
+    fn result(&mut self) -> String {
+        self.expect("RESULT ")
+            .trim_start_matches("RESULT ")
+            .to_owned()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One test's world: etcd, certificates, a scratch directory, and where
+/// each process runs.
+struct World {
+    scratch: PathBuf,
+    etcd: Etcd,
+    cluster: String,
+    /// `None`: everything on loopback.
+    hosts: Option<Hosts>,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("sf-cluster-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(path.join("runs")).unwrap();
+    std::fs::create_dir_all(path.join("certs")).unwrap();
+    path
+}
+
+fn make_certs(directory: &Path, extra_san: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/make-certs.sh");
+    let status = Command::new("sh")
+        .arg(script)
+        .arg(directory)
+        .env("EXTRA_SAN", extra_san)
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "making the test certificates failed");
+}
+
+impl World {
+    /// `count` hosts in namespaces plus one for etcd (the last), or `None`
+    /// when namespaces cannot be made here.
+    fn hosts(name: &str, count: usize) -> Option<World> {
+        if !etcd::available() || !Hosts::available() {
+            return None;
+        }
+        let hosts = Hosts::new(count + 1);
+        let scratch = scratch(name);
+        let sans: Vec<String> = (0..count)
+            .map(|index| format!("IP:{}", hosts.address(index)))
+            .collect();
+        make_certs(&scratch.join("certs"), &sans.join(","));
+        let etcd = Etcd::start(&[(hosts.address(count), hosts.prefix(count))]);
+        Some(World {
+            scratch,
+            etcd,
+            cluster: name.to_owned(),
+            hosts: Some(hosts),
+        })
+    }
+
+    /// Everything on loopback, with an etcd of `members`.
+    fn loopback(name: &str, members: usize) -> Option<World> {
+        if !etcd::available() {
+            return None;
+        }
+        let scratch = scratch(name);
+        make_certs(&scratch.join("certs"), "");
+        let etcd = if members == 1 {
+            Etcd::single()
+        } else {
+            Etcd::three()
+        };
+        Some(World {
+            scratch,
+            etcd,
+            cluster: name.to_owned(),
+            hosts: None,
+        })
+    }
+
+    fn runs(&self) -> PathBuf {
+        self.scratch.join("runs")
+    }
+
+    /// The processes that ran the work.
+    fn ran(&self) -> usize {
+        std::fs::read_dir(self.runs())
+            .unwrap()
+            .flatten()
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with("ran-"))
+            .count()
+    }
+
+    fn release(&self) {
+        std::fs::write(self.runs().join("release"), b"").unwrap();
+    }
+
+    /// Starts a child on `host` (`None`: loopback) in `role`.
+    fn spawn(&self, host: Option<usize>, role: &str, extra: &[(&str, &str)]) -> Process {
+        let binary = std::env::current_exe().unwrap();
+        let (mut command, listen) = match (host, &self.hosts) {
+            (Some(index), Some(hosts)) => (
+                hosts.command(index, &binary),
+                format!("{}:0", hosts.address(index)),
+            ),
+            _ => (Command::new(&binary), "127.0.0.1:0".to_owned()),
+        };
+        command
+            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
+            .env(CHILD, role)
+            .env("SF_ETCD", self.etcd.endpoints().join(","))
+            .env("SF_CLUSTER", &self.cluster)
+            .env("SF_LISTEN", listen)
+            .env("SF_CERTS", self.scratch.join("certs"))
+            .env("SF_CERT", "server")
+            .env("SF_CA", "")
+            .env("SF_RUNS", self.runs())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("a child starts");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Process { child, lines }
+    }
+
+    /// Waits until the coordinator reports a flight of `key` with
+    /// `joiners` joiners.
+    fn wait_for_joiners(&self, key: &str, joiners: u64) {
+        let cluster = Cluster::etcd(self.etcd.endpoints(), &self.cluster).tls(
+            self.scratch.join("certs/ca.pem"),
+            self.scratch.join("certs/client.pem"),
+            self.scratch.join("certs/client.key"),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = runtime.block_on(single_flight::cluster_status(&cluster));
+            if let Ok(status) = &status
+                && status
+                    .flights
+                    .iter()
+                    .any(|flight| flight.key.as_str() == key && flight.joiners >= joiners)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no flight of {key} with {joiners} joiners: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// The token of a `led` or `joined` result line.
+fn token(result: &str) -> &str {
+    result.split(' ').nth(1).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// §14: a stampede from processes on three hosts runs the work once, and
+/// every caller receives its value under one token.
+#[test]
+fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
+    let Some(world) = World::hosts("stampede", 3) else {
+        return;
+    };
+    let mut callers: Vec<Process> = (0..6)
+        .map(|index| world.spawn(Some(index % 3), "call", &[("SF_KEY", "artifact")]))
+        .collect();
+    world.wait_for_joiners("artifact", 5);
+    world.release();
+    let results: Vec<String> = callers.iter_mut().map(Process::result).collect();
+    assert_eq!(world.ran(), 1, "the work ran once: {results:?}");
+    let led = results.iter().filter(|r| r.starts_with("led ")).count();
+    let joined = results.iter().filter(|r| r.starts_with("joined ")).count();
+    assert_eq!((led, joined), (1, 5), "{results:?}");
+    let leader = results.iter().find(|r| r.starts_with("led ")).unwrap();
+    for result in &results {
+        assert_eq!(token(result), token(leader), "one token: {results:?}");
+        assert_eq!(
+            result.split(' ').nth(2),
+            leader.split(' ').nth(2),
+            "one value"
+        );
+    }
+}
+
+/// §14.3, §10: the coordinator's host dies (every process on it, `kill
+/// -9`) while a leader on another host runs: a survivor coordinates, the
+/// leader reasserts, the joiners on every host rejoin and receive its
+/// value, and nothing runs twice.
+#[test]
+fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
+    let Some(world) = World::hosts("host-death", 3) else {
+        return;
+    };
+    let mut coordinator = world.spawn(Some(0), "idle", &[]);
+    coordinator.expect("READY");
+    let mut leader = world.spawn(Some(1), "call", &[("SF_KEY", "refill")]);
+    leader.expect("LEADING");
+    let mut joiners: Vec<Process> = [1, 2, 2]
+        .into_iter()
+        .map(|host| world.spawn(Some(host), "call", &[("SF_KEY", "refill")]))
+        .collect();
+    world.wait_for_joiners("refill", 3);
+    world.hosts.as_ref().unwrap().kill_all(0);
+    drop(coordinator);
+    // The new term's grace window holds the reasserted flight; the status
+    // of the new coordinator shows it with its rejoined joiners.
+    world.wait_for_joiners("refill", 3);
+    world.release();
+    let led = leader.result();
+    assert!(led.starts_with("led "), "{led}");
+    for joiner in &mut joiners {
+        let joined = joiner.result();
+        assert!(joined.starts_with("joined "), "{joined}");
+        assert_eq!(token(&joined), token(&led));
+    }
+    assert_eq!(world.ran(), 1, "nothing ran twice");
+}
+
+/// §14.5: a client whose certificate comes from another CA is refused; its
+/// call ends `Unavailable` with the reason, and the coordinator logs who.
+#[test]
+fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
+    let Some(world) = World::loopback("other-ca", 1) else {
+        return;
+    };
+    let mut coordinator = world.spawn(None, "idle", &[]);
+    coordinator.expect("READY");
+    let mut stranger = world.spawn(
+        None,
+        "call",
+        &[
+            ("SF_KEY", "k"),
+            ("SF_CERT", "other-client"),
+            ("SF_DEADLINE_MS", "20000"),
+        ],
+    );
+    let result = stranger.result();
+    assert!(result.starts_with("unavailable "), "{result}");
+    assert!(
+        result.to_lowercase().contains("certificate") || result.contains("CA"),
+        "the reason names the certificate: {result}"
+    );
+    assert_eq!(world.ran(), 0);
+}
+
+/// §14.6: one etcd member of three dies and service goes on; two die and
+/// calls end `Unavailable` within their deadline; quorum returns and
+/// service resumes.
+#[test]
+fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
+    let Some(mut world) = World::loopback("quorum", 3) else {
+        return;
+    };
+    world.release();
+    let mut first = world.spawn(None, "call", &[("SF_KEY", "a")]);
+    let result = first.result();
+    assert!(result.starts_with("led "), "{result}");
+    world.etcd.kill(0);
+    let mut second = world.spawn(None, "call", &[("SF_KEY", "b")]);
+    let result = second.result();
+    assert!(result.starts_with("led "), "one member down: {result}");
+    world.etcd.kill(1);
+    let mut third = world.spawn(
+        None,
+        "call",
+        &[("SF_KEY", "c"), ("SF_DEADLINE_MS", "15000")],
+    );
+    let result = third.result();
+    assert!(
+        result.starts_with("unavailable")
+            || result.starts_with("open-error")
+            || result == "deadline",
+        "no quorum: {result}"
+    );
+    world.etcd.restart(0);
+    world.etcd.restart(1);
+    world.etcd.wait_healthy();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut again = world.spawn(None, "call", &[("SF_KEY", "d")]);
+        let result = again.result();
+        if result.starts_with("led ") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "service did not resume: {result}"
+        );
+    }
+}

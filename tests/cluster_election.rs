@@ -1,0 +1,158 @@
+//! The cluster election against a real etcd (SPEC.md §14.1–§14.3).
+// Tests own time: they wait for etcd with deadlines.
+#![allow(clippy::disallowed_methods)]
+#![cfg(feature = "cluster")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use single_flight::election::etcd::{EtcdElection, EtcdOptions};
+use single_flight::election::{Election, ElectionError, Term};
+use support::etcd::{self, Etcd};
+
+/// Long enough for any takeover here (a 2 s lease expires in at most 2 s
+/// plus etcd's lease checks); a test that waits longer has failed.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn options(etcd: &Etcd, cluster: &str) -> EtcdOptions {
+    let mut options = EtcdOptions::new(etcd.endpoints(), cluster);
+    options.ttl = Duration::from_secs(2);
+    options
+}
+
+async fn election(etcd: &Etcd, cluster: &str, advertise: &str) -> EtcdElection {
+    EtcdElection::connect(&options(etcd, cluster), advertise.to_owned())
+        .await
+        .expect("etcd answers")
+}
+
+/// Campaigns until won; panics after [`PATIENCE`].
+async fn win(election: &mut EtcdElection) -> impl Term + use<> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(term) = election.campaign().await.expect("a campaign") {
+            return term;
+        }
+        assert!(Instant::now() < deadline, "no term won in {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// §14.1: one campaign wins; the others find its address and lose; a clean
+/// resignation hands over without a grace window, with a greater epoch.
+#[tokio::test]
+async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
+    if !etcd::available() {
+        return;
+    }
+    let etcd = Etcd::single();
+    let mut first = election(&etcd, "c", "10.0.0.1:7000").await;
+    let mut second = election(&etcd, "c", "10.0.0.2:7000").await;
+    assert_eq!(second.coordinator().await.unwrap(), None);
+    let term = first
+        .campaign()
+        .await
+        .unwrap()
+        .expect("the first campaign wins");
+    assert_eq!(term.epoch().get(), 1);
+    assert!(!term.follows_failover(), "the first term waits for nobody");
+    assert!(term.still_holds());
+    assert_eq!(
+        second.coordinator().await.unwrap().as_deref(),
+        Some("10.0.0.1:7000")
+    );
+    assert!(
+        second.campaign().await.unwrap().is_none(),
+        "the key is held"
+    );
+    term.resign(true).await;
+    let term = second.campaign().await.unwrap().expect("the key is free");
+    assert_eq!(term.epoch().get(), 2);
+    assert!(!term.follows_failover(), "the previous term ended clean");
+    assert_eq!(
+        first.coordinator().await.unwrap().as_deref(),
+        Some("10.0.0.2:7000")
+    );
+    // §14.2: a term that stops renewing (its process died) loses the key
+    // when the lease expires; the next term follows a failover.
+    let gone = first.coordinator_gone();
+    drop(term);
+    tokio::time::timeout(PATIENCE, gone)
+        .await
+        .expect("the watch sees the key go");
+    let term = win(&mut first).await;
+    assert_eq!(term.epoch().get(), 3);
+    assert!(
+        term.follows_failover(),
+        "the previous term did not end clean"
+    );
+    term.resign(false).await;
+}
+
+/// §14.1: clusters of one etcd do not see each other.
+#[tokio::test]
+async fn s14_1_clusters_share_an_etcd_without_seeing_each_other() {
+    if !etcd::available() {
+        return;
+    }
+    let etcd = Etcd::single();
+    let mut a = election(&etcd, "a", "10.0.0.1:1").await;
+    let mut b = election(&etcd, "b", "10.0.0.2:1").await;
+    let term_a = a.campaign().await.unwrap().expect("a's first term");
+    let term_b = b.campaign().await.unwrap().expect("b's first term");
+    assert_eq!((term_a.epoch().get(), term_b.epoch().get()), (1, 1));
+    assert_eq!(
+        b.coordinator().await.unwrap().as_deref(),
+        Some("10.0.0.2:1")
+    );
+    term_a.resign(true).await;
+    term_b.resign(true).await;
+}
+
+/// §14.1: an epoch counter that holds no epoch, or the last one, fails
+/// closed, naming the key.
+#[tokio::test]
+async fn s14_1_an_epoch_that_is_not_a_number_fails_closed_naming_the_key() {
+    if !etcd::available() {
+        return;
+    }
+    let etcd = Etcd::single();
+    let mut election = election(&etcd, "damaged", "10.0.0.1:1").await;
+    let key = election.epoch_key().to_owned();
+    let mut client = etcd_client::Client::connect(etcd.endpoints(), None)
+        .await
+        .unwrap();
+    client.put(key.clone(), "seven", None).await.unwrap();
+    let error = election.campaign().await.unwrap_err();
+    assert!(
+        matches!(error, ElectionError::EtcdEpochCorrupt { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains(&key), "{error}");
+    client.put(key.clone(), "2147483647", None).await.unwrap();
+    let error = election.campaign().await.unwrap_err();
+    assert!(
+        matches!(error, ElectionError::EtcdEpochExhausted { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains(&key), "{error}");
+    client.put(key.clone(), "41", None).await.unwrap();
+    let term = election.campaign().await.unwrap().expect("a term");
+    assert_eq!(term.epoch().get(), 42);
+    term.resign(true).await;
+}
+
+/// §14.6: etcd that nobody serves is an error that names the endpoints.
+#[tokio::test]
+async fn s14_6_an_unreachable_etcd_is_an_error_naming_its_endpoints() {
+    let port = etcd::free_port("127.0.0.1".parse().unwrap());
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let mut options = EtcdOptions::new(vec![endpoint.clone()], "c");
+    options.ttl = Duration::from_secs(2);
+    let error = match EtcdElection::connect(&options, "127.0.0.1:1".into()).await {
+        Err(error) => error,
+        Ok(mut election) => election.campaign().await.map(|_| ()).unwrap_err(),
+    };
+    assert!(error.to_string().contains(&endpoint), "{error}");
+}

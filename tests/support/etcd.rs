@@ -1,0 +1,237 @@
+//! A real etcd for the cluster tests: members on free ports of the given
+//! addresses (loopback, or the harness's own namespaces' addresses), each in
+//! a temporary data directory, stopped and removed on drop.
+
+#![allow(dead_code)] // each test file uses a part of it
+#![allow(clippy::disallowed_methods)] // the harness owns time and threads
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a member may take to answer after its start. A member starts
+/// in about 1 s on an idle machine (TRAPS.md); a loaded one takes longer.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether etcd can run here. Without it the cluster tests say so and
+/// skip, unless `SINGLE_FLIGHT_REQUIRE_ETCD` is set (CI sets it, so that a
+/// missing package fails instead of passing silently).
+pub fn available() -> bool {
+    let found = Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        assert!(
+            std::env::var_os("SINGLE_FLIGHT_REQUIRE_ETCD").is_none(),
+            "etcd is not installed, and SINGLE_FLIGHT_REQUIRE_ETCD is set: install it (Debian: apt-get install etcd-server)"
+        );
+        eprintln!("skipping: etcd is not installed (Debian: apt-get install etcd-server)");
+    }
+    found
+}
+
+/// A free TCP port on `ip`, found by binding port 0.
+pub fn free_port(ip: IpAddr) -> u16 {
+    TcpListener::bind((ip, 0))
+        .expect("a free port")
+        .local_addr()
+        .expect("a bound address")
+        .port()
+}
+
+/// One member's settings.
+struct Member {
+    name: String,
+    client_url: String,
+    peer_url: String,
+    data: PathBuf,
+    /// How to start it: the command's prefix (e.g. `ip netns exec NAME`).
+    prefix: Vec<String>,
+    child: Option<Child>,
+}
+
+/// An etcd cluster of one or more members.
+pub struct Etcd {
+    members: Vec<Member>,
+    scratch: PathBuf,
+    initial_cluster: String,
+    token: String,
+}
+
+impl Etcd {
+    /// One member on loopback.
+    pub fn single() -> Etcd {
+        Etcd::start(&[(IpAddr::V4(Ipv4Addr::LOCALHOST), Vec::new())])
+    }
+
+    /// Three members on loopback (quorum tests).
+    pub fn three() -> Etcd {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        Etcd::start(&[(ip, Vec::new()), (ip, Vec::new()), (ip, Vec::new())])
+    }
+
+    /// One member per `(address, command prefix)`.
+    pub fn start(places: &[(IpAddr, Vec<String>)]) -> Etcd {
+        let scratch = std::env::temp_dir().join(format!(
+            "sf-etcd-{}-{}",
+            std::process::id(),
+            free_port(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        ));
+        std::fs::create_dir_all(&scratch).expect("a scratch directory");
+        let members: Vec<Member> = places
+            .iter()
+            .enumerate()
+            .map(|(index, (ip, prefix))| {
+                // A member in a namespace of its own has every port free
+                // (and this process cannot bind that namespace's address).
+                let (client, peer) = if prefix.is_empty() {
+                    (free_port(*ip), free_port(*ip))
+                } else {
+                    (2379, 2380)
+                };
+                (index, ip, prefix, client, peer)
+            })
+            .map(|(index, ip, prefix, client, peer)| Member {
+                name: format!("m{index}"),
+                client_url: format!("http://{ip}:{client}"),
+                peer_url: format!("http://{ip}:{peer}"),
+                data: scratch.join(format!("m{index}")),
+                prefix: prefix.clone(),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut etcd = Etcd {
+            members,
+            scratch: scratch.clone(),
+            initial_cluster,
+            token: format!("sf-{}", scratch.display().to_string().len()),
+        };
+        for index in 0..etcd.members.len() {
+            etcd.start_member(index);
+        }
+        etcd.wait_healthy();
+        etcd
+    }
+
+    fn start_member(&mut self, index: usize) {
+        let member = &self.members[index];
+        let state = if member.data.exists() {
+            "existing"
+        } else {
+            "new"
+        };
+        let (program, prefix_args) = match member.prefix.split_first() {
+            Some((program, rest)) => (program.clone(), rest.to_vec()),
+            None => ("etcd".to_owned(), Vec::new()),
+        };
+        let mut command = Command::new(program);
+        command.args(prefix_args);
+        if !member.prefix.is_empty() {
+            command.arg("etcd");
+        }
+        command
+            .arg("--name")
+            .arg(&member.name)
+            .arg("--data-dir")
+            .arg(&member.data)
+            .arg("--listen-client-urls")
+            .arg(&member.client_url)
+            .arg("--advertise-client-urls")
+            .arg(&member.client_url)
+            .arg("--listen-peer-urls")
+            .arg(&member.peer_url)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&member.peer_url)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-state")
+            .arg(state)
+            .arg("--initial-cluster-token")
+            .arg(&self.token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            );
+        let child = command.spawn().expect("etcd starts");
+        self.members[index].child = Some(child);
+    }
+
+    /// The client URLs of every member, for `--etcd`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// Kills one member (`kill -9`).
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed member again with its data.
+    pub fn restart(&mut self, index: usize) {
+        assert!(self.members[index].child.is_none(), "the member runs");
+        self.start_member(index);
+    }
+
+    /// Waits until every running member answers its health check.
+    pub fn wait_healthy(&self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        for member in self.members.iter().filter(|m| m.child.is_some()) {
+            loop {
+                if healthy(&member.client_url) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "etcd member {} did not become healthy; its log is in {}",
+                    member.name,
+                    self.scratch.display()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// `GET /health` over plain HTTP: `{"health":"true"}` once the member has a
+/// leader and can serve.
+fn healthy(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let Some(address) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.contains("\"health\":\"true\"")
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            self.kill(index);
+        }
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}

@@ -1,0 +1,59 @@
+#!/bin/sh
+# Makes the certificates of a test cluster in the directory given as the only
+# argument, with the openssl command line (1.1 or 3):
+#
+#   ca.pem, ca.key           the cluster's CA
+#   server.pem, server.key   a process's certificate, signed by ca: valid for
+#                            the names in $EXTRA_SAN too (e.g. IP:10.0.0.1),
+#                            IP 127.0.0.1 and DNS localhost, usable both as a
+#                            coordinator and as a client (each process of a
+#                            cluster is both, at different times)
+#   client.pem, client.key   a client-only certificate, signed by ca
+#   other-ca.pem, other-ca.key          a second CA, of another cluster
+#   other-client.pem, other-client.key  a client certificate signed by other-ca
+#   other-server.pem, other-server.key  a certificate signed by other-ca for
+#                                       the same names as server.pem
+#
+# The same recipe makes a real cluster's files: one CA, then for each host a
+# certificate whose subjectAltName lists the names and addresses it
+# advertises. Keep ca.key off the hosts; each host needs ca.pem and its own
+# pair only. Keys are ECDSA P-256 in PKCS#8 PEM.
+set -eu
+
+dir=$1
+cd "$dir"
+
+key() {
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1.key" 2>/dev/null
+}
+
+# ca NAME COMMON_NAME
+ca() {
+    key "$1"
+    openssl req -x509 -new -key "$1.key" -sha256 -days 3650 -subj "/CN=$2" \
+        -addext "basicConstraints=critical,CA:TRUE" \
+        -addext "keyUsage=critical,keyCertSign,cRLSign" \
+        -out "$1.pem"
+}
+
+# leaf NAME CA COMMON_NAME EXTENDED_KEY_USAGE [SUBJECT_ALT_NAME]
+leaf() {
+    key "$1"
+    openssl req -new -key "$1.key" -subj "/CN=$3" -out "$1.csr"
+    {
+        echo "basicConstraints=critical,CA:FALSE"
+        echo "keyUsage=critical,digitalSignature"
+        echo "extendedKeyUsage=$4"
+        if [ $# -ge 5 ]; then echo "subjectAltName=$5"; fi
+    } >"$1.ext"
+    openssl x509 -req -in "$1.csr" -CA "$2.pem" -CAkey "$2.key" -set_serial "0x$(openssl rand -hex 8)" \
+        -sha256 -days 3650 -extfile "$1.ext" -out "$1.pem" 2>/dev/null
+    rm -f "$1.csr" "$1.ext"
+}
+
+ca ca "single-flight test CA"
+leaf server ca "single-flight test process" "serverAuth,clientAuth" "IP:127.0.0.1,DNS:localhost${EXTRA_SAN:+,$EXTRA_SAN}"
+leaf client ca "single-flight test client" "clientAuth"
+ca other-ca "another cluster's CA"
+leaf other-client other-ca "another cluster's client" "clientAuth"
+leaf other-server other-ca "another cluster's process" "serverAuth,clientAuth" "IP:127.0.0.1,DNS:localhost"

@@ -1,0 +1,5 @@
+//! Shared harnesses of the integration tests.
+#![allow(dead_code)] // each test file uses a part of it
+
+pub mod etcd;
+pub mod hosts;
