@@ -627,7 +627,7 @@ fn status_reports_the_coordinator_and_its_flights() {
     let report: serde_json::Value = serde_json::from_slice(&none.stdout).unwrap();
     assert_eq!(
         report,
-        serde_json::json!({"directory": dir, "coordinator": null, "flights": []})
+        serde_json::json!({"directory": dir, "coordinator": null, "flights": [], "omitted": 0})
     );
     let none = scene.run(&["status", "--dir", &dir]);
     assert_eq!(none.code, Some(3));
@@ -654,6 +654,7 @@ fn status_reports_the_coordinator_and_its_flights() {
             "directory": dir,
             "coordinator": {"pid": coordinator, "epoch": "1", "grace_window": null},
             "flights": [{"key": "build:app", "token": token, "joiners": 2}],
+            "omitted": 0,
         })
     );
     let text = scene.run(&["status", "--dir", &dir]);
@@ -666,14 +667,45 @@ fn status_reports_the_coordinator_and_its_flights() {
     assert!(text.contains("\"build:app\""), "{text}");
     assert!(text.contains(&token), "{text}");
 
+    // `--help` documents every member the JSON form has.
+    let help = scene.run(&["status", "--help"]);
+    let help = String::from_utf8(help.stdout).unwrap();
+    let mut members = Vec::new();
+    collect_members(&report, &mut members);
+    members.push("waiting".into()); // only inside an open grace window
+    for member in members {
+        assert!(
+            help.contains(&format!("\"{member}\"")),
+            "{member} in {help}"
+        );
+    }
+
     scene.release("release");
     for index in indexes {
         assert_eq!(scene.end(index).code, Some(0));
     }
 }
 
-/// §13.5: `serve` holds the coordinator until SIGTERM, logging on stderr;
-/// flights go through it.
+/// The names of every member of every object in `value`.
+fn collect_members(value: &serde_json::Value, names: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(members) => {
+            for (name, member) in members {
+                names.push(name.clone());
+                collect_members(member, names);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                collect_members(item, names);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// §13.5: `serve` holds the coordinator until SIGTERM, logging on stderr
+/// (§13.1: in plain text, stderr being a file); flights go through it.
 #[test]
 fn serve_holds_the_coordinator_until_sigterm() {
     let mut scene = Scene::new("serve");
@@ -693,6 +725,10 @@ fn serve_holds_the_coordinator_until_sigterm() {
     let logs = ended.stderr_text();
     assert!(logs.contains("serving"), "{logs}");
     assert!(logs.contains("SIGTERM"), "{logs}");
+    assert!(
+        !ended.stderr.contains(&0x1b),
+        "no ANSI escape in a log file: {logs:?}"
+    );
     assert!(scene.status().is_none());
 }
 

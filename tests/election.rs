@@ -679,6 +679,79 @@ fn s7_1_a_damaged_lock_file_is_reported() {
     assert!(error.to_string().contains(&lock.display().to_string()));
 }
 
+/// The first bytes of an SQLite rollback journal that is ready to be played
+/// back (SQLite's `aJournalMagic`): a journal that starts with them is hot
+/// for a database that has pages.
+const JOURNAL_MAGIC: [u8; 8] = [0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7];
+
+/// A real hot journal: the rollback journal of a write transaction on another
+/// database, taken while the transaction has already written pages to that
+/// database (a one-page cache spills them), so that SQLite would play it back
+/// on the next open of a database with pages.
+fn hot_journal(scratch: &Scratch) -> Vec<u8> {
+    let path = scratch.base.join("other.db");
+    let database = rusqlite::Connection::open(&path).expect("opening another database");
+    database
+        .execute_batch(
+            "PRAGMA cache_size = 1;
+             CREATE TABLE t (x);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 40)
+             INSERT INTO t SELECT randomblob(3000) FROM n;
+             BEGIN;
+             UPDATE t SET x = randomblob(3000);",
+        )
+        .expect("a write transaction that spills");
+    let journal = fs::read(scratch.base.join("other.db-journal")).expect("its journal");
+    assert_eq!(
+        journal[..8],
+        JOURNAL_MAGIC,
+        "a journal ready to be played back"
+    );
+    journal
+}
+
+/// §7.1: during a term SQLite keeps its rollback journal,
+/// `flight.lock-journal` (512 bytes, the lock file's mode), beside the empty
+/// lock file, and a holder killed with `kill -9` leaves it behind. A leftover
+/// journal never disturbs the next term: the lock file has no pages, so the
+/// next claim deletes the journal instead of playing it back, even a real
+/// hot journal put in its place; each next holder wins with the next epoch,
+/// the lock file stays empty, and a clean end of the term removes the
+/// journal.
+#[test]
+fn s7_1_a_journal_left_by_a_killed_holder_never_disturbs_the_next_term() {
+    let scratch = Scratch::new("journal");
+    let (directory, _election) = prepared(&scratch);
+    let lock = directory.join(LOCK_FILE);
+    let journal = directory.join(format!("{LOCK_FILE}-journal"));
+    let hot = hot_journal(&scratch);
+    let mut children = Children::new();
+    let mut holder = None;
+    for epoch in 1..=3 {
+        if epoch == 3 {
+            fs::write(&journal, &hot).expect("putting a hot journal in place");
+        }
+        let child = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
+        let report = children.next_outcome();
+        assert_eq!(report.won(), Some(epoch), "{report:?}");
+        let metadata = fs::metadata(&journal).expect("a journal during the term");
+        assert_eq!(metadata.len(), 512, "the journal's header, and no page");
+        assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&lock).expect("the lock file").len(), 0);
+        if epoch < 3 {
+            children.kill(child);
+            assert!(journal.exists(), "kill -9 leaves the journal behind");
+        }
+        holder = Some(child);
+    }
+    let holder = holder.expect("the last holder");
+    children.release(holder);
+    assert_eq!(children.next_outcome().line, "resigned");
+    assert!(children.wait(holder).success());
+    assert!(!journal.exists(), "a clean end removes the journal");
+    assert_eq!(fs::metadata(&lock).expect("the lock file").len(), 0);
+}
+
 // ---------------------------------------------------------------------------
 // §7.3 The epoch.
 

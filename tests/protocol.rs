@@ -5,7 +5,10 @@
 
 use proptest::prelude::*;
 use single_flight::fuzzing;
-use single_flight::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES};
+use single_flight::protocol::limits::{
+    MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_NESTING_DEPTH, MAX_OP_BYTES,
+    MAX_OUTCOME_BYTES, OUTCOME_ENVELOPE_BYTES,
+};
 use single_flight::protocol::{
     ClientHello, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus, FrameError,
     HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome, PROTOCOL_VERSION,
@@ -303,6 +306,7 @@ fn response_status() {
                 joiners: 3,
             }],
             waiting: None,
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}]}"#,
     );
@@ -316,8 +320,27 @@ fn response_status_in_a_grace_window() {
             id: id("9"),
             flights: Vec::new(),
             waiting: Some(4),
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[],"waiting":4}"#,
+    );
+}
+
+/// §3.5: an answer that leaves flights out to fit in one line counts them.
+#[test]
+fn response_status_with_flights_left_out() {
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: vec![FlightStatus {
+                key: key("build:app"),
+                token: first_token(),
+                joiners: 3,
+            }],
+            waiting: None,
+            omitted: Some(2048),
+        },
+        r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}],"omitted":2048}"#,
     );
 }
 
@@ -329,6 +352,7 @@ fn response_status_without_flights() {
             id: id("9"),
             flights: Vec::new(),
             waiting: None,
+            omitted: None,
         },
         r#"{"op":"status","id":"9","flights":[]}"#,
     );
@@ -384,6 +408,97 @@ fn ids_and_keys_at_the_limit_are_accepted() {
             flight: None,
         },
         &format!(r#"{{"op":"run","id":"{longest_id}","key":"{longest_key}"}}"#),
+    );
+}
+
+/// §3.6, §5: an `op` of exactly `MAX_OP_BYTES` bytes that the coordinator
+/// does not know is an unknown request, to be answered `unsupported`; one
+/// byte more is malformed (in the table below).
+#[test]
+fn ops_at_the_limit_are_unknown_requests() {
+    let op = "o".repeat(MAX_OP_BYTES);
+    assert_eq!(
+        decode_request(format!(r#"{{"op":"{op}","id":"1"}}"#).as_bytes()),
+        Ok(Incoming::Unknown { op, id: id("1") })
+    );
+}
+
+/// A key or an id of `len` bytes that each take six bytes on the wire.
+fn escaped_text(len: usize) -> String {
+    "\u{1}".repeat(len)
+}
+
+/// §3.4, §5: an outcome of exactly `MAX_OUTCOME_BYTES` fits in every line
+/// that carries one, with the longest envelope each can have: a `land` and a
+/// `landed` whose ids, and a landed `reassert` whose id and key, are at their
+/// limits and written with an escape for every byte.
+#[test]
+fn an_outcome_at_the_limit_fits_in_every_line_that_carries_it() {
+    let outcome = Outcome::Value("v".repeat(MAX_OUTCOME_BYTES - r#"{"value":""}"#.len()));
+    assert_eq!(outcome.encoded_len(), MAX_OUTCOME_BYTES);
+    let longest_id = id(&escaped_text(MAX_ID_BYTES));
+    let longest_key = key(&escaped_text(MAX_KEY_BYTES));
+    let largest_token: FencingToken = i64::MAX.to_string().parse().unwrap();
+    let reassert = encode(&Request::Reassert {
+        id: longest_id.clone(),
+        key: longest_key,
+        token: largest_token,
+        outcome: Some(outcome.clone()),
+    });
+    let land = encode(&Request::Land {
+        id: longest_id.clone(),
+        outcome: outcome.clone(),
+    });
+    let landed = encode(&Response::Landed {
+        id: longest_id,
+        outcome: outcome.clone(),
+    });
+    assert_eq!(reassert.len() - MAX_OUTCOME_BYTES, 25_419);
+    for line in [reassert, land, landed] {
+        assert!(line.len() - MAX_OUTCOME_BYTES <= OUTCOME_ENVELOPE_BYTES);
+        assert!(line.len() <= MAX_FRAME_BYTES);
+    }
+}
+
+/// §3.4: an outcome over `MAX_OUTCOME_BYTES`, a value or a failure, is
+/// replaced by the `ValueTooLarge` failure, whose message says how large it
+/// was and what to do; one at the limit is kept.
+#[test]
+fn an_outcome_over_the_limit_is_replaced_by_value_too_large() {
+    let value = |len: usize| Outcome::Value("v".repeat(len - r#"{"value":""}"#.len()));
+    assert_eq!(
+        value(MAX_OUTCOME_BYTES).shareable(),
+        Ok(value(MAX_OUTCOME_BYTES))
+    );
+    let failure = value(MAX_OUTCOME_BYTES + 1)
+        .shareable()
+        .expect_err("one byte over the limit");
+    assert_eq!(failure.name, "ValueTooLarge");
+    assert!(
+        failure.message.contains("8355841 bytes"),
+        "{}",
+        failure.message
+    );
+    assert!(failure.message.contains("a file"), "{}", failure.message);
+    // Where every byte is written as an escape of six.
+    let escapes = |count: usize| Outcome::Value(escaped_text(count));
+    let most = (MAX_OUTCOME_BYTES - r#"{"value":""}"#.len()) / 6;
+    assert_eq!(escapes(most).encoded_len(), MAX_OUTCOME_BYTES);
+    assert_eq!(escapes(most).shareable(), Ok(escapes(most)));
+    assert!(escapes(most + 1).shareable().is_err());
+    let huge_error = Outcome::Failure(Failure {
+        name: "Error".into(),
+        message: "m".repeat(MAX_OUTCOME_BYTES),
+        code: None,
+    });
+    let failure = huge_error
+        .shareable()
+        .expect_err("a failure over the limit");
+    assert_eq!(failure.name, "ValueTooLarge");
+    assert!(
+        failure.message.contains("shorter message"),
+        "{}",
+        failure.message
     );
 }
 
@@ -505,11 +620,52 @@ fn too_long(field: &'static str, len: usize, max: usize) -> Expected {
     Expected::Error(DecodeError::TooLong { field, len, max })
 }
 
+/// A `status` request whose unknown member `x` nests arrays (`[`) or
+/// objects (`{`) so that the line has `depth` levels, the message object
+/// being the first (§3.7).
+fn nested(depth: usize, open: char, close: char) -> Vec<u8> {
+    let inner = depth - 1;
+    let (open, close) = if open == '{' {
+        (r#"{"x":"#.repeat(inner), "}".repeat(inner))
+    } else {
+        (
+            open.to_string().repeat(inner),
+            close.to_string().repeat(inner),
+        )
+    };
+    let core = if open.starts_with('{') { "1" } else { "" };
+    format!(r#"{{"op":"status","id":"d","x":{open}{core}{close}}}"#).into_bytes()
+}
+
+/// §3.7, §5: a line nested exactly `MAX_NESTING_DEPTH` levels deep, in
+/// arrays or in objects, is a message; one level more is not JSON (in the
+/// malformed table).
+#[test]
+fn nesting_at_the_limit_is_accepted() {
+    for open in ['[', '{'] {
+        let close = if open == '[' { ']' } else { '}' };
+        let line = nested(MAX_NESTING_DEPTH, open, close);
+        assert_eq!(
+            decode_request(&line),
+            Ok(Incoming::Request(Request::Status { id: id("d") })),
+            "{}",
+            String::from_utf8_lossy(&line)
+        );
+        assert!(
+            matches!(
+                decode_request(&nested(MAX_NESTING_DEPTH + 1, open, close)),
+                Err(DecodeError::NotJson { reason }) if reason.contains("recursion limit exceeded")
+            ),
+            "one level more is not JSON"
+        );
+    }
+}
+
 /// Lines that are malformed as any message, request or response alike.
 fn malformed_lines() -> Vec<(&'static str, Vec<u8>, Expected)> {
     let long_id = "i".repeat(MAX_ID_BYTES + 1);
     let long_multibyte_id = "é".repeat(MAX_ID_BYTES / 2 + 1);
-    let long_op = "o".repeat(MAX_ID_BYTES + 1);
+    let long_op = "o".repeat(MAX_OP_BYTES + 1);
     vec![
         (
             "empty line (§4.1)",
@@ -567,6 +723,16 @@ fn malformed_lines() -> Vec<(&'static str, Vec<u8>, Expected)> {
             Expected::NotJson("recursion limit exceeded"),
         ),
         (
+            "arrays one level past the nesting limit (§3.7)",
+            nested(MAX_NESTING_DEPTH + 1, '[', ']'),
+            Expected::NotJson("recursion limit exceeded"),
+        ),
+        (
+            "objects one level past the nesting limit (§3.7)",
+            nested(MAX_NESTING_DEPTH + 1, '{', '}'),
+            Expected::NotJson("recursion limit exceeded"),
+        ),
+        (
             "JSON array",
             br#"[{"op":"cancel","id":"1"}]"#.to_vec(),
             Expected::Error(DecodeError::NotAnObject),
@@ -601,7 +767,7 @@ fn malformed_lines() -> Vec<(&'static str, Vec<u8>, Expected)> {
         (
             "op over the limit",
             format!(r#"{{"op":"{long_op}","id":"1"}}"#).into_bytes(),
-            too_long("op", MAX_ID_BYTES + 1, MAX_ID_BYTES),
+            too_long("op", MAX_OP_BYTES + 1, MAX_OP_BYTES),
         ),
         ("missing id", br#"{"op":"cancel"}"#.to_vec(), missing("id")),
         (
@@ -816,6 +982,21 @@ fn malformed_requests() -> Vec<(&'static str, Vec<u8>, Expected)> {
             wrong_type("code", "a string or an integer"),
         ),
         (
+            "failure code with a zero fraction (§3.4: not an integer)",
+            land_with(r#"{"failure":{"name":"E","message":"m","code":5.0}}"#),
+            wrong_type("code", "a string or an integer"),
+        ),
+        (
+            "failure code negative zero (§3.4: not an integer)",
+            land_with(r#"{"failure":{"name":"E","message":"m","code":-0}}"#),
+            wrong_type("code", "a string or an integer"),
+        ),
+        (
+            "failure code below i64::MIN",
+            land_with(r#"{"failure":{"name":"E","message":"m","code":-9223372036854775809}}"#),
+            wrong_type("code", "a string or an integer"),
+        ),
+        (
             "failure code in exponent form",
             land_with(r#"{"failure":{"name":"E","message":"m","code":1e3}}"#),
             wrong_type("code", "a string or an integer"),
@@ -999,6 +1180,35 @@ fn coordinator_hello_line() {
         encode(&hello),
         r#"{"protocol":"single-flight","version":1,"epoch":"3","pid":4242}"#
     );
+}
+
+/// §4.2: `version` is an integer from 0 to 2^32 − 1. Every such version but
+/// ours is a `ProtocolVersionError` (the coordinator answers it with its
+/// hello before it closes); a version outside that range, or not an integer,
+/// makes the line no hello at all.
+#[test]
+fn hello_versions_are_32_bit_unsigned_integers() {
+    let hello = |version: &str| {
+        decode_client_hello(
+            format!(r#"{{"protocol":"single-flight","version":{version}}}"#).as_bytes(),
+        )
+    };
+    for theirs in [0, 2, u32::MAX] {
+        assert_eq!(
+            hello(&theirs.to_string()),
+            Err(HandshakeError::Version(ProtocolVersionError {
+                ours: PROTOCOL_VERSION,
+                theirs,
+            }))
+        );
+    }
+    for version in ["4294967296", "-1", "1.0", "1e0", "-0", r#""1""#, "null"] {
+        assert!(
+            matches!(hello(version), Err(HandshakeError::NotAHello { .. })),
+            "version {version}"
+        );
+    }
+    assert_eq!(hello("1"), Ok(ClientHello::current()));
 }
 
 /// §4.2: another version is a `ProtocolVersionError` naming both versions;
@@ -1200,12 +1410,14 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
         (
             arbitrary_id(),
             prop::collection::vec(flight, 0..4),
-            prop::option::of(any::<u64>())
+            prop::option::of(any::<u64>()),
+            prop::option::of(any::<u64>()),
         )
-            .prop_map(|(id, flights, waiting)| Response::Status {
+            .prop_map(|(id, flights, waiting, omitted)| Response::Status {
                 id,
                 flights,
-                waiting
+                waiting,
+                omitted,
             }),
     ]
 }
@@ -1313,6 +1525,13 @@ proptest! {
         prop_assert_eq!(decode_request(line.as_bytes()), Ok(Incoming::Request(request)));
     }
 
+    /// §3.4: an outcome's length is counted exactly as `encode` writes it,
+    /// escapes included.
+    #[test]
+    fn outcome_lengths_are_counted_as_encoded(outcome in arbitrary_outcome()) {
+        prop_assert_eq!(outcome.encoded_len(), encode(&outcome).len());
+    }
+
     /// §3.3: every response survives encoding and decoding, and its line holds
     /// no raw newline (§4.1).
     #[test]
@@ -1393,4 +1612,42 @@ proptest! {
     ) {
         fuzzing::framer(&bytes, &cuts, max);
     }
+}
+
+/// The fuzz targets' seeds at the edges of §5's limits (fuzz/seeds/) are on
+/// the side of the edge their names say: a seed named `…at-limit…`,
+/// `…longest…` or `…i64-max`/`…i64-min`/`…u32-max` decodes, one named
+/// `…over…`, `…above…` or `…negative-zero` does not; a hello seed is judged
+/// as a hello (of any version).
+#[test]
+fn fuzz_seeds_sit_on_the_side_of_the_edge_they_name() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let mut checked = 0;
+    for target in ["request_decode", "response_decode"] {
+        for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let line = std::fs::read(&path).unwrap();
+            // A hello of another version is still a hello (§4.2).
+            let is_hello = |result: Result<(), HandshakeError>| {
+                !matches!(result, Err(HandshakeError::NotAHello { .. }))
+            };
+            let decodes = match (target, name.contains("hello")) {
+                ("request_decode", true) => is_hello(decode_client_hello(&line).map(|_| ())),
+                (_, true) => is_hello(decode_coordinator_hello(&line).map(|_| ())),
+                ("request_decode", false) => decode_request(&line).is_ok(),
+                _ => decode_response(&line).is_ok(),
+            };
+            let refused = ["over", "above", "negative-zero"];
+            let accepted = ["at-limit", "longest", "i64-max", "i64-min", "u32-max"];
+            if refused.iter().any(|word| name.contains(word)) {
+                assert!(!decodes, "{target}/{name} should not decode");
+                checked += 1;
+            } else if accepted.iter().any(|word| name.contains(word)) {
+                assert!(decodes, "{target}/{name} should decode");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} edge seeds");
 }

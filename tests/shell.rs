@@ -141,6 +141,14 @@ async fn work(
         if step == "fail" {
             return Err(std::io::Error::other("the disk is on fire"));
         }
+        // `value:N` / `error:N`: a value or an error message of N bytes.
+        if let Some(len) = step.strip_prefix("value:") {
+            return Ok("v".repeat(len.parse().expect("a length")));
+        }
+        if let Some(len) = step.strip_prefix("error:") {
+            let message = "x".repeat(len.parse().expect("a length"));
+            return Err(std::io::Error::other(message));
+        }
     }
     Ok(format!("value-of-{key}-from-{pid}"))
 }
@@ -398,6 +406,64 @@ fn leader_failure_reaches_joiners() {
             "own-failure the disk is on fire",
         ]
     );
+}
+
+/// §3.4: a leader's value or error whose outcome is exactly
+/// `MAX_OUTCOME_BYTES` reaches its joiner; one byte more and the joiner gets
+/// the `ValueTooLarge` failure, saying how large it was, while the leader
+/// keeps its own result. The leader never sends a line over the frame limit,
+/// which would close its connection on every reconnect.
+#[test]
+fn outcomes_over_the_limit_reach_joiners_as_value_too_large() {
+    use single_flight::protocol::limits::MAX_OUTCOME_BYTES;
+    // The default codec writes a string as JSON (`"vv…"`), in an outcome
+    // `{"value":"\"vv…\""}`: 16 bytes around the value.
+    let value = |len: usize| format!("wait:go,value:{}", len - 16);
+    // `{"failure":{"name":"Error","message":"xx…"}}`: 41 bytes around.
+    let error = |len: usize| format!("wait:go,error:{}", len - 41);
+    let cases = [
+        ("value-at", value(MAX_OUTCOME_BYTES), "joined"),
+        (
+            "value-over",
+            value(MAX_OUTCOME_BYTES + 1),
+            "failed ValueTooLarge",
+        ),
+        ("error-at", error(MAX_OUTCOME_BYTES), "failed Error xxx"),
+        (
+            "error-over",
+            error(MAX_OUTCOME_BYTES + 1),
+            "failed ValueTooLarge",
+        ),
+    ];
+    let mut scene = Scene::new("too-large");
+    let coordinator = scene.spawn("idle", &[]);
+    scene.line(coordinator, "READY");
+    let mut callers = Vec::new();
+    for (key, work, _) in &cases {
+        let leader = scene.spawn("call", &[("SF_KEY", key), ("SF_WORK", work)]);
+        scene.until("the leader", |f| joiners(f, key) == Some(0));
+        let joiner = scene.spawn("call", &[("SF_KEY", key), ("SF_WORK", work)]);
+        scene.until("the joiner", |f| joiners(f, key) == Some(1));
+        callers.push((leader, joiner));
+    }
+    scene.release("go");
+    for ((key, _, expected), (leader, joiner)) in cases.iter().zip(callers) {
+        let led = scene.result(leader);
+        assert!(
+            led.starts_with("led ") || led.starts_with("own-failure xxx"),
+            "{key}: the leader keeps its result"
+        );
+        let joined = scene.result(joiner);
+        assert!(
+            joined.starts_with(expected),
+            "{key}: {}",
+            &joined[..joined.len().min(200)]
+        );
+        if expected.ends_with("ValueTooLarge") {
+            let size = (MAX_OUTCOME_BYTES + 1).to_string();
+            assert!(joined.contains(&size), "{key}: {joined}");
+        }
+    }
 }
 
 /// §8.2: different keys run in parallel: each work finishes only once the

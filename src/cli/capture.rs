@@ -21,9 +21,9 @@ use super::output::{Exit, Output, Ran, Stream, record_header};
 use super::spill;
 
 /// The most output, as records, that travels inside the flight's value. Its
-/// base64 text is a third larger (5⅓ MiB), which leaves room in a message of
-/// `MAX_FRAME_BYTES` (8 MiB) for the rest of the value and the `land` around
-/// it (SPEC.md §5). Larger outputs go through a spill file.
+/// base64 text is a third larger (5⅓ MiB), which leaves room in an outcome
+/// of `MAX_OUTCOME_BYTES` (8 MiB − 32 KiB) for the rest of the value (SPEC.md
+/// §3.4, §5). Larger outputs go through a spill file.
 pub const INLINE_OUTPUT_BYTES: usize = MAX_FRAME_BYTES / 2;
 
 /// How much is read from one of COMMAND's pipes at once (what a pipe holds

@@ -14,7 +14,8 @@ mod signals;
 mod spill;
 mod status;
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -154,11 +155,30 @@ struct StatusArgs {
 
     /// Print one JSON object instead of text.
     ///
-    /// {"directory": DIR, "coordinator": {"pid": N, "epoch": "E"} or null,
-    /// "flights": [{"key": K, "token": "T", "joiners": N}]}; epochs and
-    /// tokens are decimal strings.
+    /// {"directory": DIR, "coordinator": {"pid": N, "epoch": "E",
+    /// "grace_window": {"waiting": N} or null} or null, "flights": [{"key": K,
+    /// "token": "T", "joiners": N}], "omitted": N}; epochs and tokens are
+    /// decimal strings, grace_window is null when no grace window is open, and
+    /// omitted counts the flights left out of an answer too long for one
+    /// message (0 when all are listed).
     #[arg(long)]
     json: bool,
+}
+
+/// Whether log lines on stderr may carry ANSI colour codes (SPEC.md §13.1):
+/// only on a terminal, so that a log in a file or a pipe stays plain text,
+/// and not when `NO_COLOR` is set to anything but the empty string, the
+/// convention for turning colours off.
+fn log_in_colour(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+/// [`log_in_colour`] for this process's stderr and environment.
+fn log_colours() -> bool {
+    log_in_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
 }
 
 /// A key as the protocol accepts it (SPEC.md §3.1), checked before anything
@@ -237,6 +257,18 @@ mod tests {
         assert!(parse_seconds("-3").is_err());
         assert!(parse_seconds("NaN").is_err());
         assert!(parse_seconds("soon").is_err());
+    }
+
+    /// §13.1: colours on a terminal only, and never with a non-empty
+    /// `NO_COLOR`.
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        let set = |value: &'static str| Some(OsStr::new(value));
+        assert!(log_in_colour(true, None));
+        assert!(log_in_colour(true, set("")));
+        assert!(!log_in_colour(true, set("1")));
+        assert!(!log_in_colour(false, None));
+        assert!(!log_in_colour(false, set("")));
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub async fn run(args: RunArgs) -> u8 {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            .with_ansi(super::log_colours())
             .try_init();
     }
     let directory = args.directory.dir.clone();

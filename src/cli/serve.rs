@@ -19,6 +19,7 @@ pub async fn serve(args: ServeArgs) -> u8 {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(super::log_colours())
         .try_init();
     let mut signals = match Signals::install() {
         Ok(signals) => signals,

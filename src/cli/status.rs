@@ -49,14 +49,16 @@ pub async fn status(args: StatusArgs) -> u8 {
 
 /// The `--json` form: `{"directory", "coordinator": {"pid", "epoch",
 /// "grace_window": null or {"waiting"}} or null, "flights": [{"key", "token",
-/// "joiners"}]}`. Epochs and tokens are decimal strings, as on the wire
-/// (SPEC.md §6).
+/// "joiners"}], "omitted"}`. Epochs and tokens are decimal strings, as on the
+/// wire (SPEC.md §6); `omitted` counts the flights left out of an answer too
+/// long for one message (SPEC.md §3.5).
 fn json(directory: &Path, status: Option<&Status>) -> String {
     #[derive(Serialize)]
     struct Report<'a> {
         directory: String,
         coordinator: Option<Coordinator>,
         flights: Vec<Flight<'a>>,
+        omitted: u64,
     }
     #[derive(Serialize)]
     struct Coordinator {
@@ -97,6 +99,7 @@ fn json(directory: &Path, status: Option<&Status>) -> String {
                     .collect()
             })
             .unwrap_or_default(),
+        omitted: status.map_or(0, |status| status.omitted),
     };
     serde_json::to_string(&report).expect("a report of strings and numbers serializes")
 }
@@ -117,13 +120,13 @@ fn text(directory: &Path, status: &Status) -> String {
             if waiting == 1 { "run waits" } else { "runs wait" }
         ));
     }
-    if status.flights.is_empty() {
+    if status.flights.is_empty() && status.omitted == 0 {
         text.push_str("flights      none in progress\n");
         return text;
     }
     text.push_str(&format!(
         "flights      {} in progress\n\n",
-        status.flights.len()
+        status.flights.len() as u64 + status.omitted
     ));
     let keys: Vec<String> = status
         .flights
@@ -147,6 +150,13 @@ fn text(directory: &Path, status: &Status) -> String {
             flight.joiners
         ));
     }
+    if status.omitted > 0 {
+        // SPEC.md §3.5: the answer is one line of at most 8 MiB.
+        text.push_str(&format!(
+            "  … and {} more, after these in key order, that do not fit in one answer\n",
+            status.omitted
+        ));
+    }
     text
 }
 
@@ -166,6 +176,7 @@ mod tests {
                 token: FencingToken::new(Epoch::FIRST, 7).unwrap(),
                 joiners: 0,
             }],
+            omitted: 0,
             waiting_in_grace,
         }
     }
@@ -193,5 +204,22 @@ mod tests {
             json_closed["coordinator"]["grace_window"],
             serde_json::Value::Null
         );
+    }
+
+    /// §13.5: flights that do not fit in one answer (SPEC.md §3.5) are
+    /// counted in both forms.
+    #[test]
+    fn flights_left_out_of_the_answer_are_counted() {
+        let directory = Path::new("/d");
+        let mut long = status(None);
+        long.omitted = 5;
+        let shown = text(directory, &long);
+        assert!(shown.contains("flights      6 in progress"), "{shown}");
+        assert!(shown.contains("and 5 more"), "{shown}");
+        let report: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&long))).unwrap();
+        assert_eq!(report["omitted"], 5);
+        let report: serde_json::Value = serde_json::from_str(&json(directory, None)).unwrap();
+        assert_eq!(report["omitted"], 0);
     }
 }

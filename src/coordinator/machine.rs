@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
 #[cfg(feature = "mutants")]
 use super::mutant::Mutant;
+use crate::protocol::limits::STATUS_FLIGHTS_BYTES;
 use crate::protocol::{
     Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
+    encoded_len,
 };
 
 /// Open requests one connection may have at once (SPEC.md §8.9). A process
@@ -220,34 +222,44 @@ impl Coordinator {
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
-            Request::Status { id } => {
-                let flights = self
-                    .flights
-                    .iter()
-                    .map(|(key, flight)| FlightStatus {
-                        key: key.clone(),
-                        token: flight.token,
-                        joiners: flight.joiners.len() as u64,
-                    })
-                    .collect();
-                // §3.5: the runs that wait for the window, for an operator
-                // who wonders why calls stall after a failover.
-                let waiting = self.in_grace.then(|| {
-                    self.waiting
-                        .iter()
-                        .filter(|party| self.party(party).is_some())
-                        .count() as u64
-                });
-                self.send(
-                    connection,
-                    Response::Status {
-                        id,
-                        flights,
-                        waiting,
-                    },
-                );
-            }
+            Request::Status { id } => self.status(connection, id),
         }
+    }
+
+    /// §3.5: the flights in progress in key order, as many as fit in one
+    /// line, and how many did not.
+    fn status(&mut self, connection: ConnectionId, id: RequestId) {
+        let mut flights = Vec::new();
+        let mut room = STATUS_FLIGHTS_BYTES;
+        for (key, flight) in &self.flights {
+            let status = FlightStatus {
+                key: key.clone(),
+                token: flight.token,
+                joiners: flight.joiners.len() as u64,
+            };
+            // Its JSON and the comma before the next one.
+            let Some(left) = room.checked_sub(encoded_len(&status) + 1) else {
+                break;
+            };
+            room = left;
+            flights.push(status);
+        }
+        let omitted = (self.flights.len() - flights.len()) as u64;
+        // The runs that wait for the window, for an operator who wonders why
+        // calls stall after a failover.
+        let waiting = self.in_grace.then(|| {
+            self.waiting
+                .iter()
+                .filter(|party| self.party(party).is_some())
+                .count() as u64
+        });
+        let response = Response::Status {
+            id,
+            flights,
+            waiting,
+            omitted: (omitted > 0).then_some(omitted),
+        };
+        self.send(connection, response);
     }
 
     /// Opens a party for `id` in the role `Waiting`; `false` when the id is
@@ -429,6 +441,7 @@ impl Coordinator {
     /// rejoiners; it does not become live again, so it displaces nothing
     /// and no new call joins it (§8.3).
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
+        let (outcome, answer) = shareable(outcome);
         if !self.mutant(Mutant::ForgetsLandingsInGrace) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
@@ -438,7 +451,7 @@ impl Coordinator {
         });
         self.remove_party(&party);
         let (connection, id) = party;
-        self.send(connection, Response::Ack { id });
+        self.send(connection, answer(id));
     }
 
     /// Applies `rule` to each run of `key` that waits, in arrival order; the
@@ -470,7 +483,9 @@ impl Coordinator {
         self.waiting = still;
     }
 
-    /// §8.5: the leader ends its flight; anyone else is rejected.
+    /// §8.5: the leader ends its flight; anyone else is rejected. An outcome
+    /// too large to share ends the flight too, with the failure that takes
+    /// its place, and the leader is told that its own was not handed over.
     fn land(&mut self, party: PartyRef, outcome: Outcome) {
         let leading = match self.party(&party) {
             Some(Party {
@@ -479,11 +494,13 @@ impl Coordinator {
             }) => Some((key.clone(), *token)),
             _ => None,
         };
-        let landed =
-            leading.is_some_and(|(key, token)| self.end_flight(&key, token, Some(outcome)));
         let (connection, id) = party;
-        if landed {
-            self.send(connection, Response::Ack { id });
+        let Some((key, token)) = leading else {
+            return self.send(connection, Response::Rejected { id });
+        };
+        let (outcome, answer) = shareable(outcome);
+        if self.end_flight(&key, token, Some(outcome)) {
+            self.send(connection, answer(id));
         } else {
             self.send(connection, Response::Rejected { id });
         }
@@ -662,6 +679,19 @@ impl Coordinator {
     #[inline(always)]
     fn mutant(&self, _: Mutant) -> bool {
         false
+    }
+}
+
+/// The outcome that a land or a landed reassert hands to the joiners, and how
+/// its leader is answered (§3.4, §8.5): `ack` when the outcome itself is
+/// handed over; `rejected` when it is too large for a joiner's `landed` line,
+/// which then carries the `ValueTooLarge` failure instead, so that the
+/// joiners still get an answer and the coordinator never sends a line over
+/// the frame limit.
+fn shareable(outcome: Outcome) -> (Outcome, fn(RequestId) -> Response) {
+    match outcome.shareable() {
+        Ok(outcome) => (outcome, |id| Response::Ack { id }),
+        Err(failure) => (Outcome::Failure(failure), |id| Response::Rejected { id }),
     }
 }
 

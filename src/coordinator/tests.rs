@@ -469,6 +469,7 @@ fn status_lists_flights() {
                 id: id("9"),
                 flights,
                 waiting: None,
+                omitted: None,
             }
         )]
     );
@@ -498,6 +499,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 id: id("9"),
                 flights: held,
                 waiting: Some(2),
+                omitted: None,
             }
         )]
     );
@@ -515,6 +517,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 id: id("9"),
                 flights: joined,
                 waiting: None,
+                omitted: None,
             }
         )]
     );
@@ -652,4 +655,196 @@ fn greater_token_supersedes_an_older_reassert() {
         co.step(rejoin(1, "2", "a", token(1, 1))),
         vec![interrupted(1, "2")]
     );
+}
+
+/// A value whose outcome is exactly `len` bytes of JSON (`{"value":"…"}`).
+fn value_of_len(len: usize) -> Outcome {
+    value(&"v".repeat(len - r#"{"value":""}"#.len()))
+}
+
+/// The longest id a joiner can have on the wire: `MAX_ID_BYTES` control
+/// characters, each written as six bytes (`\u0001`).
+fn longest_id(last: char) -> String {
+    let mut id = "\u{1}".repeat(crate::protocol::limits::MAX_ID_BYTES - 1);
+    id.push(last);
+    id
+}
+
+/// The length of every line the coordinator would write for `effects`.
+fn line_lengths(effects: &[Effect]) -> Vec<usize> {
+    let mut encoder = crate::protocol::LineEncoder::default();
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send { response, .. } => Some(encoder.line(response).len() - 1),
+            _ => None,
+        })
+        .collect()
+}
+
+/// §3.4, §8.5: an outcome of exactly `MAX_OUTCOME_BYTES` is handed to
+/// joiners whose ids are as long as an id can be written, in lines within
+/// the frame, and the leader is acknowledged; one byte more and the joiners
+/// get the `ValueTooLarge` failure instead, and the leader `rejected`.
+#[test]
+fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
+    use crate::protocol::limits::{MAX_FRAME_BYTES, MAX_OUTCOME_BYTES};
+    let (first, second) = (longest_id('1'), longest_id('2'));
+
+    let mut co = coordinator(1, Term::First, 3);
+    assert_eq!(co.step(run(1, "1", "k")), vec![lead(1, "1", token(1, 1))]);
+    assert_eq!(co.step(run(2, &first, "k")).len(), 1);
+    assert_eq!(co.step(run(3, &second, "k")).len(), 1);
+    let at_limit = value_of_len(MAX_OUTCOME_BYTES);
+    assert_eq!(at_limit.encoded_len(), MAX_OUTCOME_BYTES);
+    let effects = co.step(land(1, "1", at_limit.clone()));
+    assert_eq!(
+        effects,
+        vec![
+            landed(2, &first, at_limit.clone()),
+            landed(3, &second, at_limit),
+            ack(1, "1")
+        ]
+    );
+    let lengths = line_lengths(&effects);
+    assert!(
+        lengths.iter().all(|&len| len <= MAX_FRAME_BYTES),
+        "{lengths:?}"
+    );
+
+    assert_eq!(co.step(run(1, "2", "k")), vec![lead(1, "2", token(1, 2))]);
+    assert_eq!(co.step(run(2, &first, "k")).len(), 1);
+    let effects = co.step(land(1, "2", value_of_len(MAX_OUTCOME_BYTES + 1)));
+    let [Effect::Send { response, .. }, answer] = &effects[..] else {
+        panic!("one landed and one answer, not {effects:?}");
+    };
+    let Response::Landed {
+        outcome: Outcome::Failure(failure),
+        ..
+    } = response
+    else {
+        panic!("the joiner gets a failure, not {response:?}");
+    };
+    assert_eq!(failure.name, "ValueTooLarge");
+    assert!(
+        failure
+            .message
+            .contains(&(MAX_OUTCOME_BYTES + 1).to_string()),
+        "{failure:?}"
+    );
+    assert_eq!(*answer, rejected(1, "2"));
+    assert_eq!(co.flights().count(), 0, "the flight ended");
+}
+
+/// §3.4, §8.3: a landed reassert whose outcome is over the limit hands the
+/// `ValueTooLarge` failure to the rejoins that wait and to those that come
+/// later in the window, and its leader is answered `rejected`.
+#[test]
+fn a_landed_reassert_over_the_limit_hands_over_a_failure() {
+    use crate::protocol::limits::MAX_OUTCOME_BYTES;
+    let too_large = value_of_len(MAX_OUTCOME_BYTES + 1);
+    let Err(failure) = too_large.clone().shareable() else {
+        panic!("an outcome one byte over the limit is not shareable");
+    };
+    let failure = Outcome::Failure(failure);
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    assert_eq!(co.step(rejoin(2, "1", "k", token(1, 1))), vec![]);
+    assert_eq!(
+        co.step(reassert_landed(1, "1", "k", token(1, 1), too_large)),
+        vec![landed(2, "1", failure.clone()), rejected(1, "1")]
+    );
+    assert_eq!(
+        co.step(rejoin(2, "2", "k", token(1, 1))),
+        vec![landed(2, "2", failure)]
+    );
+}
+
+/// §8.3, §8.4: a plain run that waits in the window is not answered by a
+/// landed reassert of its key (that flight may have landed before the run
+/// was made); it keeps waiting, and leads a new flight when the window ends.
+#[test]
+fn a_plain_run_waits_through_a_landed_reassert_and_then_leads() {
+    let mut co = coordinator(2, Term::AfterFailover, 2);
+    assert_eq!(co.step(run(2, "1", "k")), vec![]);
+    assert_eq!(
+        co.step(reassert_landed(1, "1", "k", token(1, 1), value("old"))),
+        vec![ack(1, "1")]
+    );
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![lead(2, "1", token(2, 1))]
+    );
+}
+
+/// §8.5: joiners are answered in (connection, id) order: connections in the
+/// order the shell numbered them (as it accepted them), the ids of one
+/// connection by their bytes, whatever the order they joined in.
+#[test]
+fn joiners_are_answered_in_connection_and_id_order() {
+    let mut co = coordinator(1, Term::First, 3);
+    assert_eq!(co.step(run(1, "1", "k")), vec![lead(1, "1", token(1, 1))]);
+    assert_eq!(co.step(run(3, "x", "k")), vec![joined(3, "x", token(1, 1))]);
+    for i in ["10", "9", "2", "Z", "a", "é"] {
+        assert_eq!(co.step(run(2, i, "k")), vec![joined(2, i, token(1, 1))]);
+    }
+    let outcome = value("v");
+    let mut expected: Vec<Effect> = ["10", "2", "9", "Z", "a", "é"]
+        .iter()
+        .map(|i| landed(2, i, outcome.clone()))
+        .collect();
+    expected.push(landed(3, "x", outcome.clone()));
+    expected.push(ack(1, "1"));
+    assert_eq!(co.step(land(1, "1", outcome)), expected);
+}
+
+/// §3.5: a `status` answer is one line within the frame: with more flights
+/// than fit, it lists the first ones in key order, as many as fit in
+/// `STATUS_FLIGHTS_BYTES`, and counts the others in `omitted`; with all of
+/// them listed it has no `omitted`.
+#[test]
+fn status_lists_the_flights_that_fit_and_counts_the_others() {
+    use crate::protocol::limits::{MAX_FRAME_BYTES, STATUS_FLIGHTS_BYTES};
+    let key_of = |n: usize| format!("{n:05}{}", "k".repeat(4091));
+    let mut co = coordinator(1, Term::First, 2);
+    let status_of = |co: &mut Coordinator| {
+        let effects = co.step(request(
+            c(2),
+            Request::Status {
+                id: id(&longest_id('s')),
+            },
+        ));
+        let [Effect::Send { response, .. }] = &effects[..] else {
+            panic!("one answer, not {effects:?}");
+        };
+        assert!(crate::protocol::encode(response).len() <= MAX_FRAME_BYTES);
+        let Response::Status {
+            flights, omitted, ..
+        } = response.clone()
+        else {
+            panic!("a status answer");
+        };
+        (flights, omitted)
+    };
+    // Each flight's JSON and its comma: the same length for every key here.
+    let one = {
+        assert_eq!(co.step(run(1, "0", &key_of(0))).len(), 1);
+        let (flights, _) = status_of(&mut co);
+        crate::protocol::encoded_len(&flights[0]) + 1
+    };
+    let fit = STATUS_FLIGHTS_BYTES / one;
+    for n in 1..fit {
+        assert_eq!(co.step(run(1, &n.to_string(), &key_of(n))).len(), 1);
+    }
+    let (flights, omitted) = status_of(&mut co);
+    assert_eq!((flights.len(), omitted), (fit, None), "all {fit} fit");
+    assert_eq!(co.step(run(1, "last", &key_of(fit))).len(), 1);
+    let (flights, omitted) = status_of(&mut co);
+    assert_eq!(
+        (flights.len(), omitted),
+        (fit, Some(1)),
+        "one more does not"
+    );
+    let listed: Vec<String> = flights.iter().map(|f| f.key.to_string()).collect();
+    let first: Vec<String> = (0..fit).map(key_of).collect();
+    assert_eq!(listed, first, "the first ones in key order");
 }

@@ -25,3 +25,44 @@ pub const MAX_ID_BYTES: usize = 128;
 /// Longest decimal text of a fencing token: a token is at most `i64::MAX`
 /// (SPEC.md §6), which has 19 digits.
 pub const MAX_TOKEN_DIGITS: usize = 19;
+
+/// Longest outcome a flight can share, counted as the JSON text this
+/// implementation writes for it (SPEC.md §3.4). An outcome crosses the wire in
+/// three kinds of line: the leader's `land`, a landed `reassert` after a
+/// failover (with the flight's key and token), and one `landed` per joiner
+/// (with that joiner's id); every one of them must fit in
+/// [`MAX_FRAME_BYTES`], whoever the joiners are. A fixed bound, rather than
+/// one computed from the joiners of the moment, is also the only one that
+/// holds for a rejoin that arrives after its flight has landed (SPEC.md
+/// §8.4), whose id nobody knew at the land.
+pub const MAX_OUTCOME_BYTES: usize = MAX_FRAME_BYTES - OUTCOME_ENVELOPE_BYTES;
+
+/// Room in a line for everything around its outcome. The longest envelope is
+/// a landed `reassert` whose key and id are at their limits and made of
+/// control characters, each written as six bytes (`\u0001`), with the largest
+/// token: 25 419 bytes. 32 KiB covers it with room for a member a later
+/// version may add, and costs 0.4 % of the frame.
+pub const OUTCOME_ENVELOPE_BYTES: usize = 32 * 1024;
+
+/// Longest `op`, in bytes. An `op` is matched against a handful of names;
+/// anything longer is no op of any version, and would only be echoed back in
+/// errors. It is the id's limit, so that the envelope of a message has one
+/// bound.
+pub const MAX_OP_BYTES: usize = MAX_ID_BYTES;
+
+/// Deepest nesting of arrays and objects in a line, the message object
+/// counting as the first level (SPEC.md §3.7). Messages nest three levels at
+/// most (a failure in an outcome in a `land`, a flight in a `status` answer's
+/// list); the bound only matters for members a receiver ignores, which are
+/// still read, and keeps a hostile line from exhausting the reader's stack.
+/// It is serde_json's own recursion limit, which the decoders rely on rather
+/// than count again; a test pins it.
+pub const MAX_NESTING_DEPTH: usize = 127;
+
+/// Room in a `status` answer for its list of flights (SPEC.md §3.5): the
+/// frame less 1 KiB for the rest of the answer, which is at most 866 bytes
+/// (an id at its limit written with an escape for every byte, and the two
+/// counts). A coordinator with more flights than fit lists the first ones in
+/// key order and says how many it left out, rather than send a line that
+/// the client would refuse.
+pub const STATUS_FLIGHTS_BYTES: usize = MAX_FRAME_BYTES - 1024;

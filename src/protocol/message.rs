@@ -26,7 +26,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
-use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES};
+use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES};
 use super::token::FencingToken;
 
 /// A flight key: the name of the work that runs once (SPEC.md §3.1).
@@ -114,6 +114,51 @@ pub enum Outcome {
     Failure(Failure),
 }
 
+impl Outcome {
+    /// The length of the JSON text [`encode`] writes for this outcome,
+    /// counted without keeping the text (SPEC.md §3.4).
+    pub fn encoded_len(&self) -> usize {
+        encoded_len(self)
+    }
+
+    /// This outcome when it can be shared, that is when its JSON text is at
+    /// most [`MAX_OUTCOME_BYTES`]; otherwise the `ValueTooLarge` failure that
+    /// takes its place for every joiner (SPEC.md §3.4, §8.5), saying how large
+    /// it was and what to do.
+    pub fn shareable(self) -> Result<Outcome, Failure> {
+        // Each byte of a string takes at most six on the wire (`\u0001`), so
+        // a value this short fits without being counted. Most values are;
+        // counting one of 8 MiB costs about half as much as encoding it.
+        const AROUND_A_VALUE: usize = r#"{"value":""}"#.len();
+        if let Outcome::Value(text) = &self
+            && text.len() <= (MAX_OUTCOME_BYTES - AROUND_A_VALUE) / 6
+        {
+            return Ok(self);
+        }
+        let len = self.encoded_len();
+        if len <= MAX_OUTCOME_BYTES {
+            return Ok(self);
+        }
+        let message = match self {
+            Outcome::Value(_) => format!(
+                "the leader's value is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; share the path of a file instead"
+            ),
+            Outcome::Failure(_) => format!(
+                "the leader's error is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; give it a shorter message"
+            ),
+        };
+        Err(Failure {
+            name: VALUE_TOO_LARGE.to_owned(),
+            message,
+            code: None,
+        })
+    }
+}
+
+/// The name of the failure that replaces an outcome too large to share
+/// (SPEC.md §3.4).
+pub const VALUE_TOO_LARGE: &str = "ValueTooLarge";
+
 /// What a client asks of the coordinator (SPEC.md §3.2), in the order SPEC.md
 /// lists them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -183,6 +228,12 @@ pub enum Response {
         /// coordinators older than the field.
         #[serde(skip_serializing_if = "Option::is_none")]
         waiting: Option<u64>,
+        /// Only when the flights in progress do not all fit in one line
+        /// (§3.5): how many were left out, after the last one listed.
+        /// Absent on the wire otherwise, and from coordinators older than
+        /// the field.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        omitted: Option<u64>,
     },
 }
 
@@ -236,6 +287,27 @@ pub fn encode<M: Serialize>(message: &M) -> String {
     // Serializing these types cannot fail: every map key is a string and no
     // value is a float.
     serde_json::to_string(message).expect("protocol messages always serialize")
+}
+
+/// The length of the JSON text [`encode`] writes for `message`, counted
+/// without keeping the text.
+pub fn encoded_len<M: Serialize>(message: &M) -> usize {
+    /// Counts what serde_json writes, and keeps none of it.
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // As in `encode`: protocol messages always serialize, and the counter
+    // never fails a write.
+    serde_json::to_writer(&mut counter, message).expect("protocol messages always serialize");
+    counter.0
 }
 
 /// Encodes responses as lines (with their `\n`), writing the outcome of a
@@ -344,6 +416,11 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
                 .waiting
                 .take()
                 .map(|given| count(given, "waiting"))
+                .transpose()?,
+            omitted: message
+                .omitted
+                .take()
+                .map(|given| count(given, "omitted"))
                 .transpose()?,
         },
         _ => {
@@ -532,6 +609,7 @@ struct MessageFields<'a> {
     outcome: Option<Json<'a, OutcomeFields<'a>>>,
     flights: Option<Json<'a, Skipped, FlightList>>,
     waiting: Option<Json<'a>>,
+    omitted: Option<Json<'a>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -566,6 +644,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "outcome" => member(map, &mut self.outcome),
             "flights" => member(map, &mut self.flights),
             "waiting" => member(map, &mut self.waiting),
+            "omitted" => member(map, &mut self.omitted),
             _ => skip(map),
         }
     }
@@ -680,13 +759,11 @@ fn op(member: Option<Json<'_>>) -> Result<Cow<'_, str>, DecodeError> {
     if op.is_empty() {
         return Err(DecodeError::Empty { field: "op" });
     }
-    // `op` is matched against a handful of names; anything longer than the
-    // id limit is no op of any version and would only be echoed in errors.
-    if op.len() > MAX_ID_BYTES {
+    if op.len() > MAX_OP_BYTES {
         return Err(DecodeError::TooLong {
             field: "op",
             len: op.len(),
-            max: MAX_ID_BYTES,
+            max: MAX_OP_BYTES,
         });
     }
     Ok(op)

@@ -16,6 +16,6 @@ pub use handshake::{
 };
 pub use message::{
     Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome, Request, RequestId,
-    Response, decode_request, decode_response, encode,
+    Response, VALUE_TOO_LARGE, decode_request, decode_response, encode, encoded_len,
 };
 pub use token::{Epoch, FencingToken, TokenError};

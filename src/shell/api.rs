@@ -15,14 +15,9 @@ use super::failure::IntoFailure;
 use super::options::Options;
 use crate::client::{CallId, Resolution};
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
-use crate::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES};
-use crate::protocol::{Failure, FencingToken, Key, Outcome, encode};
+use crate::protocol::{Failure, FencingToken, Key, Outcome};
 use crate::transport::Transport;
 use crate::transport::unix::UnixTransport;
-
-/// Room in a frame for everything of a `landed` line but the value's text:
-/// the op, the id and JSON punctuation (SPEC.md §5).
-const FRAME_OVERHEAD_BYTES: usize = 64 + MAX_ID_BYTES;
 
 /// Whether a call ran the work or received another's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -356,10 +351,10 @@ impl<'a, C> Call<'a, C> {
                 CallEvent::Lead(token) => {
                     let Some(work) = work.take() else { continue };
                     let result = work(token).await;
-                    let outcome = match &result {
+                    let outcome = shareable(match &result {
                         Ok(value) => outcome_of(&self.codec, value),
                         Err(error) => Outcome::Failure(error.to_failure()),
-                    };
+                    });
                     withdraw.armed = false;
                     let _ = shared
                         .commands
@@ -413,31 +408,25 @@ impl<'a, C> Call<'a, C> {
 }
 
 /// The outcome a leader lands: its value's text, or a failure that says why
-/// the value cannot cross (SPEC.md §3.4, §5). The leader itself keeps its
-/// value either way.
+/// the value cannot cross (SPEC.md §3.4). The leader itself keeps its value
+/// either way.
 fn outcome_of<T, C: Codec<T>>(codec: &C, value: &T) -> Outcome {
-    let text = match codec.encode(value) {
-        Ok(text) => text,
-        Err(reason) => {
-            return Outcome::Failure(Failure {
-                name: "EncodeError".into(),
-                message: format!("the leader's value could not be encoded: {reason}"),
-                code: None,
-            });
-        }
-    };
-    let outcome = Outcome::Value(text);
-    let line_bytes = encode(&outcome).len() + FRAME_OVERHEAD_BYTES;
-    if line_bytes > MAX_FRAME_BYTES {
-        return Outcome::Failure(Failure {
-            name: "ValueTooLarge".into(),
-            message: format!(
-                "the leader's value needs about {line_bytes} bytes on the wire, more than the {MAX_FRAME_BYTES} bytes a message may have; share a path to a file instead"
-            ),
+    match codec.encode(value) {
+        Ok(text) => Outcome::Value(text),
+        Err(reason) => Outcome::Failure(Failure {
+            name: "EncodeError".into(),
+            message: format!("the leader's value could not be encoded: {reason}"),
             code: None,
-        });
+        }),
     }
-    outcome
+}
+
+/// The outcome itself when it fits in every message that carries it,
+/// otherwise the `ValueTooLarge` failure (SPEC.md §3.4): a land over the
+/// frame limit would close the connection, and be replayed on every
+/// reconnect without ever arriving.
+fn shareable(outcome: Outcome) -> Outcome {
+    outcome.shareable().unwrap_or_else(Outcome::Failure)
 }
 
 /// Withdraws the call if its future is dropped before it ends

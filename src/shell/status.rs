@@ -22,8 +22,13 @@ pub struct Status {
     pub pid: u32,
     /// The address the coordinator advertises, in cluster mode.
     pub address: Option<String>,
-    /// The flights in progress, in key order.
+    /// The flights in progress, in key order: all of them, or as many as
+    /// fit in one answer (SPEC.md §3.5).
     pub flights: Vec<FlightStatus>,
+    /// How many flights in progress the answer left out, after the last one
+    /// of `flights`, to fit in one line (SPEC.md §3.5); 0 when it lists them
+    /// all.
+    pub omitted: u64,
     /// While the term's grace window is open (SPEC.md §8.4), how many runs
     /// wait for it to end; `None` once it has ended (or from a coordinator
     /// too old to say).
@@ -135,12 +140,17 @@ where
         .expect("a checked hello has a valid epoch");
     match answer {
         Response::Status {
-            flights, waiting, ..
+            flights,
+            waiting,
+            omitted,
+            ..
         } => Ok(Status {
             epoch,
             pid: hello.pid,
             address,
             flights,
+            // §3.5: a missing count is none left out.
+            omitted: omitted.unwrap_or(0),
             waiting_in_grace: waiting,
         }),
         Response::Unsupported { .. } => Err(StatusError::Unsupported),

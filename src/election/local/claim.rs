@@ -174,7 +174,9 @@ impl LeaderElection {
     /// One attempt at the claim: `BEGIN EXCLUSIVE` takes the write lock on
     /// the file at once or fails with `SQLITE_BUSY` (SPEC.md §7.2). Nothing is
     /// read before it: a connection holding a read lock while it waits would
-    /// keep every other contender out.
+    /// keep every other contender out. On the empty database it opens SQLite's
+    /// journal, `flight.lock-journal`, and deletes a dead holder's first
+    /// (§7.1).
     fn try_claim(&self, connection: &Connection) -> Result<bool, ElectionError> {
         match connection.execute_batch("BEGIN EXCLUSIVE") {
             Ok(()) => Ok(true),
