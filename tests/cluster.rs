@@ -335,6 +335,43 @@ impl World {
         Process { child, lines }
     }
 
+    /// `single-flight run --key KEY -- sh -c SCRIPT` on `host` in this
+    /// cluster, with the command line's cluster flags (SPEC.md §14.8); the
+    /// script runs in the scratch directory's `runs`.
+    fn command_run(&self, host: usize, key: &str, script: &str) -> Command {
+        let mut command = self.command(host, "run");
+        command.args(["--key", key, "--", "sh", "-c", script]);
+        command
+    }
+
+    /// `single-flight SUBCOMMAND` on `host` with this cluster's flags.
+    fn command(&self, host: usize, subcommand: &str) -> Command {
+        let hosts = self.hosts.as_ref().expect("command tests run on hosts");
+        let certs = self.scratch.join("certs");
+        let mut command = hosts.command(host, env!("CARGO_BIN_EXE_single-flight"));
+        command
+            .arg(subcommand)
+            .arg("--etcd")
+            .arg(self.etcd.endpoints().join(","))
+            .args(["--cluster", &self.cluster])
+            .arg("--listen")
+            .arg(format!("{}:0", hosts.address(host)))
+            .arg("--tls-ca")
+            .arg(certs.join("ca.pem"))
+            .arg("--tls-cert")
+            .arg(certs.join("server.pem"))
+            .arg("--tls-key")
+            .arg(certs.join("server.key"))
+            // No failover is wanted here: the default lease (§14.2).
+            .args(["--ttl", "5"])
+            .current_dir(self.runs())
+            .env_remove("SINGLE_FLIGHT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
     /// Waits until the coordinator reports a flight of `key` with
     /// `joiners` joiners.
     fn wait_for_joiners(&self, key: &str, joiners: u64) {
@@ -412,6 +449,148 @@ fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
             "one value"
         );
     }
+}
+
+/// What a `single-flight run` printed and how it exited.
+struct Ran {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Starts a stampede of `single-flight run` for `key`: the first on host
+/// 0, then, once its COMMAND runs, one on each of `joiner_hosts`; lets
+/// COMMAND end once all of them have joined, and returns what each printed
+/// (the leader first) and what `status --json` said on the last host while
+/// they waited.
+fn command_stampede(
+    world: &World,
+    key: &str,
+    joiner_hosts: &[usize],
+    output: &str,
+) -> (Vec<Ran>, serde_json::Value) {
+    // COMMAND counts its runs, waits to be let go, then writes `output`.
+    let script =
+        format!("echo ran > ran-$$; while [ ! -e release ]; do sleep 0.02; done; {output}");
+    let mut children = vec![
+        world
+            .command_run(0, key, &script)
+            .spawn()
+            .expect("run starts"),
+    ];
+    let deadline = Instant::now() + PATIENCE;
+    while world.ran() == 0 {
+        assert!(Instant::now() < deadline, "the leader's COMMAND never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &host in joiner_hosts {
+        children.push(
+            world
+                .command_run(host, key, &script)
+                .spawn()
+                .expect("run starts"),
+        );
+    }
+    world.wait_for_joiners(key, joiner_hosts.len() as u64);
+    let last = *joiner_hosts.last().expect("joiners");
+    let status = world
+        .command(last, "status")
+        .arg("--json")
+        .output()
+        .expect("status runs");
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status = serde_json::from_slice(&status.stdout).expect("status --json is JSON");
+    world.release();
+    let ran = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("run ends");
+            Ran {
+                code: output.status.code(),
+                stdout: output.stdout,
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            }
+        })
+        .collect();
+    (ran, status)
+}
+
+/// §14.8, §13.2: `single-flight run` from three hosts runs COMMAND once;
+/// every caller prints its bytes (binary, both streams, megabytes of them)
+/// and exits with its status.
+#[test]
+fn s14_8_the_command_runs_once_across_hosts_and_every_caller_gets_its_output() {
+    let Some(world) = World::hosts("command", 3) else {
+        return;
+    };
+    // 3 MiB and a little binary on stdout, a line on stderr, status 7: well
+    // within the 4 MiB that a cluster's flights carry.
+    let output =
+        "head -c 3145728 /dev/zero | tr '\\0' x; printf 'end\\0\\377'; echo oops >&2; exit 7";
+    let (ran, status) = command_stampede(&world, "artifact", &[1, 2], output);
+    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    // §13.5: the coordinator (the first run, on host 0) as another host
+    // sees it. The namespaces share one host name.
+    let hosts = world.hosts.as_ref().unwrap();
+    let coordinator = &status["coordinator"];
+    assert!(
+        coordinator["address"]
+            .as_str()
+            .is_some_and(|address| address.starts_with(&format!("{}:", hosts.address(0)))),
+        "{status}"
+    );
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(coordinator["host"], host.as_str(), "{status}");
+    assert!(coordinator["pid"].as_u64().is_some() && coordinator["epoch"].is_string());
+    assert_eq!(status["cluster"]["name"], "command");
+    assert_eq!(status["flights"][0]["joiners"], 2, "{status}");
+    let mut expected = vec![b'x'; 3 << 20];
+    expected.extend_from_slice(b"end\0\xff");
+    for (index, run) in ran.iter().enumerate() {
+        assert_eq!(run.code, Some(7), "run {index}: {}", run.stderr);
+        assert!(
+            run.stdout == expected,
+            "run {index}: {} bytes",
+            run.stdout.len()
+        );
+        assert!(
+            run.stderr.starts_with("oops\n"),
+            "run {index}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// §14.8: an output over the inline limit has no directory to spill into
+/// in a cluster: the leader prints it all and exits with COMMAND's status,
+/// and its joiners exit 75 saying why, having run nothing.
+#[test]
+fn s14_8_an_output_too_large_for_a_cluster_fails_its_joiners_clearly() {
+    let Some(world) = World::hosts("command-large", 2) else {
+        return;
+    };
+    let output = "head -c 5242880 /dev/zero; exit 0";
+    let (ran, _) = command_stampede(&world, "huge", &[1], output);
+    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    let (leader, joiner) = (&ran[0], &ran[1]);
+    assert_eq!(leader.code, Some(0), "{}", leader.stderr);
+    assert_eq!(leader.stdout.len(), 5 << 20);
+    assert!(
+        leader.stderr.contains("its joiners exit 75"),
+        "{}",
+        leader.stderr
+    );
+    assert_eq!(joiner.code, Some(75), "{}", joiner.stderr);
+    assert!(joiner.stdout.is_empty());
+    assert!(joiner.stderr.contains("§14.8"), "{}", joiner.stderr);
 }
 
 /// §14.3, §10: the coordinator's host dies (every process on it, `kill

@@ -80,7 +80,7 @@ pub async fn lead(
     command: CommandLine,
     key: String,
     token: FencingToken,
-    spill_path: PathBuf,
+    spill_path: Option<PathBuf>,
     control: Control,
 ) -> Result<Ran, Failure> {
     // The check and the spawn happen without an `await` between them, so a
@@ -277,14 +277,16 @@ impl<W: AsyncWrite + Unpin> LiveSink<W> {
 /// (SPEC.md §13.2).
 struct Capture {
     inline: Vec<u8>,
-    spill_path: PathBuf,
+    /// `None` where there is no flight directory to spill into (a cluster,
+    /// SPEC.md §14.8): the output is shared up to the inline limit only.
+    spill_path: Option<PathBuf>,
     spill: Option<BufWriter<std::fs::File>>,
     spilled_bytes: u64,
     failed: Option<String>,
 }
 
 impl Capture {
-    fn new(spill_path: PathBuf) -> Capture {
+    fn new(spill_path: Option<PathBuf>) -> Capture {
         Capture {
             inline: Vec::new(),
             spill_path,
@@ -306,26 +308,34 @@ impl Capture {
             self.inline.extend_from_slice(data);
             return;
         }
-        if let Err(error) = self.spill(&header, data) {
+        let Some(spill_path) = self.spill_path.clone() else {
+            self.failed = Some(format!(
+                "COMMAND's output is over {} MiB, the most a flight shares without a flight directory to spill into (cluster mode, SPEC.md §14.8); keep a large result in storage every host reads and print where it is",
+                INLINE_OUTPUT_BYTES >> 20
+            ));
+            self.inline = Vec::new();
+            return;
+        };
+        if let Err(error) = self.spill(&spill_path, &header, data) {
             self.failed = Some(format!(
                 "the leader could not keep COMMAND's output ({} bytes and more) in {}: {error}; run again, or free space in the flight directory",
                 self.spilled_bytes + self.inline.len() as u64,
-                self.spill_path.display()
+                spill_path.display()
             ));
             self.inline = Vec::new();
             // Remove the file only if this process made it: the name may
             // have been taken by someone else.
             if self.spill.take().is_some() {
-                let _ = std::fs::remove_file(&self.spill_path);
+                let _ = std::fs::remove_file(&spill_path);
             }
         }
     }
 
     /// Appends a record to the spill file, creating it with what was kept
     /// in memory so far.
-    fn spill(&mut self, header: &[u8], data: &[u8]) -> io::Result<()> {
+    fn spill(&mut self, path: &Path, header: &[u8], data: &[u8]) -> io::Result<()> {
         if self.spill.is_none() {
-            let mut file = BufWriter::new(spill::create_spill(&self.spill_path)?);
+            let mut file = BufWriter::new(spill::create_spill(path)?);
             file.write_all(&self.inline)?;
             self.spilled_bytes = self.inline.len() as u64;
             self.inline = Vec::new();
@@ -349,10 +359,12 @@ impl Capture {
                     bytes: self.spilled_bytes,
                 },
                 Err(error) => {
-                    let _ = std::fs::remove_file(&self.spill_path);
+                    // A spill file was made, so it has a path.
+                    let path = self.spill_path.unwrap_or_default();
+                    let _ = std::fs::remove_file(&path);
                     Output::Unshared(format!(
                         "the leader could not finish writing COMMAND's output to {}: {error}; run again, or free space in the flight directory",
-                        self.spill_path.display()
+                        path.display()
                     ))
                 }
             },
@@ -363,7 +375,7 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::output::{Sink, replay};
+    use crate::cli::output::{RECORD_HEADER_BYTES, Sink, replay};
 
     fn scratch(name: &str) -> PathBuf {
         let path = std::env::temp_dir().join(format!("sf-cli-{name}-{}", std::process::id()));
@@ -397,7 +409,7 @@ mod tests {
     fn small_outputs_stay_in_memory() {
         let dir = scratch("capture-small");
         let path = dir.join("spill");
-        let mut capture = Capture::new(path.clone());
+        let mut capture = Capture::new(Some(path.clone()));
         capture.push(Stream::Stdout, b"out\0\xff");
         capture.push(Stream::Stderr, b"err");
         let output = capture.finish();
@@ -415,7 +427,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = scratch("capture-large");
         let path = dir.join("spill");
-        let mut capture = Capture::new(path.clone());
+        let mut capture = Capture::new(Some(path.clone()));
         let piece = vec![b'x'; READ_CHUNK_BYTES];
         let mut expected = Vec::new();
         while expected.len() <= INLINE_OUTPUT_BYTES {
@@ -437,11 +449,30 @@ mod tests {
         // The spill file's name is taken: it is never written over.
         let path = dir.join("spill");
         std::fs::write(&path, b"someone else's").unwrap();
-        let mut capture = Capture::new(path.clone());
+        let mut capture = Capture::new(Some(path.clone()));
         capture.push(Stream::Stdout, &vec![0; INLINE_OUTPUT_BYTES + 1]);
         assert!(matches!(capture.finish(), Output::Unshared(_)));
         assert_eq!(std::fs::read(&path).unwrap(), b"someone else's");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// §14.8: without a directory, an output over the inline limit is not
+    /// shared, and says why; one within it is shared as everywhere.
+    #[test]
+    fn without_a_directory_large_outputs_are_unshared() {
+        let mut capture = Capture::new(None);
+        capture.push(
+            Stream::Stdout,
+            &vec![b'x'; INLINE_OUTPUT_BYTES - RECORD_HEADER_BYTES],
+        );
+        assert!(matches!(capture.finish(), Output::Inline(_)));
+        let mut capture = Capture::new(None);
+        capture.push(Stream::Stdout, &vec![b'x'; INLINE_OUTPUT_BYTES]);
+        capture.push(Stream::Stderr, b"more");
+        match capture.finish() {
+            Output::Unshared(reason) => assert!(reason.contains("§14.8"), "{reason}"),
+            other => panic!("shared without a directory: {other:?}"),
+        }
     }
 
     #[test]

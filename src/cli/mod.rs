@@ -8,6 +8,7 @@ mod capture;
 mod directory;
 mod exit;
 mod output;
+mod place;
 mod run;
 mod serve;
 mod signals;
@@ -16,24 +17,20 @@ mod status;
 
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-
-/// Text shared by the help of every subcommand that takes `--dir`.
-const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, shown below for this user, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "single-flight",
     version,
     about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.",
-    long_about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.\n\nProcesses of one user on one machine that share a flight directory elect a coordinator among themselves (no daemon is needed). `single-flight run --key KEY -- COMMAND` runs COMMAND unless a run of the same key is in progress; then it waits for that run and prints its output and exits with its exit status instead. Use it where flock(1) would make every waiter run the command again: a cache fill, a download, a build step, a cron job.\n\nThe protocol and its guarantees: SPEC.md in the source repository (§13 describes this command).",
+    long_about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.\n\nProcesses of one user on one machine that share a flight directory elect a coordinator among themselves (no daemon is needed); with --etcd, processes on several machines do, through etcd, and talk over TCP with mutual TLS (cluster mode). `single-flight run --key KEY -- COMMAND` runs COMMAND unless a run of the same key is in progress; then it waits for that run and prints its output and exits with its exit status instead. Use it where flock(1) would make every waiter run the command again: a cache fill, a download, a build step, a cron job.\n\nThe protocol and its guarantees: SPEC.md in the source repository (§13 describes this command).",
     subcommand_value_name = "SUBCOMMAND",
     subcommand_help_heading = "Subcommands",
-    after_help = "Examples:\n  single-flight run --key fetch-deps -- ./fetch-deps.sh\n  single-flight run --key nightly --timeout 3600 -- make release\n  single-flight status --json"
+    after_help = "Examples:\n  single-flight run --key fetch-deps -- ./fetch-deps.sh\n  single-flight run --key nightly --timeout 3600 -- make release\n  single-flight status --json\n  single-flight run --etcd https://10.0.0.5:2379 --listen 10.0.0.1:0 --tls-ca ca.pem --tls-cert host.pem --tls-key host-key.pem --key artifact -- ./fetch.sh"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,20 +42,6 @@ enum Command {
     Run(RunArgs),
     Serve(ServeArgs),
     Status(StatusArgs),
-}
-
-/// Where the flights are.
-#[derive(Clone, Debug, Args)]
-struct DirectoryArgs {
-    #[arg(
-        long,
-        env = "SINGLE_FLIGHT_DIR",
-        value_name = "DIR",
-        default_value_os_t = directory::default_directory(),
-        help = "The flight directory, shared by the processes that take part in the same flights",
-        long_help = DIRECTORY_HELP
-    )]
-    dir: PathBuf,
 }
 
 /// Run COMMAND once among the concurrent callers of KEY.
@@ -73,12 +56,12 @@ struct DirectoryArgs {
 )]
 struct RunArgs {
     #[command(flatten)]
-    directory: DirectoryArgs,
+    place: place::PlaceArgs,
 
     /// The flight's name: concurrent runs of one key share one run of COMMAND.
     ///
     /// 1 to 4096 bytes of UTF-8, compared byte for byte. Runs of the same key
-    /// in the same directory receive each other's output, so put in the key
+    /// in the same directory (or cluster) receive each other's output, so put in the key
     /// whatever the output depends on (a path, a version, a date).
     #[arg(long, value_parser = parse_key)]
     key: String,
@@ -87,8 +70,8 @@ struct RunArgs {
     ///
     /// When this process becomes the coordinator after another one died, new
     /// flights wait this long so that the flights of the previous term can be
-    /// reclaimed (SPEC.md §10.2). Every process of a directory should use the
-    /// same.
+    /// reclaimed (SPEC.md §10.2); 2000 in cluster mode (§14.4). Every process
+    /// of a directory or cluster should use the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
 
@@ -123,7 +106,7 @@ struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// Hold the coordinator of DIR in the foreground until SIGTERM or SIGINT.
+/// Hold the coordinator of DIR (or of a cluster) in the foreground until SIGTERM or SIGINT.
 ///
 /// Logs go to stderr (RUST_LOG chooses them, `info` by default). Without a
 /// `serve`, the processes that run flights coordinate themselves, and a new
@@ -133,25 +116,27 @@ struct RunArgs {
 #[derive(Debug, Args)]
 struct ServeArgs {
     #[command(flatten)]
-    directory: DirectoryArgs,
+    place: place::PlaceArgs,
 
     /// The grace window after a coordinator died, in milliseconds [default: 500].
     ///
-    /// A term that follows one that died opens with it (SPEC.md §10.2).
-    /// Every process of a directory should use the same.
+    /// A term that follows one that died opens with it (SPEC.md §10.2); 2000
+    /// in cluster mode (§14.4). Every process of a directory or cluster should
+    /// use the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
 }
 
-/// Show the coordinator of DIR and the flights in progress.
+/// Show the coordinator of DIR (or of a cluster) and the flights in progress.
 ///
-/// Prints the coordinator's epoch and process id, and the key, fencing token
+/// Prints the coordinator's epoch, host name, process id and (in cluster
+/// mode) advertised address, and the key, fencing token
 /// and number of joiners of every flight in progress. Exits 0 when a
 /// coordinator answered, 3 when none runs, 125 on an error.
 #[derive(Debug, Args)]
 struct StatusArgs {
     #[command(flatten)]
-    directory: DirectoryArgs,
+    place: place::PlaceArgs,
 
     /// Print one JSON object instead of text.
     ///
@@ -160,7 +145,10 @@ struct StatusArgs {
     /// "token": "T", "joiners": N}], "omitted": N}; epochs and tokens are
     /// decimal strings, grace_window is null when no grace window is open, and
     /// omitted counts the flights left out of an answer too long for one
-    /// message (0 when all are listed).
+    /// message (0 when all are listed). In cluster mode "directory" is null,
+    /// "cluster": {"name": NAME, "etcd": [URL]} names the cluster, and the
+    /// coordinator has "host" (its host name) and "address" (what it
+    /// advertises).
     #[arg(long)]
     json: bool,
 }

@@ -6,7 +6,7 @@
 #![allow(clippy::disallowed_methods)]
 
 use std::io::{BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -50,8 +50,17 @@ pub async fn run(args: RunArgs) -> u8 {
             .with_ansi(super::log_colours())
             .try_init();
     }
-    let directory = args.directory.dir.clone();
-    let mut builder = SingleFlight::builder(&directory);
+    let place = match args.place.place() {
+        Ok(place) => place,
+        Err(error) => {
+            say(error);
+            return exit::FAILED;
+        }
+    };
+    // Spill files need a directory every process shares; a cluster has
+    // none, and its outputs are bounded instead (SPEC.md §14.8).
+    let directory = place.directory().map(Path::to_owned);
+    let mut builder = place.builder();
     if let Some(grace) = args.grace {
         builder = builder.grace_window(Duration::from_millis(grace));
     }
@@ -62,32 +71,40 @@ pub async fn run(args: RunArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    let tag = spill::key_tag(&args.key);
-    let interest = tokio::select! {
-        interest = spill::declare_interest(&directory, &tag) => interest,
-        received = signals.recv() => {
-            flights.close().await;
-            return received.exit_code();
-        }
-    };
-    let interest = match interest {
-        Ok(interest) => interest,
-        Err(error) => {
-            say(format_args!(
-                "cannot lock the output files of {:?} in {}: {error}",
-                args.key,
-                directory.display()
-            ));
-            flights.close().await;
-            return exit::FAILED;
+    let spill = directory.map(|directory| Spill {
+        tag: spill::key_tag(&args.key),
+        directory,
+    });
+    let interest = match &spill {
+        None => None,
+        Some(spill) => {
+            let interest = tokio::select! {
+                interest = spill::declare_interest(&spill.directory, &spill.tag) => interest,
+                received = signals.recv() => {
+                    flights.close().await;
+                    return received.exit_code();
+                }
+            };
+            match interest {
+                Ok(interest) => Some(interest),
+                Err(error) => {
+                    say(format_args!(
+                        "cannot lock the output files of {:?} in {}: {error}",
+                        args.key,
+                        spill.directory.display()
+                    ));
+                    flights.close().await;
+                    return exit::FAILED;
+                }
+            }
         }
     };
 
     let control = Control::new();
-    let ending = call(&flights, &args, &directory, &tag, &control, &mut signals).await;
+    let ending = call(&flights, &args, spill.as_ref(), &control, &mut signals).await;
     let code = match ending {
         Ending::Returned(result) => tokio::select! {
-            code = finish(result, &args, &directory, &tag) => code,
+            code = finish(result, &args, spill.as_ref()) => code,
             received = signals.recv() => received.exit_code(),
         },
         Ending::Signalled(received) => {
@@ -119,8 +136,22 @@ pub async fn run(args: RunArgs) -> u8 {
     // if it coordinates (SPEC.md §10.4).
     flights.close().await;
     drop(interest);
-    spill::sweep(&directory);
+    if let Some(spill) = &spill {
+        spill::sweep(&spill.directory);
+    }
     code
+}
+
+/// Where the spill files of this run's key go (SPEC.md §13.2).
+struct Spill {
+    directory: PathBuf,
+    tag: String,
+}
+
+impl Spill {
+    fn path(&self, token: FencingToken) -> PathBuf {
+        spill::spill_path(&self.directory, &self.tag, token)
+    }
 }
 
 /// Makes the call and waits for it, a stop request or the timeout. On a
@@ -129,8 +160,7 @@ pub async fn run(args: RunArgs) -> u8 {
 async fn call(
     flights: &SingleFlight,
     args: &RunArgs,
-    directory: &Path,
-    tag: &str,
+    spill: Option<&Spill>,
     control: &Control,
     signals: &mut Signals,
 ) -> Ending {
@@ -139,14 +169,10 @@ async fn call(
         arguments: args.command[1..].to_vec(),
     };
     let work = {
-        let (key, directory, tag, control) = (
-            args.key.clone(),
-            directory.to_owned(),
-            tag.to_owned(),
-            control.clone(),
-        );
+        let (key, control) = (args.key.clone(), control.clone());
+        let spill_path = move |token| spill.map(|spill| spill.path(token));
         move |token: FencingToken| async move {
-            let spill_path = spill::spill_path(&directory, &tag, token);
+            let spill_path = spill_path(token);
             // A task of its own, so that COMMAND is still watched (and its
             // output still forwarded) while it stops after the call was
             // withdrawn.
@@ -206,8 +232,7 @@ async fn stop_command(control: &Control, signal: Signal, signals: &mut Signals) 
 async fn finish(
     result: Result<Landed<Ran>, RunError<Failure>>,
     args: &RunArgs,
-    directory: &Path,
-    tag: &str,
+    spill: Option<&Spill>,
 ) -> u8 {
     let key = &args.key;
     match result {
@@ -230,9 +255,9 @@ async fn finish(
             role: Role::Joined,
             token,
         }) => {
-            let spill_path = spill::spill_path(directory, tag, token);
+            let spill_path = spill.map(|spill| spill.path(token));
             let written =
-                tokio::task::spawn_blocking(move || write_output(value.output, &spill_path))
+                tokio::task::spawn_blocking(move || write_output(value.output, spill_path))
                     .await
                     .unwrap_or_else(|error| Err(format!("writing the output failed: {error}")));
             if let Err(error) = written {
@@ -281,13 +306,22 @@ async fn finish(
     }
 }
 
-/// Writes a joined flight's output to this process's stdout and stderr.
-fn write_output(output: Output, spill_path: &Path) -> Result<(), String> {
+/// Writes a joined flight's output to this process's stdout and stderr;
+/// `spill_path` is `None` where there is no flight directory (a cluster).
+fn write_output(output: Output, spill_path: Option<PathBuf>) -> Result<(), String> {
     let mut stdout = Sink::new(std::io::stdout().lock());
     let mut stderr = Sink::new(std::io::stderr().lock());
     match output {
         Output::Inline(records) => replay(&records[..], &mut stdout, &mut stderr),
         Output::Spilled { bytes } => {
+            let Some(spill_path) = spill_path else {
+                // Only a leader with a directory spills; this one is of
+                // another build or mode (SPEC.md §14.8).
+                return Err(format!(
+                    "the leader wrote its {bytes} bytes to a spill file, and a cluster has no flight directory to read it from"
+                ));
+            };
+            let spill_path = spill_path.as_path();
             // This process's interest in the key keeps the file until it
             // is done (§13.2).
             let file = spill::open_spill(spill_path)

@@ -1,9 +1,8 @@
 //! `single-flight serve` (SPEC.md §13.5): hold the coordinator of a directory
-//! in the foreground until SIGTERM or SIGINT.
+//! or a cluster in the foreground until SIGTERM or SIGINT.
 
 use std::time::Duration;
 
-use single_flight::SingleFlight;
 use tracing::{error, info};
 
 use super::ServeArgs;
@@ -28,15 +27,22 @@ pub async fn serve(args: ServeArgs) -> u8 {
             return exit::FAILED;
         }
     };
-    let directory = args.directory.dir.clone();
-    if let Ok(current) = single_flight::status(&directory).await {
+    let place = match args.place.place() {
+        Ok(place) => place,
+        Err(failure) => {
+            error!("{failure}");
+            return exit::FAILED;
+        }
+    };
+    if let Ok(current) = place.status().await {
         info!(
             pid = current.pid,
+            host = current.host.as_deref().unwrap_or("?"),
             epoch = %current.epoch,
             "another process coordinates; waiting to take over when its term ends"
         );
     }
-    let mut builder = SingleFlight::builder(&directory);
+    let mut builder = place.builder();
     if let Some(grace) = args.grace {
         builder = builder.grace_window(Duration::from_millis(grace));
     }

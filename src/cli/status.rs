@@ -1,41 +1,45 @@
 //! `single-flight status` (SPEC.md §13.5): one look at a directory's
 //! coordinator and its flights in progress (SPEC.md §3.5).
 
-use std::path::Path;
-
 use serde::Serialize;
 use single_flight::{Status, StatusError};
 
 use super::StatusArgs;
 use super::exit;
+use super::place::Place;
 
 /// Runs the subcommand; returns the exit code: 0 when a coordinator
 /// answered, 3 when none runs, 125 when its status could not be had.
 pub async fn status(args: StatusArgs) -> u8 {
-    let directory = args.directory.dir.clone();
+    let place = match args.place.place() {
+        Ok(place) => place,
+        Err(error) => {
+            eprintln!("single-flight: {error}");
+            return exit::FAILED;
+        }
+    };
     // A directory that does not exist has no coordinator; `status` creates
     // nothing.
-    let answer = if directory.exists() {
-        Some(single_flight::status(&directory).await)
-    } else {
-        None
+    let answer = match place.directory() {
+        Some(directory) if !directory.exists() => None,
+        _ => Some(place.status().await),
     };
     match answer {
         Some(Ok(status)) => {
             if args.json {
-                println!("{}", json(&directory, Some(&status)));
+                println!("{}", json(&place, Some(&status)));
             } else {
-                print!("{}", text(&directory, &status));
+                print!("{}", text(&place, &status));
             }
             exit::SUCCESS
         }
         None | Some(Err(StatusError::NoCoordinator { .. })) => {
             if args.json {
-                println!("{}", json(&directory, None));
+                println!("{}", json(&place, None));
             } else {
                 println!(
                     "no coordinator runs in {}: no process uses it now",
-                    directory.display()
+                    place.describe()
                 );
             }
             exit::NOT_RUNNING
@@ -47,22 +51,33 @@ pub async fn status(args: StatusArgs) -> u8 {
     }
 }
 
-/// The `--json` form: `{"directory", "coordinator": {"pid", "epoch",
-/// "grace_window": null or {"waiting"}} or null, "flights": [{"key", "token",
-/// "joiners"}], "omitted"}`. Epochs and tokens are decimal strings, as on the
-/// wire (SPEC.md §6); `omitted` counts the flights left out of an answer too
-/// long for one message (SPEC.md §3.5).
-fn json(directory: &Path, status: Option<&Status>) -> String {
+/// The `--json` form (see `status --help`). Epochs and tokens are decimal
+/// strings, as on the wire (SPEC.md §6); `omitted` counts the flights left
+/// out of an answer too long for one message (SPEC.md §3.5).
+fn json(place: &Place, status: Option<&Status>) -> String {
     #[derive(Serialize)]
     struct Report<'a> {
-        directory: String,
-        coordinator: Option<Coordinator>,
+        directory: Option<String>,
+        /// Only in cluster mode: a local report is as it always was.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cluster: Option<Cluster<'a>>,
+        coordinator: Option<Coordinator<'a>>,
         flights: Vec<Flight<'a>>,
         omitted: u64,
     }
     #[derive(Serialize)]
-    struct Coordinator {
+    struct Cluster<'a> {
+        name: &'a str,
+        etcd: &'a [String],
+    }
+    #[derive(Serialize)]
+    struct Coordinator<'a> {
         pid: u32,
+        /// Only in cluster mode: locally the coordinator is on this host.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        address: Option<&'a str>,
         epoch: String,
         /// Open (with the runs that wait for it), or `null` (SPEC.md §8.4).
         grace_window: Option<GraceWindow>,
@@ -78,9 +93,14 @@ fn json(directory: &Path, status: Option<&Status>) -> String {
         joiners: u64,
     }
     let report = Report {
-        directory: directory.to_string_lossy().into_owned(),
+        directory: place
+            .directory()
+            .map(|directory| directory.to_string_lossy().into_owned()),
+        cluster: place.cluster().map(|(name, etcd)| Cluster { name, etcd }),
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
+            host: place.cluster().and(status.host.as_deref()),
+            address: status.address.as_deref(),
             epoch: status.epoch.to_string(),
             grace_window: status
                 .waiting_in_grace
@@ -106,13 +126,20 @@ fn json(directory: &Path, status: Option<&Status>) -> String {
 
 /// The form for people. Keys are quoted and escaped: they may hold any
 /// character, a newline included.
-fn text(directory: &Path, status: &Status) -> String {
-    let mut text = format!(
-        "directory    {}\ncoordinator  pid {}, epoch {}\n",
-        directory.display(),
-        status.pid,
-        status.epoch
-    );
+fn text(place: &Place, status: &Status) -> String {
+    let mut text = match place.cluster() {
+        None => format!("directory    {}\n", place.describe()),
+        Some((name, etcd)) => format!("cluster      {name} (etcd {})\n", etcd.join(",")),
+    };
+    let mut coordinator = format!("coordinator  pid {}", status.pid);
+    // Locally the coordinator is on this host, and the line is as it was.
+    if let Some(host) = place.cluster().and(status.host.as_ref()) {
+        coordinator.push_str(&format!(" on {host}"));
+    }
+    if let Some(address) = &status.address {
+        coordinator.push_str(&format!(", at {address}"));
+    }
+    text.push_str(&format!("{coordinator}, epoch {}\n", status.epoch));
     if let Some(waiting) = status.waiting_in_grace {
         // SPEC.md §8.4: after a failover, new flights wait for the window.
         text.push_str(&format!(
@@ -170,6 +197,7 @@ mod tests {
         Status {
             epoch: Epoch::new(2).unwrap(),
             pid: 42,
+            host: Some("ci-7".into()),
             address: None,
             flights: vec![FlightStatus {
                 key: Key::new("a\nb").unwrap(),
@@ -185,7 +213,7 @@ mod tests {
     /// runs wait for it.
     #[test]
     fn the_grace_window_is_reported() {
-        let directory = Path::new("/d");
+        let directory = &Place::Directory("/d".into());
         let open = text(directory, &status(Some(3)));
         assert!(open.contains("grace window open: 3 runs wait"), "{open}");
         assert!(open.contains(r#""a\nb""#), "keys are quoted: {open}");
@@ -206,11 +234,54 @@ mod tests {
         );
     }
 
+    /// §13.5: a cluster's report names it, and the coordinator's host and
+    /// address; a directory's is as it always was.
+    #[test]
+    fn the_coordinators_host_and_address_are_reported_in_a_cluster() {
+        let directory = &Place::Directory("/d".into());
+        let shown = text(directory, &status(None));
+        assert!(shown.contains("coordinator  pid 42, epoch 2"), "{shown}");
+        let report: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&status(None)))).unwrap();
+        assert_eq!(report["directory"], "/d");
+        assert!(report.get("cluster").is_none());
+        assert!(report["coordinator"].get("host").is_none());
+
+        #[cfg(feature = "cluster")]
+        {
+            let cluster = &Place::Cluster {
+                cluster: Box::new(single_flight::Cluster::etcd(["http://e:2379"], "ci")),
+                name: "ci".into(),
+                etcd: vec!["http://e:2379".into()],
+            };
+            let mut answer = status(None);
+            answer.address = Some("10.0.0.1:7000".into());
+            let shown = text(cluster, &answer);
+            assert!(
+                shown.contains("cluster      ci (etcd http://e:2379)"),
+                "{shown}"
+            );
+            assert!(
+                shown.contains("pid 42 on ci-7, at 10.0.0.1:7000, epoch 2"),
+                "{shown}"
+            );
+            let report: serde_json::Value =
+                serde_json::from_str(&json(cluster, Some(&answer))).unwrap();
+            assert_eq!(report["directory"], serde_json::Value::Null);
+            assert_eq!(
+                report["cluster"],
+                serde_json::json!({"name": "ci", "etcd": ["http://e:2379"]})
+            );
+            assert_eq!(report["coordinator"]["host"], "ci-7");
+            assert_eq!(report["coordinator"]["address"], "10.0.0.1:7000");
+        }
+    }
+
     /// §13.5: flights that do not fit in one answer (SPEC.md §3.5) are
     /// counted in both forms.
     #[test]
     fn flights_left_out_of_the_answer_are_counted() {
-        let directory = Path::new("/d");
+        let directory = &Place::Directory("/d".into());
         let mut long = status(None);
         long.omitted = 5;
         let shown = text(directory, &long);

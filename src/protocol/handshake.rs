@@ -30,7 +30,17 @@ pub struct CoordinatorHello {
     pub epoch: String,
     /// The coordinator's process id, for operators (`single-flight status`).
     pub pid: u32,
+    /// The coordinator's host name, for operators (SPEC.md §4.2): in
+    /// cluster mode the pid alone does not say which machine to look at.
+    /// Optional, so that hellos of coordinators that do not send it decode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
+
+/// The longest host name a hello may carry: a DNS name's 253 characters
+/// with room to spare (POSIX's `HOST_NAME_MAX` on Linux is 64). A longer one
+/// is no host name, and is refused rather than printed to an operator.
+pub const MAX_HOST_BYTES: usize = 255;
 
 /// The two sides speak different versions; neither may go on (SPEC.md §4.2).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -85,6 +95,16 @@ pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, Handsha
         .ok_or_else(|| HandshakeError::NotAHello {
             reason: format!("epoch {:?} is not a term number", hello.epoch),
         })?;
+    if let Some(host) = &hello.host
+        && (host.len() > MAX_HOST_BYTES || host.chars().any(char::is_control))
+    {
+        return Err(HandshakeError::NotAHello {
+            reason: format!(
+                "its host name is not one: {} bytes, at most {MAX_HOST_BYTES} without control characters",
+                host.len()
+            ),
+        });
+    }
     Ok(hello)
 }
 
@@ -126,6 +146,28 @@ mod tests {
         );
         let line = br#"{"protocol":"single-flight","version":1,"epoch":"3","pid":42}"#;
         assert_eq!(decode_coordinator_hello(line).unwrap().epoch, "3");
+        let line =
+            br#"{"protocol":"single-flight","version":1,"epoch":"3","pid":42,"host":"ci-7"}"#;
+        assert_eq!(
+            decode_coordinator_hello(line).unwrap().host.as_deref(),
+            Some("ci-7")
+        );
+    }
+
+    /// §4.2: a host name that is none is refused, not shown to an operator.
+    #[test]
+    fn host_names_are_checked() {
+        let hello = |host: &str| {
+            format!(
+                r#"{{"protocol":"single-flight","version":1,"epoch":"3","pid":42,"host":{}}}"#,
+                serde_json::to_string(host).unwrap()
+            )
+        };
+        let longest = "h".repeat(MAX_HOST_BYTES);
+        assert!(decode_coordinator_hello(hello(&longest).as_bytes()).is_ok());
+        let longer = "h".repeat(MAX_HOST_BYTES + 1);
+        assert!(decode_coordinator_hello(hello(&longer).as_bytes()).is_err());
+        assert!(decode_coordinator_hello(hello("a\u{1b}[2J").as_bytes()).is_err());
     }
 
     /// §4.2: a different version is a `ProtocolVersionError`, anything else

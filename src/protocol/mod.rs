@@ -11,7 +11,7 @@ mod token;
 pub use error::{DecodeError, FrameError};
 pub use framing::LineReader;
 pub use handshake::{
-    ClientHello, CoordinatorHello, HandshakeError, PROTOCOL_NAME, PROTOCOL_VERSION,
+    ClientHello, CoordinatorHello, HandshakeError, MAX_HOST_BYTES, PROTOCOL_NAME, PROTOCOL_VERSION,
     ProtocolVersionError, decode_client_hello, decode_coordinator_hello,
 };
 pub use message::{

@@ -18,8 +18,8 @@ use super::options::{HANDSHAKE_TIMEOUT, Options};
 use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
 use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, Incoming, LineEncoder, PROTOCOL_NAME, PROTOCOL_VERSION,
-    decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
+    CoordinatorHello, HandshakeError, Incoming, LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME,
+    PROTOCOL_VERSION, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
 };
 use crate::transport::{Connection, Listener};
 
@@ -91,8 +91,16 @@ pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> S
     };
     info!(epoch = %term.epoch(), term = ?kind, "coordinating");
     let (stop, stopped) = oneshot::channel();
+    let hello = CoordinatorHello {
+        protocol: PROTOCOL_NAME.to_owned(),
+        version: PROTOCOL_VERSION,
+        epoch: term.epoch().to_string(),
+        pid: std::process::id(),
+        host: host_name(),
+    };
     let server = Server {
         coordinator: Coordinator::new(term.epoch(), kind),
+        hello,
         term,
         listener,
         writers: BTreeMap::new(),
@@ -106,11 +114,25 @@ pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> S
 
 struct Server<T, L> {
     coordinator: Coordinator,
+    /// The first line of every connection of the term (SPEC.md §4.2).
+    hello: CoordinatorHello,
     term: T,
     listener: L,
     writers: BTreeMap<ConnectionId, Writer>,
     readers: BTreeMap<ConnectionId, AbortHandle>,
     next_connection: u64,
+}
+
+/// This machine's name for the hello (SPEC.md §4.2), when it is one a
+/// client accepts; `None` leaves it out.
+fn host_name() -> Option<String> {
+    let name = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    let acceptable =
+        !name.is_empty() && name.len() <= MAX_HOST_BYTES && !name.chars().any(char::is_control);
+    acceptable.then_some(name)
 }
 
 /// How a term ends.
@@ -177,16 +199,10 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
         let connection = ConnectionId(self.next_connection);
         self.next_connection += 1;
-        let hello = CoordinatorHello {
-            protocol: PROTOCOL_NAME.to_owned(),
-            version: PROTOCOL_VERSION,
-            epoch: self.coordinator.epoch().to_string(),
-            pid: std::process::id(),
-        };
         let task = tokio::spawn(connection_task::<L>(
             incoming,
             connection,
-            hello,
+            self.hello.clone(),
             reports.clone(),
         ));
         self.readers.insert(connection, task.abort_handle());

@@ -20,6 +20,9 @@ pub struct Status {
     pub epoch: Epoch,
     /// The coordinator's process id.
     pub pid: u32,
+    /// The coordinator's host name (SPEC.md §4.2); `None` from a
+    /// coordinator that does not say.
+    pub host: Option<String>,
     /// The address the coordinator advertises, in cluster mode.
     pub address: Option<String>,
     /// The flights in progress, in key order: all of them, or as many as
@@ -147,6 +150,7 @@ where
         } => Ok(Status {
             epoch,
             pid: hello.pid,
+            host: hello.host,
             address,
             flights,
             // §3.5: a missing count is none left out.

@@ -1,0 +1,323 @@
+//! Where the command's flights are (SPEC.md §13.1, §14.8): a flight
+//! directory on this machine, or a cluster of machines that meet in etcd.
+//! The one place of the command that tells the two apart; `run`, `serve`
+//! and `status` ask it for a builder, a status or a description.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use single_flight::{Builder, SingleFlight, Status, StatusError};
+
+use super::directory;
+
+/// Text shared by the help of every subcommand that takes `--dir`.
+const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, shown below for this user, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system. Excludes --etcd";
+
+/// The cluster name when `--cluster` is not given: one etcd serves one
+/// fleet in the common case, and a quickstart should not need a name.
+/// Fleets that share an etcd give each its own (SPEC.md §14.1).
+const DEFAULT_CLUSTER: &str = "default";
+
+/// The flight directory or the cluster, as the command line gives them.
+/// Every cluster option needs `--etcd`, and `--etcd` excludes `--dir`
+/// (either from the environment too: two places are a usage error, not a
+/// choice made silently).
+#[derive(Clone, Debug, Args)]
+pub struct PlaceArgs {
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_DIR",
+        value_name = "DIR",
+        default_value_os_t = directory::default_directory(),
+        conflicts_with = "etcd",
+        help = "The flight directory, shared by the processes that take part in the same flights",
+        long_help = DIRECTORY_HELP
+    )]
+    dir: PathBuf,
+
+    /// Cluster mode: the etcd where the processes of several machines meet
+    /// (SPEC.md §14), as http:// or https:// URLs separated by commas.
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD",
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        help_heading = "Cluster mode"
+    )]
+    etcd: Vec<String>,
+
+    /// The cluster's name: clusters sharing one etcd do not see each other
+    /// [default: default].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_CLUSTER",
+        value_name = "NAME",
+        requires = "etcd",
+        help_heading = "Cluster mode"
+    )]
+    cluster: Option<String>,
+
+    /// Where this process listens when it coordinates, IP:PORT (port 0: a
+    /// free one) [default: 127.0.0.1:0, reachable from this machine only].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_LISTEN",
+        value_name = "ADDR",
+        requires = "etcd",
+        help_heading = "Cluster mode"
+    )]
+    listen: Option<SocketAddr>,
+
+    /// The HOST:PORT other machines connect to when this process
+    /// coordinates; its certificate must be valid for HOST [default: the
+    /// listen address, with the port it got].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ADVERTISE",
+        value_name = "ADDR",
+        requires = "etcd",
+        help_heading = "Cluster mode"
+    )]
+    advertise: Option<String>,
+
+    /// The CA that signs every certificate of the cluster (PEM).
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_TLS_CA",
+        value_name = "FILE",
+        requires_all = ["etcd", "tls_cert", "tls_key"],
+        help_heading = "Cluster mode"
+    )]
+    tls_ca: Option<PathBuf>,
+
+    /// This process's certificate, signed by the CA (PEM).
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_TLS_CERT",
+        value_name = "FILE",
+        requires_all = ["etcd", "tls_ca", "tls_key"],
+        help_heading = "Cluster mode"
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// The key of this process's certificate (PEM).
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_TLS_KEY",
+        value_name = "FILE",
+        requires_all = ["etcd", "tls_ca", "tls_cert"],
+        help_heading = "Cluster mode"
+    )]
+    tls_key: Option<PathBuf>,
+
+    /// Plain TCP without certificates, refused unless every address is
+    /// loopback (one machine, for trying cluster mode out).
+    #[arg(
+        long,
+        requires = "etcd",
+        conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"],
+        help_heading = "Cluster mode"
+    )]
+    insecure: bool,
+
+    /// The etcd lease's time to live, in seconds: a coordinator whose host
+    /// dies is replaced about this long later [default: 5].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_TTL",
+        value_name = "SECS",
+        requires = "etcd",
+        value_parser = parse_ttl,
+        help_heading = "Cluster mode"
+    )]
+    ttl: Option<u64>,
+}
+
+/// A whole number of seconds for `--ttl`, at least the shortest lease etcd
+/// keeps as asked (SPEC.md §14.2): the library would raise a shorter one,
+/// and the command says so instead of running with another TTL than given.
+fn parse_ttl(text: &str) -> Result<u64, String> {
+    let seconds: u64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number of seconds (for example 5)"))?;
+    #[cfg(feature = "cluster")]
+    {
+        let least = single_flight::election::etcd::MIN_TTL.as_secs();
+        if seconds < least {
+            return Err(format!(
+                "the lease TTL must be at least {least} seconds: etcd raises shorter leases (SPEC.md §14.2)"
+            ));
+        }
+    }
+    Ok(seconds)
+}
+
+/// Where the flights are.
+pub enum Place {
+    Directory(PathBuf),
+    #[cfg(feature = "cluster")]
+    Cluster {
+        cluster: Box<single_flight::Cluster>,
+        name: String,
+        etcd: Vec<String>,
+    },
+}
+
+impl PlaceArgs {
+    /// The place these arguments name; an error when they name a cluster
+    /// and this build has no cluster mode.
+    pub fn place(&self) -> Result<Place, String> {
+        if self.etcd.is_empty() {
+            return Ok(Place::Directory(self.dir.clone()));
+        }
+        self.cluster()
+    }
+
+    #[cfg(feature = "cluster")]
+    fn cluster(&self) -> Result<Place, String> {
+        let name = self.cluster.as_deref().unwrap_or(DEFAULT_CLUSTER);
+        let mut cluster = single_flight::Cluster::etcd(self.etcd.iter().cloned(), name);
+        if let Some(listen) = self.listen {
+            cluster = cluster.listen(listen);
+        }
+        if let Some(advertise) = &self.advertise {
+            cluster = cluster.advertise(advertise.clone());
+        }
+        if let (Some(ca), Some(certificate), Some(key)) =
+            (&self.tls_ca, &self.tls_cert, &self.tls_key)
+        {
+            cluster = cluster.tls(ca, certificate, key);
+        }
+        if self.insecure {
+            cluster = cluster.insecure();
+        }
+        if let Some(ttl) = self.ttl {
+            cluster = cluster.ttl(Duration::from_secs(ttl));
+        }
+        Ok(Place::Cluster {
+            cluster: Box::new(cluster),
+            name: name.to_owned(),
+            etcd: self.etcd.clone(),
+        })
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    fn cluster(&self) -> Result<Place, String> {
+        Err("--etcd needs cluster mode, which this single-flight was built without (the `cluster` feature); install a build with it, or use a flight directory (--dir)".into())
+    }
+}
+
+impl Place {
+    /// A builder for this place with the library's defaults.
+    pub fn builder(&self) -> Builder {
+        match self {
+            Place::Directory(directory) => SingleFlight::builder(directory),
+            #[cfg(feature = "cluster")]
+            Place::Cluster { cluster, .. } => SingleFlight::cluster((**cluster).clone()),
+        }
+    }
+
+    /// The flight directory; `None` for a cluster, which has none to share
+    /// files through (SPEC.md §14.8).
+    pub fn directory(&self) -> Option<&Path> {
+        match self {
+            Place::Directory(directory) => Some(directory),
+            #[cfg(feature = "cluster")]
+            Place::Cluster { .. } => None,
+        }
+    }
+
+    /// The cluster's name and etcd endpoints; `None` for a directory.
+    pub fn cluster(&self) -> Option<(&str, &[String])> {
+        match self {
+            Place::Directory(_) => None,
+            #[cfg(feature = "cluster")]
+            Place::Cluster { name, etcd, .. } => Some((name, etcd)),
+        }
+    }
+
+    /// What to call it in messages.
+    pub fn describe(&self) -> String {
+        match self {
+            Place::Directory(directory) => directory.display().to_string(),
+            #[cfg(feature = "cluster")]
+            Place::Cluster { name, etcd, .. } => {
+                format!("the cluster {name:?} at {}", etcd.join(","))
+            }
+        }
+    }
+
+    /// One look at its coordinator (SPEC.md §3.5).
+    pub async fn status(&self) -> Result<Status, StatusError> {
+        match self {
+            Place::Directory(directory) => single_flight::status(directory).await,
+            #[cfg(feature = "cluster")]
+            Place::Cluster { cluster, .. } => single_flight::cluster_status(cluster).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Command {
+        #[command(flatten)]
+        place: PlaceArgs,
+    }
+
+    fn parse(arguments: &[&str]) -> Result<PlaceArgs, clap::Error> {
+        Command::try_parse_from(std::iter::once("test").chain(arguments.iter().copied()))
+            .map(|command| command.place)
+    }
+
+    /// §14.8: `--etcd` excludes `--dir`; every cluster option requires it.
+    #[test]
+    fn a_cluster_and_a_directory_exclude_each_other() {
+        assert!(parse(&["--dir", "/d", "--etcd", "http://e:2379"]).is_err());
+        for alone in [
+            &["--cluster", "c"][..],
+            &["--listen", "10.0.0.1:0"],
+            &["--advertise", "h:1"],
+            &["--insecure"],
+            &["--ttl", "5"],
+            &["--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"],
+        ] {
+            assert!(parse(alone).is_err(), "{alone:?} without --etcd");
+        }
+        assert!(parse(&["--etcd", "http://e:2379", "--tls-ca", "a"]).is_err());
+        assert!(
+            parse(&["--etcd", "http://e:2379", "--insecure", "--tls-ca", "a"]).is_err(),
+            "plain TCP or certificates, not both"
+        );
+        assert!(parse(&["--etcd", "http://e:2379", "--ttl", "1"]).is_err());
+    }
+
+    #[test]
+    fn the_place_is_the_directory_or_the_cluster() {
+        let directory = parse(&["--dir", "/d"]).unwrap().place().unwrap();
+        assert_eq!(directory.directory(), Some(Path::new("/d")));
+        assert!(directory.cluster().is_none());
+        let cluster = parse(&["--etcd", "http://a:2379,http://b:2379", "--insecure"])
+            .unwrap()
+            .place();
+        #[cfg(feature = "cluster")]
+        {
+            let cluster = cluster.unwrap();
+            assert_eq!(cluster.directory(), None);
+            let (name, etcd) = cluster.cluster().unwrap();
+            assert_eq!(name, DEFAULT_CLUSTER);
+            assert_eq!(etcd, ["http://a:2379", "http://b:2379"]);
+            assert_eq!(
+                cluster.describe(),
+                "the cluster \"default\" at http://a:2379,http://b:2379"
+            );
+        }
+        #[cfg(not(feature = "cluster"))]
+        assert!(cluster.unwrap_err().contains("`cluster` feature"));
+    }
+}
