@@ -372,21 +372,26 @@ impl World {
         command
     }
 
-    /// Waits until the coordinator reports a flight of `key` with
-    /// `joiners` joiners.
-    fn wait_for_joiners(&self, key: &str, joiners: u64) {
+    /// The cluster's status as a client of it sees it (SPEC.md §3.5).
+    fn status(&self) -> Result<single_flight::Status, single_flight::StatusError> {
         let cluster = Cluster::etcd(self.etcd.endpoints(), &self.cluster).tls(
             self.scratch.join("certs/ca.pem"),
             self.scratch.join("certs/client.pem"),
             self.scratch.join("certs/client.key"),
         );
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .unwrap();
+            .unwrap()
+            .block_on(single_flight::cluster_status(&cluster))
+    }
+
+    /// Waits until the coordinator reports a flight of `key` with
+    /// `joiners` joiners.
+    fn wait_for_joiners(&self, key: &str, joiners: u64) {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let status = runtime.block_on(single_flight::cluster_status(&cluster));
+            let status = self.status();
             if let Ok(status) = &status
                 && status
                     .flights
@@ -652,6 +657,42 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
         "the reason names the certificate: {result}"
     );
     assert_eq!(world.ran(), 0);
+}
+
+/// §11.3: connections that never finish their handshake (here: TCP
+/// connections closed before TLS) give their slot back. Had they kept it,
+/// `MAX_CONNECTIONS` of them would shut every client out for the term.
+#[test]
+fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
+    let Some(world) = World::loopback("handshakes", 1) else {
+        return;
+    };
+    let mut coordinator = world.spawn(None, "idle", &[("SF_TTL_S", "5")]);
+    coordinator.expect("READY");
+    let address = world
+        .status()
+        .expect("the coordinator answers")
+        .address
+        .expect("a cluster's status has the address");
+    for _ in 0..=single_flight::shell::MAX_CONNECTIONS {
+        // Connected, then closed without a byte: the TLS handshake fails.
+        drop(std::net::TcpStream::connect(&address).expect("the coordinator accepts"));
+    }
+    let mut caller = world.spawn(
+        None,
+        "call",
+        &[
+            ("SF_KEY", "after"),
+            ("SF_DEADLINE_MS", "30000"),
+            ("SF_TTL_S", "5"),
+        ],
+    );
+    caller.expect("LEADING");
+    world.release();
+    let result = caller.result();
+    assert!(result.starts_with("led "), "{result}");
+    let status = world.status().expect("the coordinator still answers");
+    assert!(status.flights.is_empty(), "{status:?}");
 }
 
 /// §14.6: one etcd member of three dies and service goes on; two die and
