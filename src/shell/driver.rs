@@ -28,6 +28,13 @@ use crate::transport::{ConnectError, Connection, Transport};
 /// so that its joiners get the values it produced (SPEC.md §9.3).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a client reads on from a coordinator whose term is over before
+/// it leaves, while no byte comes (SPEC.md §14.3). A term that ends cleanly
+/// writes its last answers before its key goes, so they are already on the
+/// way when the watch tells (a landed value of megabytes takes a while to
+/// read); a dead host sends nothing, and costs this much more to leave.
+const DRAIN_IDLE: Duration = Duration::from_millis(500);
+
 /// What a call asks of the driver.
 pub enum Command {
     Start {
@@ -75,6 +82,9 @@ enum Wake {
     /// The election says the coordinator this process is connected to no
     /// longer holds its term (§14.3).
     CoordinatorGone,
+    /// Time to see whether a gone coordinator's connection still brings
+    /// bytes.
+    DrainCheck,
     Retry,
 }
 
@@ -103,6 +113,9 @@ where
     pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut lines: Option<Lines<T::Reader>> = None;
         let mut gone: Option<Gone> = None;
+        // After the coordinator's term is over: when to look again, and the
+        // bytes read by then.
+        let mut draining: Option<(tokio::time::Instant, u64)> = None;
         let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
         let mut handles_left = true;
         loop {
@@ -111,6 +124,7 @@ where
                 gone = lines
                     .is_some()
                     .then(|| Box::pin(self.election.coordinator_gone()) as Gone);
+                draining = None;
             }
             if let Some((deadline, _)) = &closing {
                 #[allow(clippy::disallowed_methods)] // the shell owns time
@@ -123,6 +137,7 @@ where
                 command = commands.recv(), if handles_left => Wake::Command(command),
                 line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
                 () = async { gone.as_mut().expect("guarded").await }, if gone.is_some() && lines.is_some() => Wake::CoordinatorGone,
+                () = async { tokio::time::sleep_until(draining.expect("guarded").0).await }, if draining.is_some() && lines.is_some() => Wake::DrainCheck,
                 () = tokio::time::sleep(self.options.poll_interval), if lines.is_none() || closing.is_some() => Wake::Retry,
             };
             match wake {
@@ -154,10 +169,24 @@ where
                     self.lost();
                 }
                 Wake::CoordinatorGone => {
-                    info!("the coordinator's term is over; leaving it (SPEC.md §14.3)");
-                    lines = None;
+                    info!("the coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
                     gone = None;
-                    self.lost();
+                    let received = lines.as_ref().map_or(0, Lines::received);
+                    draining = Some((deadline_after(DRAIN_IDLE), received));
+                }
+                Wake::DrainCheck => {
+                    let received = lines.as_ref().map_or(0, Lines::received);
+                    match draining {
+                        Some((_, before)) if received > before => {
+                            draining = Some((deadline_after(DRAIN_IDLE), received));
+                        }
+                        _ => {
+                            info!("leaving the coordinator whose term is over (SPEC.md §14.3)");
+                            lines = None;
+                            draining = None;
+                            self.lost();
+                        }
+                    }
                 }
                 Wake::Retry => {}
             }

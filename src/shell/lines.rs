@@ -16,6 +16,8 @@ pub struct Lines<R> {
     stream: R,
     reader: LineReader,
     chunk: Box<[u8]>,
+    /// Bytes read so far: progress that a line not yet whole does not show.
+    received: u64,
 }
 
 /// Why no further line can be read.
@@ -34,7 +36,13 @@ impl<R: AsyncRead + Unpin> Lines<R> {
             stream,
             reader: LineReader::new(MAX_FRAME_BYTES),
             chunk: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
+            received: 0,
         }
+    }
+
+    /// How many bytes were read from the stream so far.
+    pub fn received(&self) -> u64 {
+        self.received
     }
 
     /// The next line, without its newline. Cancel-safe: a line is only
@@ -52,6 +60,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
             if read == 0 {
                 return Err(LineError::Closed);
             }
+            self.received += read as u64;
             self.reader
                 .push(&self.chunk[..read])
                 .map_err(LineError::Frame)?;

@@ -43,10 +43,23 @@ const EVENT_QUEUE: usize = 1024;
 /// The pause after a failed `accept` (SPEC.md §11.3).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
-/// How long an ending term waits for its last answers to be written. A
-/// client that does not read them in that time learns of the end from the
-/// closed connection instead.
+/// How long an ending term waits for its last answers to be written, on
+/// top of [`flush_time`] for the bytes still queued. A client that does not
+/// read them in that time learns of the end from the closed connection
+/// instead.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The slowest a reading client is expected to take queued bytes at the
+/// end of a term: a landed value of megabytes over TLS to a process on a
+/// loaded host. 1 MiB/s gives the largest frame 8 s more, where a fixed
+/// second cut such a line off, and its joiner, which had its value all but
+/// delivered, was told `interrupted`.
+const FLUSH_BYTES_PER_SECOND: f64 = (1 << 20) as f64;
+
+/// How long `queued` bytes may take to reach a client at the end of a term.
+fn flush_time(queued: usize) -> Duration {
+    FLUSH_TIMEOUT + Duration::from_secs_f64(queued as f64 / FLUSH_BYTES_PER_SECOND)
+}
 
 /// What the connection tasks report to the coordinator's loop.
 enum Report {
@@ -323,14 +336,28 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
         // The last answers (an `interrupted`, an `ack`) still reach their
         // clients: each writer drains its queue, then closes its connection.
-        let writers: Vec<Writer> = std::mem::take(&mut self.writers).into_values().collect();
-        let flushed = async {
-            for writer in writers {
+        // They drain at once; the wait is for the one with the most to write.
+        let writers = std::mem::take(&mut self.writers).into_values();
+        let mut patience = Duration::ZERO;
+        let tasks: Vec<_> = writers
+            .map(|writer| {
+                patience = patience.max(flush_time(writer.queued.load(Ordering::Acquire)));
                 drop(writer.lines);
-                let _ = writer.task.await;
+                writer.task
+            })
+            .collect();
+        let aborts: Vec<AbortHandle> = tasks.iter().map(|task| task.abort_handle()).collect();
+        let flushed = async {
+            for task in tasks {
+                let _ = task.await;
             }
         };
-        let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
+        if tokio::time::timeout(patience, flushed).await.is_err() {
+            // Whoever did not read in time is closed now, not at exit.
+            for abort in aborts {
+                abort.abort();
+            }
+        }
         self.listener.close();
         info!(epoch = %self.coordinator.epoch(), clean, "term over");
         self.term.resign(clean).await;
