@@ -35,6 +35,13 @@ pub enum System {
     SingleFlight,
     Flock,
     Redis,
+    /// single-flight in cluster mode (the workers' environment says where
+    /// the cluster is: `crate::cluster`).
+    #[cfg(feature = "cluster")]
+    Cluster,
+    /// etcd's Lock API: lock, the work, unlock (`crate::etcd_lock`).
+    #[cfg(feature = "cluster")]
+    EtcdLock,
 }
 
 impl System {
@@ -43,6 +50,10 @@ impl System {
             System::SingleFlight => "single-flight",
             System::Flock => "flock",
             System::Redis => "redis",
+            #[cfg(feature = "cluster")]
+            System::Cluster => "cluster",
+            #[cfg(feature = "cluster")]
+            System::EtcdLock => "etcd-lock",
         }
     }
 
@@ -51,6 +62,10 @@ impl System {
             "single-flight" => System::SingleFlight,
             "flock" => System::Flock,
             "redis" => System::Redis,
+            #[cfg(feature = "cluster")]
+            "cluster" => System::Cluster,
+            #[cfg(feature = "cluster")]
+            "etcd-lock" => System::EtcdLock,
             other => panic!("unknown system {other:?}"),
         }
     }
@@ -73,8 +88,45 @@ pub struct RedisTarget {
     pub pid: Option<u32>,
 }
 
-/// Runs `system` with `shape`.
+/// `ours`'s calls per second over `other`'s, from one round's rates of
+/// each system; `None` when `other` did not run.
+pub fn ratio(round: &[(System, f64)], ours: System, other: System) -> Option<f64> {
+    let rate = |wanted| {
+        round
+            .iter()
+            .find(|(system, _)| *system == wanted)
+            .map(|(_, rate)| *rate)
+    };
+    Some(rate(ours).expect("always measured") / rate(other)?)
+}
+
+/// Where the worker processes of a run start, and which other processes
+/// serve it.
+pub struct Placement<'a> {
+    /// Starts worker number `index` (from 0, in start order) with `args`.
+    pub spawn: &'a dyn Fn(usize, &[&str]) -> Worker,
+    /// Processes besides the workers and Redis whose CPU time the run
+    /// counts (etcd, for the systems that use it).
+    pub services: Vec<u32>,
+}
+
+/// Runs `system` with `shape`, every process on this machine as it is.
 pub fn measure(system: System, shape: Shape, redis: Option<&RedisTarget>) -> Throughput {
+    let local = |_: usize, args: &[&str]| Worker::spawn(args);
+    let placement = Placement {
+        spawn: &local,
+        services: Vec::new(),
+    };
+    measure_on(system, shape, redis, &placement)
+}
+
+/// Runs `system` with `shape`, its processes started by `placement`.
+pub fn measure_on(
+    system: System,
+    shape: Shape,
+    redis: Option<&RedisTarget>,
+    placement: &Placement<'_>,
+) -> Throughput {
     let scratch = Scratch::new(&format!("contended-{}", system.name()));
     let dir = scratch.join("flights");
     let dir_text = dir.to_str().expect("a UTF-8 temp dir").to_owned();
@@ -90,10 +142,11 @@ pub fn measure(system: System, shape: Shape, redis: Option<&RedisTarget>) -> Thr
         let index = index.to_string();
         let mut args = args;
         args[6] = &index;
-        workers.push(Worker::spawn(&args).ready());
+        workers.push((placement.spawn)(workers.len(), &args).ready());
     }
     let go = format!("go {}", shape.duration.as_millis());
     let redis_cpu = redis_pid.map(|pid| cpu_nanos(Some(pid)));
+    let services_cpu: u64 = placement.services.iter().map(|&p| cpu_nanos(Some(p))).sum();
     for worker in &mut workers {
         worker.send(&go);
     }
@@ -137,6 +190,8 @@ pub fn measure(system: System, shape: Shape, redis: Option<&RedisTarget>) -> Thr
     {
         cpu += cpu_nanos(Some(pid)).saturating_sub(before);
     }
+    let services_after: u64 = placement.services.iter().map(|&p| cpu_nanos(Some(p))).sum();
+    cpu += services_after.saturating_sub(services_cpu);
     assert!(calls > 0, "{} made no call", system.name());
     Throughput {
         calls_per_second: calls as f64 / (longest as f64 / 1e9),
@@ -164,23 +219,45 @@ pub fn worker(args: &[String]) {
     }
     let keys: usize = keys.parse().expect("a number of keys");
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
-    let flights = (system == System::SingleFlight).then(|| open(&dir));
+    let flights = match system {
+        System::SingleFlight => Some(open(&dir)),
+        #[cfg(feature = "cluster")]
+        System::Cluster => Some(crate::lab::open_from_env()),
+        _ => None,
+    };
+    // Every thread has made its connections before READY, so that none of
+    // it is timed or counted.
+    let connected = Arc::new(Barrier::new(keys + 1));
     let go = Arc::new(Barrier::new(keys + 1));
     let (duration_sender, duration) = std::sync::mpsc::channel::<Duration>();
     let duration = Arc::new(std::sync::Mutex::new(duration));
     let threads: Vec<_> = (0..keys)
         .map(|k| {
             let key = format!("key-{k}");
+            let connected = connected.clone();
             let go = go.clone();
             let duration = duration.clone();
             let flights = flights.clone();
             let dir = dir.clone();
-            let mut redis = (system == System::Redis).then(|| {
-                let owner = format!("{}-{k}", std::process::id());
-                redis::Caller::new(redis_address, &key, owner).expect("connect to Redis")
-            });
+            let redis_address = redis_address.clone();
             std::thread::spawn(move || {
                 let runtime = process::runtime();
+                let mut caller = match (flights, system) {
+                    (Some(flights), _) => Caller::Flights(flights),
+                    (None, System::Redis) => {
+                        let owner = format!("{}-{k}", std::process::id());
+                        let redis = redis::Caller::new(&redis_address, &key, owner);
+                        Caller::Redis(Box::new(redis.expect("connect to Redis")))
+                    }
+                    #[cfg(feature = "cluster")]
+                    (None, System::EtcdLock) => Caller::EtcdLock(Box::new(
+                        runtime
+                            .block_on(crate::etcd_lock::Caller::connect(&key))
+                            .expect("connect to etcd"),
+                    )),
+                    (None, _) => Caller::Flock(dir),
+                };
+                connected.wait();
                 go.wait();
                 let duration = duration.lock().expect("one reader").recv().ok();
                 let duration = duration.expect("a duration");
@@ -194,19 +271,24 @@ pub fn worker(args: &[String]) {
                         std::thread::sleep(work);
                         value_of(&key)
                     };
-                    let did_lead = match (&flights, &mut redis) {
-                        (Some(flights), _) => runtime.block_on(async {
+                    let did_lead = match &mut caller {
+                        Caller::Flights(flights) => runtime.block_on(async {
                             flights
                                 .run(&key, |_token| async { Ok::<_, std::io::Error>(work()) })
                                 .await
                                 .map(|landed| landed.role == Role::Led)
                                 .map_err(|error| error.to_string())
                         }),
-                        (None, Some(redis)) => redis
+                        Caller::Redis(redis) => redis
                             .call(work)
                             .map(|(_, led)| led)
                             .map_err(|error| error.to_string()),
-                        (None, None) => Ok(flock_call(&dir, &key, work).1),
+                        #[cfg(feature = "cluster")]
+                        Caller::EtcdLock(lock) => lock
+                            .call(&runtime, work)
+                            .map(|(_, led)| led)
+                            .map_err(|error| error.to_string()),
+                        Caller::Flock(dir) => Ok(flock_call(dir, &key, work).1),
                     };
                     match did_lead {
                         Ok(did_lead) => {
@@ -227,6 +309,7 @@ pub fn worker(args: &[String]) {
             })
         })
         .collect();
+    connected.wait();
     say("READY");
     let lines = stdin_lines();
     let line = lines.recv().expect("a go line");
@@ -271,6 +354,18 @@ pub fn worker(args: &[String]) {
         let runtime = process::runtime();
         runtime.block_on(flights.close());
     }
+}
+
+/// How one thread of a worker calls its key. The clients are boxed: an
+/// etcd client takes some 4 KB and Redis' two buffered connections 256
+/// bytes, against a pointer for the others.
+enum Caller {
+    Flights(SingleFlight),
+    Redis(Box<redis::Caller>),
+    #[cfg(feature = "cluster")]
+    EtcdLock(Box<crate::etcd_lock::Caller>),
+    /// The flock baseline, in this directory.
+    Flock(PathBuf),
 }
 
 /// Opens the directory and makes one call, so that this process is

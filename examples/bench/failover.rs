@@ -15,6 +15,11 @@ use crate::process::{self, PATIENCE, Scratch, Worker, say, wall_nanos};
 /// the first one, so that the earliest lead of any process is seen.
 const STRAGGLERS: Duration = Duration::from_millis(50);
 
+/// The deadline of each load call: far beyond a local failover (the grace
+/// window and a few milliseconds), so that only a call stuck for another
+/// reason ends by it, and its thread goes on with a fresh key.
+const CALL_DEADLINE: Duration = Duration::from_secs(5);
+
 /// The shape of a failover run.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
@@ -66,7 +71,7 @@ pub fn measure(shape: Shape) -> Vec<f64> {
 
 /// The earliest time any worker reports leading a flight of a term after
 /// `epoch`.
-fn first_lead_after(workers: &[Worker], epoch: u32) -> u64 {
+pub fn first_lead_after(workers: &[Worker], epoch: u32) -> u64 {
     let start = Instant::now();
     let mut first: Option<(u64, Instant)> = None;
     loop {
@@ -119,34 +124,44 @@ pub fn worker(args: &[String]) {
     });
     // Ready before the load starts, so that every report follows READY.
     say("READY");
-    let newest = Arc::new(AtomicU32::new(0));
-    for thread in 0..threads {
-        let flights = flights.clone();
-        let newest = newest.clone();
-        std::thread::spawn(move || call_forever(&flights, &newest, thread, work));
-    }
+    start_load(&flights, threads, work, CALL_DEADLINE);
     // Runs until the orchestrator kills it, or its stdin closes.
     for _ in crate::process::stdin_lines() {}
 }
 
-fn call_forever(flights: &SingleFlight, newest: &AtomicU32, thread: usize, work: Duration) {
+/// Starts `threads` threads that call fresh keys of this process in a loop
+/// with `work` and `deadline`, saying `epoch E T` when this process first
+/// leads a flight of term E.
+pub fn start_load(flights: &SingleFlight, threads: usize, work: Duration, deadline: Duration) {
+    let newest = Arc::new(AtomicU32::new(0));
+    for thread in 0..threads {
+        let flights = flights.clone();
+        let newest = newest.clone();
+        std::thread::spawn(move || call_forever(&flights, &newest, thread, work, deadline));
+    }
+}
+
+fn call_forever(
+    flights: &SingleFlight,
+    newest: &AtomicU32,
+    thread: usize,
+    work: Duration,
+    deadline: Duration,
+) {
     let runtime = process::runtime();
     let pid = std::process::id();
     for n in 0u64.. {
         let key = format!("load-{pid}-{thread}-{n}");
-        let call = flights
-            .call(&key)
-            .deadline(Duration::from_secs(5))
-            .run(|token| {
-                let epoch = token.epoch().get();
-                if newest.fetch_max(epoch, Ordering::AcqRel) < epoch {
-                    say(format!("epoch {epoch} {}", wall_nanos()));
-                }
-                async move {
-                    tokio::time::sleep(work).await;
-                    Ok::<_, std::io::Error>(0)
-                }
-            });
+        let call = flights.call(&key).deadline(deadline).run(|token| {
+            let epoch = token.epoch().get();
+            if newest.fetch_max(epoch, Ordering::AcqRel) < epoch {
+                say(format!("epoch {epoch} {}", wall_nanos()));
+            }
+            async move {
+                tokio::time::sleep(work).await;
+                Ok::<_, std::io::Error>(0)
+            }
+        });
         // Interrupted calls and calls cut off by the failover are expected.
         let _ = runtime.block_on(call);
     }

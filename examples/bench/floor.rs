@@ -10,8 +10,8 @@ use crate::process::{self, Scratch, Worker};
 use crate::stats::median;
 
 /// A request and an answer of the sizes the protocol sends for a call.
-const REQUEST: &[u8] = b"{\"op\":\"run\",\"id\":\"17\",\"key\":\"build:app/00000017\"}\n";
-const ANSWER: &[u8] = b"{\"op\":\"lead\",\"id\":\"17\",\"token\":\"4294967313\"}\n";
+pub const REQUEST: &[u8] = b"{\"op\":\"run\",\"id\":\"17\",\"key\":\"build:app/00000017\"}\n";
+pub const ANSWER: &[u8] = b"{\"op\":\"lead\",\"id\":\"17\",\"token\":\"4294967313\"}\n";
 
 /// Round trips before the timed ones, so that both processes are running
 /// and their pages are touched.
@@ -35,14 +35,19 @@ pub fn measure(pings: usize) -> f64 {
     let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
     let mut writer = stream;
     let mut line = Vec::with_capacity(128);
-    let mut round_trip = || {
+    timed(pings, || {
         writer.write_all(REQUEST).expect("the echo worker reads");
         line.clear();
         reader
             .read_until(b'\n', &mut line)
             .expect("the echo worker answers");
         assert_eq!(line, ANSWER, "the echo worker's answer");
-    };
+    })
+}
+
+/// The median time of `pings` runs of `round_trip`, in nanoseconds, after
+/// [`WARM_UP`] untimed ones.
+pub fn timed(pings: usize, mut round_trip: impl FnMut()) -> f64 {
     for _ in 0..WARM_UP {
         round_trip();
     }

@@ -9,11 +9,18 @@
 //! ```
 //!
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, fanout,
-//! contended, failover), `--redis auto|off|HOST:PORT` (`auto` starts
+//! contended, failover, cluster-uncontended, cluster-contended,
+//! cluster-failover), `--redis auto|off|HOST:PORT` (`auto` starts
 //! `redis-server` from PATH on a free loopback port, or skips the baseline
 //! with a message), `--work-us N` (the contended work), `--duration-ms N`
 //! (each contended run), `--kills N` (per failover round), `--pings N` (of
-//! the floor), `--calls N` (uncontended calls per round).
+//! the floor), `--calls N` (uncontended calls per round), `--cluster-kills
+//! N` (per cluster failover round), `--cluster-ttl-ms N` and
+//! `--cluster-grace-ms N` (the cluster failover's lease and window).
+//!
+//! The cluster benchmarks (`cluster.rs`) run between two network
+//! namespaces with etcd in a third; they need root and etcd, and say why
+//! they are skipped without them.
 //!
 //! Every figure is the median over rounds with the range of the rounds in
 //! parentheses; ratios are taken within a round, then summarised, because
@@ -34,6 +41,28 @@ mod redis;
 mod stats;
 mod uncontended;
 
+// Cluster mode (BENCHMARKS.md, "Cluster mode"), on the multi-host tests'
+// own harness.
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/certs.rs"]
+mod certs;
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_failover;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/etcd.rs"]
+mod etcd;
+#[cfg(feature = "cluster")]
+mod etcd_lock;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/hosts.rs"]
+mod hosts;
+#[cfg(feature = "cluster")]
+mod lab;
+#[cfg(feature = "cluster")]
+mod tls_floor;
+
 use std::time::{Duration, Instant};
 
 use contended::System;
@@ -53,7 +82,31 @@ struct Config {
     contended: contended::Shape,
     failover: failover::Shape,
     failover_rounds: usize,
+    cluster: ClusterFailover,
 }
+
+/// The cluster failover's settings; the other cluster benchmarks take the
+/// shapes of their local counterparts (calls, pings, the contended shape).
+#[derive(Clone, Copy, Debug)]
+struct ClusterFailover {
+    /// The lease TTL; `None`: the library's default.
+    ttl: Option<Duration>,
+    /// The grace window; `None`: the library's default for a cluster.
+    grace: Option<Duration>,
+    /// Kills per round.
+    kills: usize,
+}
+
+/// The local benchmarks' names, for `--only`.
+const LOCAL_ITEMS: [&str; 5] = ["floor", "uncontended", "fanout", "contended", "failover"];
+
+/// The cluster benchmarks' names, for `--only`, also where the build has
+/// no cluster mode to run them.
+const CLUSTER_ITEMS: [&str; 3] = [
+    "cluster-uncontended",
+    "cluster-contended",
+    "cluster-failover",
+];
 
 impl Config {
     /// The figures of BENCHMARKS.md: the shapes the issue names.
@@ -81,6 +134,13 @@ impl Config {
                 kills: 12,
             },
             failover_rounds: 3,
+            // The defaults a cluster gets (a 5 s lease, a 2 s window): a
+            // kill costs about 8 s.
+            cluster: ClusterFailover {
+                ttl: None,
+                grace: None,
+                kills: 2,
+            },
         }
     }
 
@@ -109,6 +169,13 @@ impl Config {
                 kills: 2,
             },
             failover_rounds: 1,
+            // etcd's shortest lease (SPEC.md §14.2) and a short window: one
+            // kill in about 3 s.
+            cluster: ClusterFailover {
+                ttl: Some(Duration::from_secs(2)),
+                grace: Some(Duration::from_millis(200)),
+                kills: 1,
+            },
         }
     }
 
@@ -148,13 +215,32 @@ fn main() {
         };
         match option.as_str() {
             "--rounds" => config.rounds = number(value()) as usize,
-            "--only" => config.only = value().split(',').map(str::to_owned).collect(),
+            "--only" => {
+                config.only = value().split(',').map(str::to_owned).collect();
+                if let Some(unknown) = config.only.iter().find(|name| {
+                    !LOCAL_ITEMS.contains(&name.as_str()) && !CLUSTER_ITEMS.contains(&name.as_str())
+                }) {
+                    eprintln!(
+                        "unknown benchmark {unknown:?} in --only: use {} or {}",
+                        LOCAL_ITEMS.join(", "),
+                        CLUSTER_ITEMS.join(", ")
+                    );
+                    std::process::exit(2);
+                }
+            }
             "--redis" => config.redis = value(),
             "--work-us" => config.contended.work = Duration::from_micros(number(value())),
             "--duration-ms" => config.contended.duration = Duration::from_millis(number(value())),
             "--kills" => config.failover.kills = number(value()) as usize,
             "--pings" => config.floor_pings = number(value()) as usize,
             "--calls" => config.uncontended_calls = number(value()) as usize,
+            "--cluster-kills" => config.cluster.kills = number(value()) as usize,
+            "--cluster-ttl-ms" => {
+                config.cluster.ttl = Some(Duration::from_millis(number(value())));
+            }
+            "--cluster-grace-ms" => {
+                config.cluster.grace = Some(Duration::from_millis(number(value())));
+            }
             other => {
                 eprintln!("unknown option {other:?} (see the top of examples/bench/main.rs)");
                 std::process::exit(2);
@@ -183,6 +269,20 @@ fn worker(args: &[String]) {
         ["flock-caller", dir] => fanout::flock_caller(dir),
         ["contend", ..] => contended::worker(&args[1..]),
         ["load", ..] => failover::worker(&args[1..]),
+        #[cfg(feature = "cluster")]
+        ["tls-echo", address, certs] => tls_floor::echo(address, certs),
+        #[cfg(feature = "cluster")]
+        ["tls-ping", address, certs, pings] => tls_floor::ping(address, certs, pings),
+        #[cfg(feature = "cluster")]
+        ["cluster-idle"] => cluster_failover::idle(),
+        #[cfg(feature = "cluster")]
+        ["cluster-calls", count] => cluster::calls(count),
+        #[cfg(feature = "cluster")]
+        ["cluster-lead", key] => cluster_failover::lead(key),
+        #[cfg(feature = "cluster")]
+        ["cluster-join", key] => cluster_failover::join(key),
+        #[cfg(feature = "cluster")]
+        ["cluster-load", threads, work] => cluster_failover::load(threads, work),
         _ => panic!("unknown worker {args:?}"),
     }
 }
@@ -273,15 +373,33 @@ fn run(config: &Config) {
             figures.failover_all.extend(times);
         }
     }
-    report(config, &figures);
-    println!();
-    println!("- load average after: {}", load_average());
+    if LOCAL_ITEMS.iter().any(|item| config.runs(item)) {
+        report(config, &figures);
+        println!();
+        println!("- load average after: {}", load_average());
+    }
+    drop(redis);
+    #[cfg(feature = "cluster")]
+    cluster::run(config);
+    #[cfg(not(feature = "cluster"))]
+    {
+        let asked: Vec<&str> = CLUSTER_ITEMS
+            .into_iter()
+            .filter(|i| config.runs(i))
+            .collect();
+        if !asked.is_empty() {
+            println!();
+            println!(
+                "- {}: skipped: this build has no cluster mode (the `cluster` feature)",
+                asked.join(", ")
+            );
+        }
+    }
     println!(
         "- took {:.0} s; `{}` rounds",
         started.elapsed().as_secs_f64(),
         config.rounds
     );
-    drop(redis);
 }
 
 fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &mut Figures) {
@@ -324,19 +442,9 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
             results.push(result);
             this_round.push((*system, result.calls_per_second));
         }
-        let rate = |system| {
-            this_round
-                .iter()
-                .find(|(s, _)| *s == system)
-                .map(|(_, rate)| *rate)
-        };
-        let ours = rate(System::SingleFlight).expect("always measured");
-        if let Some(flock) = rate(System::Flock) {
-            figures.over_flock.push(ours / flock);
-        }
-        if let Some(redis) = rate(System::Redis) {
-            figures.over_redis.push(ours / redis);
-        }
+        let ratio = |other| contended::ratio(&this_round, System::SingleFlight, other);
+        figures.over_flock.extend(ratio(System::Flock));
+        figures.over_redis.extend(ratio(System::Redis));
     }
 }
 
@@ -539,16 +647,24 @@ fn load_average() -> String {
 }
 
 fn redis_version() -> String {
-    std::process::Command::new("redis-server")
+    version_of("redis-server", |word| word.strip_prefix("v="))
+}
+
+/// `PROGRAM VERSION` for the report, the version being the first word of
+/// `PROGRAM --version`'s output that `version` finds one in; the program's
+/// name alone when none does.
+fn version_of(program: &str, version: impl Fn(&str) -> Option<&str>) -> String {
+    std::process::Command::new(program)
         .arg("--version")
         .output()
         .ok()
         .and_then(|out| String::from_utf8(out.stdout).ok())
         .and_then(|text| {
             text.split_whitespace()
-                .find_map(|w| w.strip_prefix("v=").map(str::to_owned))
+                .find_map(&version)
+                .map(str::to_owned)
         })
-        .map_or("redis-server".into(), |v| format!("redis-server {v}"))
+        .map_or(program.into(), |v| format!("{program} {v}"))
 }
 
 /// The date and time in UTC, from the system clock (civil-from-days, after

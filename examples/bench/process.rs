@@ -23,8 +23,13 @@ pub struct Worker {
 impl Worker {
     /// Starts `bench worker <args…>`.
     pub fn spawn(args: &[&str]) -> Worker {
-        let exe = std::env::current_exe().expect("the bench binary knows its own path");
-        let mut child = Command::new(exe)
+        Worker::start(Command::new(exe()), args)
+    }
+
+    /// Starts `command` (this binary, or a command that runs it elsewhere,
+    /// such as `ip netns exec HOST` before it) with `worker <args…>`.
+    pub fn start(mut command: Command, args: &[&str]) -> Worker {
+        let mut child = command
             .arg("worker")
             .args(args)
             .stdin(Stdio::piped())
@@ -108,6 +113,11 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// This benchmark's own executable, which the workers run.
+pub fn exe() -> PathBuf {
+    std::env::current_exe().expect("the bench binary knows its own path")
 }
 
 /// Starts `count` workers at once and waits until each printed `READY`.

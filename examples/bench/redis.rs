@@ -4,7 +4,7 @@
 //! start itself.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,10 @@ use crate::process::wall_nanos;
 /// How long a leader's lock lives if the leader dies: far longer than any
 /// work here, so that it expires only after a crash.
 const LOCK_MILLISECONDS: &str = "10000";
+
+/// How long a started `redis-server` may take to answer: it starts in
+/// milliseconds; a loaded machine takes longer.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a waiter listens for the result before it tries the lock again
 /// (the leader may have died; its lock then expires).
@@ -264,9 +268,24 @@ impl Server {
             .and_then(|listener| listener.local_addr())
             .map_err(|error| format!("no free port: {error}"))?
             .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        Server::start_with(
+            Command::new("redis-server"),
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port,
+        )
+    }
+
+    /// Starts `redis-server` with `command` (the program, or a command
+    /// that runs it elsewhere, such as `ip netns exec HOST redis-server`)
+    /// on `ip:port`, without persistence, and waits until it answers.
+    pub fn start_with(mut command: Command, ip: IpAddr, port: u16) -> Result<Server, String> {
+        let child = command
+            .args(["--port", &port.to_string(), "--bind", &ip.to_string()])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            // Off the loopback, protected mode would refuse every client of
+            // a server without a password; it is reached only through the
+            // benchmark's own namespaces.
+            .args(["--protected-mode", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -277,7 +296,7 @@ impl Server {
             })?;
         let mut server = Server {
             child,
-            address: format!("127.0.0.1:{port}"),
+            address: SocketAddr::new(ip, port).to_string(),
         };
         let start = Instant::now();
         loop {
@@ -286,9 +305,11 @@ impl Server {
             {
                 return Ok(server);
             }
-            if start.elapsed() > Duration::from_secs(10) {
+            if start.elapsed() > START_TIMEOUT {
                 server.stop();
-                return Err("redis-server did not answer within 10 s".into());
+                return Err(format!(
+                    "redis-server did not answer within {START_TIMEOUT:?}"
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -30,24 +30,31 @@ fn calls_in(dir: &std::path::Path, calls: usize) -> f64 {
     let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
-        let stamp = wall_nanos();
-        let mut times = Vec::with_capacity(calls);
-        for n in 0..WARM_UP + calls {
-            let key = format!("u{stamp}-{n}");
-            let start = Instant::now();
-            let landed = flights
-                .run(&key, |_token| async { Ok::<u8, std::io::Error>(0) })
-                .await
-                .expect("an uncontended call succeeds");
-            let elapsed = start.elapsed();
-            assert_eq!(landed.role, Role::Led, "a fresh key leads");
-            if n >= WARM_UP {
-                times.push(elapsed.as_nanos() as f64);
-            }
-        }
+        let median = timed_calls(&flights, calls).await;
         flights.close().await;
-        median(&times)
+        median
     })
+}
+
+/// The median time of `calls` uncontended calls (a no-op on a fresh key
+/// each), in nanoseconds, after [`WARM_UP`] untimed ones.
+pub async fn timed_calls(flights: &SingleFlight, calls: usize) -> f64 {
+    let stamp = wall_nanos();
+    let mut times = Vec::with_capacity(calls);
+    for n in 0..WARM_UP + calls {
+        let key = format!("u{stamp}-{n}");
+        let start = Instant::now();
+        let landed = flights
+            .run(&key, |_token| async { Ok::<u8, std::io::Error>(0) })
+            .await
+            .expect("an uncontended call succeeds");
+        let elapsed = start.elapsed();
+        assert_eq!(landed.role, Role::Led, "a fresh key leads");
+        if n >= WARM_UP {
+            times.push(elapsed.as_nanos() as f64);
+        }
+    }
+    median(&times)
 }
 
 /// `worker serve DIR GRACE_MS`: holds the coordinator of `DIR` in the

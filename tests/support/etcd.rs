@@ -173,6 +173,14 @@ impl Etcd {
         self.members.iter().map(|m| m.client_url.clone()).collect()
     }
 
+    /// The process ids of the running members (for their CPU time).
+    pub fn pids(&self) -> Vec<u32> {
+        self.members
+            .iter()
+            .filter_map(|m| m.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// Kills one member (`kill -9`).
     pub fn kill(&mut self, index: usize) {
         if let Some(mut child) = self.members[index].child.take() {

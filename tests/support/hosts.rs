@@ -24,6 +24,19 @@ pub struct Hosts {
     network: [u8; 3],
 }
 
+/// Whether a route of this machine covers the /24 `a.b.c.0`.
+fn routed([a, b, c]: [u8; 3]) -> bool {
+    Command::new("ip")
+        .args(["-4", "route", "show", "match", &format!("{a}.{b}.{c}.0/24")])
+        .output()
+        .is_ok_and(|output| {
+            // `match` also lists the default route, which covers everything.
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .any(|line| !line.starts_with("default"))
+        })
+}
+
 fn ip(args: &[&str]) {
     let status = Command::new("ip").args(args).status().expect("ip runs");
     assert!(status.success(), "ip {} failed", args.join(" "));
@@ -53,11 +66,24 @@ impl Hosts {
 
     /// `count` hosts, `10.N.M.1` … on a fresh bridge at `10.N.M.254`.
     pub fn new(count: usize) -> Hosts {
+        Hosts::named("sf", 100 + (std::process::id() % 100) as u8, count)
+    }
+
+    /// `count` hosts whose namespaces and links start with `prefix`, on a
+    /// /24 of `10.OCTET.*`: another program (the benchmarks) keeps its
+    /// names and networks apart from the tests' this way. A /24 that some
+    /// link of this machine already routes is passed over, so that two
+    /// processes whose ids lead to the same network do not share it.
+    pub fn named(prefix: &str, octet: u8, count: usize) -> Hosts {
         let serial = NEXT_NETWORK.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let tag = format!("{:x}", (pid.wrapping_mul(64) + serial) & 0xfffff);
-        let network = [10, 100 + (pid % 100) as u8, (serial % 250) as u8 + 1];
-        let bridge = format!("sfb{tag}");
+        let third = (0..250)
+            .map(|step| ((serial + step) % 250) as u8 + 1)
+            .find(|&third| !routed([10, octet, third]))
+            .expect("a free /24 among 250");
+        let network = [10, octet, third];
+        let bridge = format!("{prefix}b{tag}");
         let mut hosts = Hosts {
             names: Vec::new(),
             links: Vec::new(),
@@ -69,9 +95,9 @@ impl Hosts {
         ip(&["addr", "add", &bridge_address, "dev", &bridge]);
         ip(&["link", "set", &bridge, "up"]);
         for index in 0..count {
-            let name = format!("sf{tag}h{index}");
-            let outside = format!("sfv{tag}{index}");
-            let inside = format!("sfi{tag}{index}");
+            let name = format!("{prefix}{tag}h{index}");
+            let outside = format!("{prefix}v{tag}{index}");
+            let inside = format!("{prefix}i{tag}{index}");
             ip(&["netns", "add", &name]);
             hosts.names.push(name.clone());
             ip(&[

@@ -1,0 +1,394 @@
+//! The cluster rows of BENCHMARKS.md, each measured between two hosts
+//! (network namespaces, `crate::lab`) with etcd in a third:
+//!
+//! - `cluster-uncontended`: a call on a fresh key from host 1 with the
+//!   coordinator on host 0, against the floor of one TLS round trip between
+//!   the two (`crate::tls_floor`);
+//! - `cluster-contended`: 8 processes (4 on each host) × 16 keys, 1 ms of
+//!   work, single-flight against etcd's Lock API (`crate::etcd_lock`) and the
+//!   Redis baseline (`crate::redis`, its server in etcd's namespace);
+//! - `cluster-failover`: the coordinator's host killed while a leader on
+//!   the other host runs (`crate::cluster_failover`).
+//!
+//! They need root (for the namespaces) and etcd; without either they are
+//! skipped with a line that says why.
+
+use std::time::Duration;
+
+use single_flight::election::etcd::DEFAULT_TTL;
+use single_flight::shell::DEFAULT_CLUSTER_GRACE_WINDOW;
+
+use crate::cluster_failover::{self, Kill};
+use crate::contended::{self, Placement, RedisTarget, System, Throughput};
+use crate::lab::{self, HOSTS, Lab, Settings};
+use crate::process::{Worker, say};
+use crate::stats::{MICROS, MILLIS, Spread, percentile};
+
+/// Joiners of the flight that runs through a kill: enough that "every
+/// waiter answered" means more than one process.
+const FAILOVER_JOINERS: usize = 2;
+
+/// Caller threads of the load that shows the next successful lead, and the
+/// work of each call (as the local failover's).
+const FAILOVER_LOAD_THREADS: usize = 2;
+const FAILOVER_WORK: Duration = Duration::from_millis(1);
+
+/// The shapes of the cluster benchmarks.
+#[derive(Clone, Copy, Debug)]
+struct Shapes {
+    /// Timed uncontended calls per round.
+    calls: usize,
+    /// Timed round trips of the TLS floor per round.
+    pings: usize,
+    /// The contended run; its processes are split evenly between the hosts.
+    contended: contended::Shape,
+    failover: cluster_failover::Shape,
+}
+
+impl Shapes {
+    fn of(config: &crate::Config) -> Shapes {
+        Shapes {
+            calls: config.uncontended_calls,
+            pings: config.floor_pings,
+            contended: config.contended,
+            failover: cluster_failover::Shape {
+                ttl: config.cluster.ttl.unwrap_or(DEFAULT_TTL),
+                grace: config.cluster.grace.unwrap_or(DEFAULT_CLUSTER_GRACE_WINDOW),
+                kills: config.cluster.kills,
+                joiners: FAILOVER_JOINERS,
+                load_threads: FAILOVER_LOAD_THREADS,
+                work: FAILOVER_WORK,
+            },
+        }
+    }
+}
+
+/// The figures of the cluster benchmarks, per round.
+#[derive(Default)]
+struct Figures {
+    floor: Vec<f64>,
+    call: Vec<f64>,
+    call_in_floors: Vec<f64>,
+    contended: Vec<(System, Vec<Throughput>)>,
+    over_etcd: Vec<f64>,
+    over_redis: Vec<f64>,
+    kills: Vec<Kill>,
+}
+
+/// Runs the cluster benchmarks that `config` asks for and prints their
+/// section of the report.
+pub fn run(config: &crate::Config) {
+    let shapes = Shapes::of(config);
+    let items: Vec<&str> = crate::CLUSTER_ITEMS
+        .into_iter()
+        .filter(|i| config.runs(i))
+        .collect();
+    if items.is_empty() {
+        return;
+    }
+    println!();
+    println!("## Cluster mode");
+    println!();
+    let lab = match Lab::start() {
+        Ok(lab) => lab,
+        Err(reason) => {
+            println!("- {}: skipped: {reason}", items.join(", "));
+            return;
+        }
+    };
+    println!(
+        "- hosts: {} network namespaces on one bridge ({}, {}); etcd and Redis in a third ({}), {}, one member, data in the temp dir",
+        HOSTS,
+        lab.address(0),
+        lab.address(1),
+        lab.endpoints().join(","),
+        Lab::etcd_version(),
+    );
+    let contended = config.runs("cluster-contended");
+    let redis = match config.redis.as_str() {
+        _ if !contended => None,
+        "auto" => match lab.redis() {
+            Ok(server) => {
+                println!(
+                    "- redis baseline: {} on {}",
+                    crate::redis_version(),
+                    server.address
+                );
+                Some(server)
+            }
+            Err(reason) => {
+                println!("- redis baseline: skipped: {reason}");
+                None
+            }
+        },
+        other => {
+            println!(
+                "- redis baseline: skipped (--redis {other}): across hosts it needs a server of its own in the lab (--redis auto)"
+            );
+            None
+        }
+    };
+    let redis_target = redis.as_ref().map(|server| RedisTarget {
+        address: server.address.clone(),
+        pid: Some(server.pid()),
+    });
+    println!("- load average before: {}", crate::load_average());
+    println!();
+    let mut figures = Figures::default();
+    let mut systems = vec![System::Cluster, System::EtcdLock];
+    if redis_target.is_some() {
+        systems.push(System::Redis);
+    }
+    figures.contended = systems.iter().map(|&s| (s, Vec::new())).collect();
+    for round in 1..=config.rounds {
+        eprintln!("cluster round {round} of {}", config.rounds);
+        if config.runs("cluster-uncontended") {
+            let floor = crate::tls_floor::measure(&lab, shapes.pings);
+            let call = uncontended(&lab, round, shapes.calls);
+            figures.floor.push(floor);
+            figures.call.push(call);
+            figures.call_in_floors.push(call / floor);
+        }
+        if contended {
+            contended_round(&lab, round, shapes, redis_target.as_ref(), &mut figures);
+        }
+        if config.runs("cluster-failover") {
+            let kills = cluster_failover::measure(&lab, round, shapes.failover);
+            figures.kills.extend(kills);
+        }
+    }
+    report(shapes, &figures);
+    println!();
+    println!("- load average after: {}", crate::load_average());
+    drop(redis);
+}
+
+/// One round of uncontended calls: the median call in nanoseconds.
+fn uncontended(lab: &Lab, round: usize, calls: usize) -> f64 {
+    let settings = Settings::new(&format!("bench-uncontended-{round}"));
+    let _coordinator = lab.worker(0, &settings, &["cluster-idle"]).ready();
+    let status = lab.status(&settings.cluster);
+    assert_eq!(lab.host_of(&status), 0, "the first process coordinates");
+    let caller = lab.worker(1, &settings, &["cluster-calls", &calls.to_string()]);
+    caller.expect("result").parse().expect("nanoseconds")
+}
+
+fn contended_round(
+    lab: &Lab,
+    round: usize,
+    shapes: Shapes,
+    redis: Option<&RedisTarget>,
+    figures: &mut Figures,
+) {
+    let shape = shapes.contended;
+    let mut this_round = Vec::new();
+    for (system, results) in &mut figures.contended {
+        let settings = Settings::new(&format!("bench-contended-{round}-{}", system.name()));
+        // The first half on host 0, the rest on host 1; the first process
+        // starts first and so coordinates.
+        let spawn = |index: usize, args: &[&str]| -> Worker {
+            let host = index * HOSTS / shape.processes;
+            lab.worker(host, &settings, args)
+        };
+        let services = match system {
+            System::Redis => Vec::new(),
+            _ => lab.etcd_pids(),
+        };
+        let placement = Placement {
+            spawn: &spawn,
+            services,
+        };
+        let result = contended::measure_on(*system, shape, redis, &placement);
+        results.push(result);
+        this_round.push((*system, result.calls_per_second));
+    }
+    let ratio = |other| contended::ratio(&this_round, System::Cluster, other);
+    figures.over_etcd.extend(ratio(System::EtcdLock));
+    figures.over_redis.extend(ratio(System::Redis));
+}
+
+fn label(system: System) -> &'static str {
+    match system {
+        System::Cluster => "single-flight",
+        System::EtcdLock => "etcd lock",
+        other => other.name(),
+    }
+}
+
+fn report(shapes: Shapes, figures: &Figures) {
+    let show = |values: &[f64], scale: f64, digits: usize| {
+        Spread::of(values).map(|s| s.show(scale, digits))
+    };
+    let row = |figure: &str, value: Option<String>| {
+        if let Some(value) = value {
+            println!("| {figure} | {value} |");
+        }
+    };
+    println!("| figure | median (range of the rounds) |");
+    println!("|---|---|");
+    row(
+        "TLS floor: one line each way, TCP + mutual TLS 1.3, host 1 → host 0 (µs)",
+        show(&figures.floor, MICROS, 1),
+    );
+    row(
+        "uncontended call on host 1, coordinator on host 0 (µs)",
+        show(&figures.call, MICROS, 1),
+    );
+    row(
+        "… as TLS floor round trips",
+        show(&figures.call_in_floors, 1.0, 2),
+    );
+    let shape = shapes.contended;
+    for (system, results) in &figures.contended {
+        let name = label(*system);
+        let values = |f: fn(&Throughput) -> f64| results.iter().map(f).collect::<Vec<f64>>();
+        row(
+            &format!(
+                "contended, {} processes on {HOSTS} hosts × {} keys, work {} µs, {name}: completed calls/s",
+                shape.processes,
+                shape.keys,
+                shape.work.as_micros()
+            ),
+            show(&values(|r| r.calls_per_second), 1.0, 0),
+        );
+        row(
+            &format!("… {name}: work runs/s"),
+            show(&values(|r| r.calls_per_second * r.led_share), 1.0, 0),
+        );
+        row(
+            &format!("… {name}: calls that ran the work (%)"),
+            show(&values(|r| r.led_share * 100.0), 1.0, 1),
+        );
+        row(
+            &format!("… {name}: call latency p50 (ms)"),
+            show(&values(|r| r.p50), MILLIS, 2),
+        );
+        row(
+            &format!("… {name}: call latency p99 (ms)"),
+            show(&values(|r| r.p99), MILLIS, 2),
+        );
+        row(
+            &format!("… {name}: CPU time per call, all processes (µs)"),
+            show(&values(|r| r.cpu_per_call), MICROS, 1),
+        );
+        let failed: u64 = results.iter().map(|r| r.failed).sum();
+        if failed > 0 {
+            row(
+                &format!("… {name}: calls that failed, all rounds (their stderr is above)"),
+                Some(failed.to_string()),
+            );
+        }
+    }
+    row(
+        "… single-flight ÷ etcd lock (completed calls/s)",
+        show(&figures.over_etcd, 1.0, 2),
+    );
+    row(
+        "… single-flight ÷ Redis (completed calls/s)",
+        show(&figures.over_redis, 1.0, 2),
+    );
+    failover_rows(shapes.failover, &figures.kills, row);
+}
+
+/// The failover rows: p50 and max over every kill of the run.
+fn failover_rows(
+    shape: cluster_failover::Shape,
+    kills: &[Kill],
+    row: impl Fn(&str, Option<String>),
+) {
+    if kills.is_empty() {
+        return;
+    }
+    let (ttl, grace) = (shape.ttl.as_nanos() as f64, shape.grace.as_nanos() as f64);
+    let spread = |values: Vec<f64>, scale: f64, digits: usize| {
+        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        (!values.is_empty()).then(|| {
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!(
+                "{:.digits$} / {:.digits$}",
+                percentile(&values, 50.0) / scale,
+                max / scale
+            )
+        })
+    };
+    let of = |f: fn(&Kill) -> f64| kills.iter().map(f).collect::<Vec<f64>>();
+    let settings = format!(
+        "TTL {} ms, grace {} ms, {} kills",
+        shape.ttl.as_millis(),
+        shape.grace.as_millis(),
+        kills.len()
+    );
+    row(
+        &format!(
+            "failover after a host's death ({settings}): kill → the flight's waiters answered, p50 / max (ms)"
+        ),
+        spread(of(|k| k.answered), MILLIS, 0),
+    );
+    row(
+        "… the rest: that − TTL (the window does not delay them), p50 / max (ms)",
+        spread(
+            of(|k| k.answered).into_iter().map(|a| a - ttl).collect(),
+            MILLIS,
+            0,
+        ),
+    );
+    row(
+        "kill → next successful lead, p50 / max (ms)",
+        spread(of(|k| k.first_lead), MILLIS, 0),
+    );
+    row(
+        "… the rest: that − TTL − grace, p50 / max (ms)",
+        spread(
+            of(|k| k.first_lead)
+                .into_iter()
+                .map(|l| l - ttl - grace)
+                .collect(),
+            MILLIS,
+            0,
+        ),
+    );
+    row(
+        "seen in etcd: kill → the dead coordinator's key deleted (its lease ended), p50 / max (ms)",
+        spread(of(|k| k.expired), MILLIS, 0),
+    );
+    row(
+        "… deleted → the next term's key put, p50 / max (ms)",
+        spread(of(|k| k.elected - k.expired), MILLIS, 1),
+    );
+    row(
+        "… next term → the waiters answered, p50 / max (ms)",
+        spread(of(|k| k.answered - k.elected), MILLIS, 1),
+    );
+    row(
+        "… next term → next lead, less the grace window, p50 / max (ms)",
+        spread(
+            of(|k| k.first_lead - k.elected)
+                .into_iter()
+                .map(|l| l - grace)
+                .collect(),
+            MILLIS,
+            1,
+        ),
+    );
+    let lost: usize = kills.iter().map(|k| k.not_answered).sum();
+    row(
+        "joiners through a kill that did not get the leader's value",
+        Some(lost.to_string()),
+    );
+}
+
+// ----------------------------------------------------------------- workers
+
+/// `worker cluster-calls N`: N timed uncontended calls after a warm-up;
+/// prints `result MEDIAN_NS`.
+pub fn calls(count: &str) {
+    let count: usize = count.parse().expect("a number of calls");
+    let flights = lab::open_from_env();
+    let runtime = crate::process::runtime();
+    let median = runtime.block_on(async {
+        let median = crate::uncontended::timed_calls(&flights, count).await;
+        flights.close().await;
+        median
+    });
+    say(format!("result {median}"));
+}
