@@ -118,13 +118,23 @@ where
         let mut draining: Option<(tokio::time::Instant, u64)> = None;
         let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
         let mut handles_left = true;
+        // After an attempt to reach a coordinator failed, the next one comes
+        // a poll interval later (§7.2, §14.3), whatever wakes the loop in
+        // between: a caller that retries at once on `Unavailable` must not
+        // turn the attempts, each a read from etcd in a cluster, into a busy
+        // loop.
+        let mut next_attempt: Option<tokio::time::Instant> = None;
         loop {
-            if lines.is_none() {
+            if lines.is_none() && next_attempt.is_none_or(|at| deadline_after(Duration::ZERO) >= at)
+            {
                 lines = self.connect().await;
                 gone = lines
                     .is_some()
                     .then(|| Box::pin(self.election.coordinator_gone()) as Gone);
                 draining = None;
+                next_attempt = lines
+                    .is_none()
+                    .then(|| deadline_after(self.options.poll_interval));
             }
             if let Some((deadline, _)) = &closing {
                 #[allow(clippy::disallowed_methods)] // the shell owns time
@@ -169,7 +179,9 @@ where
                     self.lost();
                 }
                 Wake::CoordinatorGone => {
-                    info!("the coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
+                    info!(
+                        "the coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)"
+                    );
                     gone = None;
                     let received = lines.as_ref().map_or(0, Lines::received);
                     draining = Some((deadline_after(DRAIN_IDLE), received));

@@ -46,6 +46,8 @@ impl Builder {
     /// ```
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         let options = self.options;
+        // Without the `cluster` feature the match has one arm.
+        #[allow(clippy::infallible_destructuring_match)]
         let directory = match self.place {
             Place::Directory(directory) => directory,
             #[cfg(feature = "cluster")]
