@@ -126,26 +126,34 @@ impl Builder {
     /// cluster mode (§14), and starts this process's single-flight thread.
     /// It connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
+        let (flights, opened) = self.start()?;
+        opened_with(flights, opened.await)
+    }
+
+    /// Starts opening: the directory's checks on the caller's thread, then
+    /// the single-flight thread, which finishes opening on its own runtime
+    /// and answers on [`Opened`]. [`open`](Self::open) awaits the answer.
+    pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
+        let options = self.options;
         let directory = match self.place {
             Place::Directory(directory) => directory,
+            // etcd is reached from the single-flight thread's runtime, not
+            // the caller's: a runtime used only to open would take the etcd
+            // client's tasks (its channel to etcd) with it when dropped. The
+            // thread's runtime lives as long as the election that uses them.
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => {
-                let (election, transport) = cluster.connect().await?;
-                let commands = start_thread(Driver::new(election, transport, self.options))?;
-                return Ok(SingleFlight {
-                    shared: Arc::new(Shared {
-                        directory: None,
-                        commands,
-                        next_call: AtomicU64::new(1),
-                    }),
+                return start_thread(None, move || async move {
+                    let (election, transport) = cluster.connect().await?;
+                    Ok(Driver::new(election, transport, options))
                 });
             }
         };
         let election = LocalElection::new(
             &directory,
             ElectionOptions {
-                poll_interval: self.options.poll_interval,
-                directory: self.options.directory.clone(),
+                poll_interval: options.poll_interval,
+                directory: options.directory.clone(),
             },
         )
         .map_err(|error| match error {
@@ -159,27 +167,43 @@ impl Builder {
             path: directory.display().to_string(),
             error,
         })?;
-        let commands = start_thread(Driver::new(election, transport, self.options))?;
-        Ok(SingleFlight {
-            shared: Arc::new(Shared {
-                directory: Some(directory),
-                commands,
-                next_call: AtomicU64::new(1),
-            }),
+        start_thread(Some(directory), move || {
+            std::future::ready(Ok(Driver::new(election, transport, options)))
         })
     }
 }
 
-/// Starts the process's single-flight thread, which runs `driver` until
-/// every handle is gone; returns the way to send it commands.
-pub(crate) fn start_thread<E, T>(
-    driver: Driver<E, T>,
-) -> Result<mpsc::UnboundedSender<Command>, OpenError>
+/// The single-flight thread's answer to opening.
+pub(super) type Opened = oneshot::Receiver<Result<(), OpenError>>;
+
+/// `flights` once the single-flight thread has answered `answer`.
+pub(super) fn opened_with(
+    flights: SingleFlight,
+    answer: Result<Result<(), OpenError>, oneshot::error::RecvError>,
+) -> Result<SingleFlight, OpenError> {
+    match answer {
+        Ok(Ok(())) => Ok(flights),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(OpenError::Thread(std::io::Error::other(
+            "it stopped while opening (see its log)",
+        ))),
+    }
+}
+
+/// Starts the process's single-flight thread, which makes its driver with
+/// `open` on its own runtime, answers on [`Opened`], and runs the driver
+/// until every handle is gone.
+pub(crate) fn start_thread<E, T, O>(
+    directory: Option<PathBuf>,
+    open: impl FnOnce() -> O + Send + 'static,
+) -> Result<(SingleFlight, Opened), OpenError>
 where
     E: Election,
     T: Transport<Address = E::Address>,
+    O: Future<Output = Result<Driver<E, T>, OpenError>>,
 {
     let (commands, inbox) = mpsc::unbounded_channel();
+    let (answer, opened) = oneshot::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -187,9 +211,28 @@ where
     #[allow(clippy::disallowed_methods)] // the shell owns threads
     std::thread::Builder::new()
         .name("single-flight".into())
-        .spawn(move || runtime.block_on(driver.run(inbox)))
+        .spawn(move || {
+            runtime.block_on(async move {
+                match open().await {
+                    Ok(driver) => {
+                        let _ = answer.send(Ok(()));
+                        driver.run(inbox).await;
+                    }
+                    Err(error) => {
+                        let _ = answer.send(Err(error));
+                    }
+                }
+            });
+        })
         .map_err(OpenError::Thread)?;
-    Ok(commands)
+    let flights = SingleFlight {
+        shared: Arc::new(Shared {
+            directory,
+            commands,
+            next_call: AtomicU64::new(1),
+        }),
+    };
+    Ok((flights, opened))
 }
 
 impl SingleFlight {
