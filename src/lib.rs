@@ -40,6 +40,8 @@
 //!   writes must keep the highest token it has seen and refuse a lower one in
 //!   the same atomic step as the write, e.g. `UPDATE t SET body = ?, token = ?
 //!   WHERE id = ? AND token < ?`. Tokens grow across coordinator changes.
+//! - A leader whose work panics hands its joiners the failure `Panic`, then
+//!   the panic goes on in its own caller (SPEC.md §9.6).
 //! - [`status`] asks a directory's coordinator for its term and flights.
 //!
 //! `SPEC.md` is the normative protocol, with what is and is not guaranteed;
