@@ -5,7 +5,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -139,15 +139,18 @@ impl Builder {
 
     /// Starts opening: the directory's checks on the caller's thread, then
     /// the single-flight thread, which finishes opening on its own runtime
-    /// and answers on [`Opened`]. [`open`](Self::open) awaits the answer.
+    /// and answers on [`Opened`]. The async [`open`](Self::open) awaits the
+    /// answer and the blocking one waits for it (SPEC.md §9.7).
     pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
         let options = self.options;
         let directory = match self.place {
             Place::Directory(directory) => directory,
             // etcd is reached from the single-flight thread's runtime, not
-            // the caller's: a runtime used only to open would take the etcd
-            // client's tasks (its channel to etcd) with it when dropped. The
-            // thread's runtime lives as long as the election that uses them.
+            // the caller's: a blocking caller has none, and a runtime made
+            // only to open would take the etcd client's tasks (its channel
+            // to etcd) with it when dropped. The thread's runtime lives as
+            // long as the election that uses them; no runtime is started
+            // beyond the thread's own.
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => {
                 return start_thread(None, move || async move {
@@ -317,19 +320,26 @@ impl SingleFlight {
     /// needs no grace window), and stops its thread. Calls still in progress
     /// in other clones end as unavailable.
     pub async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.shared.commands.send(Command::Close { done }).is_ok() {
+        if let Some(closed) = self.send_close() {
             let _ = closed.await;
         }
+    }
+
+    /// Asks the single-flight thread to close; the answer comes once it
+    /// has. `None` when it has stopped already.
+    pub(super) fn send_close(&self) -> Option<oneshot::Receiver<()>> {
+        let (done, closed) = oneshot::channel();
+        let sent = self.shared.commands.send(Command::Close { done });
+        sent.is_ok().then_some(closed)
     }
 }
 
 /// One call, configured by [`SingleFlight::call`].
 pub struct Call<'a, C> {
     flights: &'a SingleFlight,
-    key: String,
-    deadline: Option<Duration>,
-    codec: C,
+    pub(super) key: String,
+    pub(super) deadline: Option<Duration>,
+    pub(super) codec: C,
 }
 
 impl<'a, C> Call<'a, C> {
@@ -505,6 +515,24 @@ impl<'a> Started<'a> {
             }),
         })
     }
+
+    /// Withdraws the call at `at` from the single-flight thread, unless
+    /// `settled` is set first; sets it when it withdraws. Whoever sets it
+    /// decides how the call ends: a blocking call's deadline (SPEC.md §9.7).
+    pub(super) fn withdraw_at(
+        &self,
+        at: tokio::time::Instant,
+        settled: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let commands = self.shared.commands.clone();
+        let call = self.call;
+        self.shared.runtime.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            if !settled.swap(true, Ordering::AcqRel) {
+                let _ = commands.send(Command::Cancel { call });
+            }
+        })
+    }
 }
 
 /// A call that leads: its work runs.
@@ -593,6 +621,11 @@ pub(super) struct Panicked {
 impl Panicked {
     async fn resume<R>(self) -> R {
         let _ = self.landed.await;
+        std::panic::resume_unwind(self.payload)
+    }
+
+    pub(super) fn resume_blocking<R>(self) -> R {
+        let _ = self.landed.blocking_recv();
         std::panic::resume_unwind(self.payload)
     }
 }

@@ -2,6 +2,7 @@
 //! drive the pure coordinator and client, and the public API.
 
 mod api;
+pub mod blocking;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod codec;
