@@ -40,6 +40,10 @@
 //!   writes must keep the highest token it has seen and refuse a lower one in
 //!   the same atomic step as the write, e.g. `UPDATE t SET body = ?, token = ?
 //!   WHERE id = ? AND token < ?`. Tokens grow across coordinator changes.
+//! - A leader whose work panics hands its joiners the failure `Panic`, then
+//!   the panic goes on in its own caller (SPEC.md §9.6).
+//! - [`blocking::SingleFlight`] is the same API for callers without an
+//!   async runtime; its works are closures run on the calling thread.
 //! - [`status`] asks a directory's coordinator for its term and flights.
 //!
 //! `SPEC.md` is the normative protocol, with what is and is not guaranteed;
@@ -65,6 +69,7 @@ pub mod shell;
 pub mod transport;
 
 pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
+pub use shell::blocking;
 pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
     Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,

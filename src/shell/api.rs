@@ -1,17 +1,20 @@
 //! The public API: [`SingleFlight`] and its calls.
 
+use std::any::Any;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::codec::{Codec, Json};
-use super::driver::{CallEvent, Command, Driver};
+use super::driver::{CallEvent, Command, Driver, PANIC_LAND_TIMEOUT};
 use super::error::{OpenError, RunError, Unavailable};
-use super::failure::IntoFailure;
+use super::failure::{IntoFailure, panic_failure};
 use super::options::Options;
 use crate::client::{CallId, Resolution};
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
@@ -75,6 +78,10 @@ struct Shared {
     directory: Option<PathBuf>,
     commands: mpsc::UnboundedSender<Command>,
     next_call: AtomicU64,
+    /// The single-flight thread's runtime. Timers that must run while the
+    /// caller cannot watch them (a blocking call's deadline, a panicking
+    /// leader's wait for its land) run there (SPEC.md §9.6, §9.7).
+    runtime: tokio::runtime::Handle,
 }
 
 /// Configures a [`SingleFlight`] before it opens.
@@ -126,26 +133,39 @@ impl Builder {
     /// cluster mode (§14), and starts this process's single-flight thread.
     /// It connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
+        let (flights, opened) = self.start()?;
+        opened_with(flights, opened.await)
+    }
+
+    /// Starts opening: the directory's checks on the caller's thread, then
+    /// the single-flight thread, which finishes opening on its own runtime
+    /// and answers on [`Opened`]. The async [`open`](Self::open) awaits the
+    /// answer and the blocking one waits for it (SPEC.md §9.7).
+    pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
+        let options = self.options;
+        // Without the `cluster` feature the match has one arm.
+        #[allow(clippy::infallible_destructuring_match)]
         let directory = match self.place {
             Place::Directory(directory) => directory,
+            // etcd is reached from the single-flight thread's runtime, not
+            // the caller's: a blocking caller has none, and a runtime made
+            // only to open would take the etcd client's tasks (its channel
+            // to etcd) with it when dropped. The thread's runtime lives as
+            // long as the election that uses them; no runtime is started
+            // beyond the thread's own.
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => {
-                let (election, transport) = cluster.connect().await?;
-                let commands = start_thread(Driver::new(election, transport, self.options))?;
-                return Ok(SingleFlight {
-                    shared: Arc::new(Shared {
-                        directory: None,
-                        commands,
-                        next_call: AtomicU64::new(1),
-                    }),
+                return start_thread(None, move || async move {
+                    let (election, transport) = cluster.connect().await?;
+                    Ok(Driver::new(election, transport, options))
                 });
             }
         };
         let election = LocalElection::new(
             &directory,
             ElectionOptions {
-                poll_interval: self.options.poll_interval,
-                directory: self.options.directory.clone(),
+                poll_interval: options.poll_interval,
+                directory: options.directory.clone(),
             },
         )
         .map_err(|error| match error {
@@ -159,37 +179,74 @@ impl Builder {
             path: directory.display().to_string(),
             error,
         })?;
-        let commands = start_thread(Driver::new(election, transport, self.options))?;
-        Ok(SingleFlight {
-            shared: Arc::new(Shared {
-                directory: Some(directory),
-                commands,
-                next_call: AtomicU64::new(1),
-            }),
+        start_thread(Some(directory), move || {
+            std::future::ready(Ok(Driver::new(election, transport, options)))
         })
     }
 }
 
-/// Starts the process's single-flight thread, which runs `driver` until
-/// every handle is gone; returns the way to send it commands.
-pub(crate) fn start_thread<E, T>(
-    driver: Driver<E, T>,
-) -> Result<mpsc::UnboundedSender<Command>, OpenError>
+/// The single-flight thread's answer to opening.
+pub(super) type Opened = oneshot::Receiver<Result<(), OpenError>>;
+
+/// `flights` once the single-flight thread has answered `answer`.
+pub(super) fn opened_with(
+    flights: SingleFlight,
+    answer: Result<Result<(), OpenError>, oneshot::error::RecvError>,
+) -> Result<SingleFlight, OpenError> {
+    match answer {
+        Ok(Ok(())) => Ok(flights),
+        Ok(Err(error)) => Err(error),
+        Err(_) => Err(OpenError::Thread(std::io::Error::other(
+            "it stopped while opening (see its log)",
+        ))),
+    }
+}
+
+/// Starts the process's single-flight thread, which makes its driver with
+/// `open` on its own runtime, answers on [`Opened`], and runs the driver
+/// until every handle is gone.
+pub(crate) fn start_thread<E, T, O>(
+    directory: Option<PathBuf>,
+    open: impl FnOnce() -> O + Send + 'static,
+) -> Result<(SingleFlight, Opened), OpenError>
 where
     E: Election,
     T: Transport<Address = E::Address>,
+    O: Future<Output = Result<Driver<E, T>, OpenError>>,
 {
     let (commands, inbox) = mpsc::unbounded_channel();
+    let (answer, opened) = oneshot::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(OpenError::Thread)?;
+    let handle = runtime.handle().clone();
     #[allow(clippy::disallowed_methods)] // the shell owns threads
     std::thread::Builder::new()
         .name("single-flight".into())
-        .spawn(move || runtime.block_on(driver.run(inbox)))
+        .spawn(move || {
+            runtime.block_on(async move {
+                match open().await {
+                    Ok(driver) => {
+                        let _ = answer.send(Ok(()));
+                        driver.run(inbox).await;
+                    }
+                    Err(error) => {
+                        let _ = answer.send(Err(error));
+                    }
+                }
+            });
+        })
         .map_err(OpenError::Thread)?;
-    Ok(commands)
+    let flights = SingleFlight {
+        shared: Arc::new(Shared {
+            directory,
+            commands,
+            next_call: AtomicU64::new(1),
+            runtime: handle,
+        }),
+    };
+    Ok((flights, opened))
 }
 
 impl SingleFlight {
@@ -218,7 +275,9 @@ impl SingleFlight {
     /// deadline or another codec.
     ///
     /// Dropping the returned future withdraws the call; a leader's drop
-    /// interrupts its joiners (SPEC.md §8.6).
+    /// interrupts its joiners (SPEC.md §8.6). A leader whose `work` panics
+    /// hands its joiners the failure `Panic`, then the panic goes on here
+    /// (SPEC.md §9.6).
     pub async fn run<T, E, F, Fut>(&self, key: &str, work: F) -> Result<Landed<T>, RunError<E>>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
@@ -263,19 +322,26 @@ impl SingleFlight {
     /// needs no grace window), and stops its thread. Calls still in progress
     /// in other clones end as unavailable.
     pub async fn close(self) {
-        let (done, closed) = oneshot::channel();
-        if self.shared.commands.send(Command::Close { done }).is_ok() {
+        if let Some(closed) = self.send_close() {
             let _ = closed.await;
         }
+    }
+
+    /// Asks the single-flight thread to close; the answer comes once it
+    /// has. `None` when it has stopped already.
+    pub(super) fn send_close(&self) -> Option<oneshot::Receiver<()>> {
+        let (done, closed) = oneshot::channel();
+        let sent = self.shared.commands.send(Command::Close { done });
+        sent.is_ok().then_some(closed)
     }
 }
 
 /// One call, configured by [`SingleFlight::call`].
 pub struct Call<'a, C> {
     flights: &'a SingleFlight,
-    key: String,
-    deadline: Option<Duration>,
-    codec: C,
+    pub(super) key: String,
+    pub(super) deadline: Option<Duration>,
+    pub(super) codec: C,
 }
 
 impl<'a, C> Call<'a, C> {
@@ -306,29 +372,56 @@ impl<'a, C> Call<'a, C> {
         E: IntoFailure,
     {
         let key = self.key.clone();
-        match self.deadline {
+        let finished = match self.deadline {
             None => self.run_now(work).await,
             Some(deadline) => tokio::time::timeout(deadline, self.run_now(work))
                 .await
-                .unwrap_or(Err(RunError::DeadlineExceeded { key, deadline })),
+                .unwrap_or(Finished::Returned(Err(RunError::DeadlineExceeded {
+                    key,
+                    deadline,
+                }))),
+        };
+        // Outside the deadline: a leader whose work panicked always gets its
+        // panic back (SPEC.md §9.6).
+        match finished {
+            Finished::Returned(result) => result,
+            Finished::Panicked(panicked) => panicked.resume().await,
         }
     }
 
-    async fn run_now<T, E, F, Fut>(self, work: F) -> Result<Landed<T>, RunError<E>>
+    async fn run_now<T, E, F, Fut>(self, work: F) -> Finished<T, E>
     where
         C: Codec<T>,
         F: FnOnce(FencingToken) -> Fut,
         Fut: Future<Output = Result<T, E>>,
         E: IntoFailure,
     {
-        let shared = &self.flights.shared;
+        let mut started = match self.start() {
+            Ok(started) => started,
+            Err(error) => return Finished::Returned(Err(error)),
+        };
+        let event = started.events.recv().await;
+        match started.answer(event, &self.codec) {
+            Answer::Done(result) => Finished::Returned(result),
+            Answer::Lead(leading) => {
+                let result = catch_panic(work, leading.token).await;
+                leading.finish(&self.codec, result)
+            }
+        }
+    }
+
+    /// Gives the call to the single-flight thread (SPEC.md §9.1). What
+    /// follows is [`Started::answer`] with its first event, then, for a
+    /// leader, [`Leading::finish`] with what its work came to: the async and
+    /// the blocking API differ only in how they wait and run the work.
+    pub(super) fn start<E>(&self) -> Result<Started<'a>, RunError<E>> {
+        let shared: &'a Shared = &self.flights.shared;
         let key = Key::new(self.key.as_str()).map_err(|error| RunError::Invalid {
             key: self.key.clone(),
             reason: error.to_string(),
         })?;
         let call = CallId(shared.next_call.fetch_add(1, Ordering::Relaxed));
-        let (events_out, mut events) = mpsc::unbounded_channel();
-        let shut_down = || RunError::Unavailable(Arc::new(Unavailable::ShutDown));
+        let (events_out, events) = mpsc::unbounded_channel();
         shared
             .commands
             .send(Command::Start {
@@ -337,74 +430,231 @@ impl<'a, C> Call<'a, C> {
                 events: events_out,
             })
             .map_err(|_| shut_down())?;
-        let mut withdraw = Withdraw {
-            commands: &shared.commands,
+        Ok(Started {
+            shared,
+            key: self.key.clone(),
             call,
-            armed: true,
+            events,
+            withdraw: Withdraw {
+                commands: &shared.commands,
+                call,
+                armed: true,
+            },
+        })
+    }
+}
+
+fn shut_down<E>() -> RunError<E> {
+    RunError::Unavailable(Arc::new(Unavailable::ShutDown))
+}
+
+/// A call the single-flight thread knows, until its first event.
+pub(super) struct Started<'a> {
+    shared: &'a Shared,
+    key: String,
+    call: CallId,
+    /// What the driver tells the call. The first event decides: the call
+    /// leads, or it has ended.
+    pub(super) events: mpsc::UnboundedReceiver<CallEvent>,
+    withdraw: Withdraw<'a>,
+}
+
+/// What a call's first event means.
+pub(super) enum Answer<'a, T, E> {
+    /// The call leads: run the work under `token`, then
+    /// [`finish`](Leading::finish).
+    Lead(Leading<'a>),
+    /// The call has ended.
+    Done(Result<Landed<T>, RunError<E>>),
+}
+
+impl<'a> Started<'a> {
+    /// What `event` (`None`: the thread stopped) means for the call.
+    pub(super) fn answer<T, E, C: Codec<T>>(
+        mut self,
+        event: Option<CallEvent>,
+        codec: &C,
+    ) -> Answer<'a, T, E> {
+        let resolution = match event {
+            None => return Answer::Done(Err(shut_down())),
+            Some(CallEvent::Lead(token)) => {
+                return Answer::Lead(Leading {
+                    shared: self.shared,
+                    call: self.call,
+                    token,
+                    withdraw: self.withdraw,
+                });
+            }
+            Some(CallEvent::Unavailable(reason)) => {
+                self.withdraw.armed = false;
+                return Answer::Done(Err(RunError::Unavailable(reason)));
+            }
+            Some(CallEvent::Resolved(resolution)) => resolution,
         };
-        let mut work = Some(work);
-        loop {
-            let Some(event) = events.recv().await else {
-                return Err(shut_down());
-            };
-            let resolution = match event {
-                CallEvent::Lead(token) => {
-                    let Some(work) = work.take() else { continue };
-                    let result = work(token).await;
-                    let outcome = shareable(match &result {
-                        Ok(value) => outcome_of(&self.codec, value),
-                        Err(error) => Outcome::Failure(error.to_failure()),
-                    });
-                    withdraw.armed = false;
-                    let _ = shared
-                        .commands
-                        .send(Command::WorkFinished { call, outcome });
-                    return match result {
-                        Ok(value) => Ok(Landed {
-                            value,
-                            role: Role::Led,
-                            token,
-                        }),
-                        Err(error) => Err(RunError::Work(error)),
-                    };
-                }
-                CallEvent::Resolved(resolution) => resolution,
-                CallEvent::Unavailable(reason) => {
-                    withdraw.armed = false;
-                    return Err(RunError::Unavailable(reason));
-                }
-            };
-            withdraw.armed = false;
-            return match resolution {
-                Resolution::Joined { flight, outcome } => match outcome {
-                    Outcome::Value(text) => match self.codec.decode(&text) {
-                        Ok(value) => Ok(Landed {
-                            value,
-                            role: Role::Joined,
-                            token: flight,
-                        }),
-                        Err(reason) => Err(RunError::Invalid {
-                            key: self.key,
-                            reason: format!(
-                                "the leader's value does not decode with this call's codec: {reason}; every process must use the same type and codec for a key"
-                            ),
-                        }),
-                    },
-                    Outcome::Failure(failure) => Err(RunError::FlightFailed {
-                        key: self.key,
-                        failure,
+        self.withdraw.armed = false;
+        let key = self.key;
+        Answer::Done(match resolution {
+            Resolution::Joined { flight, outcome } => match outcome {
+                Outcome::Value(text) => match codec.decode(&text) {
+                    Ok(value) => Ok(Landed {
+                        value,
+                        role: Role::Joined,
+                        token: flight,
+                    }),
+                    Err(reason) => Err(RunError::Invalid {
+                        key,
+                        reason: format!(
+                            "the leader's value does not decode with this call's codec: {reason}; every process must use the same type and codec for a key"
+                        ),
                     }),
                 },
-                Resolution::Interrupted | Resolution::Led { .. } => {
-                    Err(RunError::Interrupted { key: self.key })
-                }
-                Resolution::Unsupported => Err(RunError::Invalid {
-                    key: self.key,
-                    reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),
-                }),
-            };
-        }
+                Outcome::Failure(failure) => Err(RunError::FlightFailed { key, failure }),
+            },
+            Resolution::Interrupted | Resolution::Led { .. } => Err(RunError::Interrupted { key }),
+            Resolution::Unsupported => Err(RunError::Invalid {
+                key,
+                reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),
+            }),
+        })
     }
+
+    /// Withdraws the call at `at` from the single-flight thread, unless
+    /// `settled` is set first; sets it when it withdraws. Whoever sets it
+    /// decides how the call ends: a blocking call's deadline (SPEC.md §9.7).
+    pub(super) fn withdraw_at(
+        &self,
+        at: tokio::time::Instant,
+        settled: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let commands = self.shared.commands.clone();
+        let call = self.call;
+        self.shared.runtime.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            if !settled.swap(true, Ordering::AcqRel) {
+                let _ = commands.send(Command::Cancel { call });
+            }
+        })
+    }
+}
+
+/// A call that leads: its work runs.
+pub(super) struct Leading<'a> {
+    shared: &'a Shared,
+    call: CallId,
+    pub(super) token: FencingToken,
+    /// Dropped armed (the work was dropped, or its deadline passed), it
+    /// interrupts the flight's joiners (SPEC.md §8.6).
+    withdraw: Withdraw<'a>,
+}
+
+/// How a leader's call ends.
+pub(super) enum Finished<T, E> {
+    Returned(Result<Landed<T>, RunError<E>>),
+    /// The work panicked, and its failure is landed; the caller resumes the
+    /// panic (SPEC.md §9.6).
+    Panicked(Panicked),
+}
+
+impl Leading<'_> {
+    /// Lands what the work came to (SPEC.md §9.3, §9.6) and says how the
+    /// call ends: its own value or error, or its panic.
+    pub(super) fn finish<T, E, C>(
+        mut self,
+        codec: &C,
+        result: std::thread::Result<Result<T, E>>,
+    ) -> Finished<T, E>
+    where
+        C: Codec<T>,
+        E: IntoFailure,
+    {
+        let outcome = shareable(match &result {
+            Ok(Ok(value)) => outcome_of(codec, value),
+            Ok(Err(error)) => Outcome::Failure(error.to_failure()),
+            Err(payload) => Outcome::Failure(panic_failure(&**payload)),
+        });
+        self.withdraw.armed = false;
+        let call = self.call;
+        let commands = &self.shared.commands;
+        let payload = match result {
+            Ok(result) => {
+                let _ = commands.send(Command::WorkFinished {
+                    call,
+                    outcome,
+                    settled: None,
+                });
+                return Finished::Returned(match result {
+                    Ok(value) => Ok(Landed {
+                        value,
+                        role: Role::Led,
+                        token: self.token,
+                    }),
+                    Err(error) => Err(RunError::Work(error)),
+                });
+            }
+            Err(payload) => payload,
+        };
+        let (settled, on_settled) = oneshot::channel();
+        let _ = commands.send(Command::WorkFinished {
+            call,
+            outcome,
+            settled: Some(settled),
+        });
+        // The bound runs on the single-flight thread: a blocking caller has
+        // no timer, and an async caller's runtime may have none enabled.
+        let (landed, on_landed) = oneshot::channel();
+        self.shared.runtime.spawn(async move {
+            let _ = tokio::time::timeout(PANIC_LAND_TIMEOUT, on_settled).await;
+            let _ = landed.send(());
+        });
+        Finished::Panicked(Panicked {
+            payload,
+            landed: on_landed,
+        })
+    }
+}
+
+/// A leader's panic, caught so that its failure could be landed first.
+pub(super) struct Panicked {
+    payload: Box<dyn Any + Send>,
+    /// Answers once the land is settled, or [`PANIC_LAND_TIMEOUT`] passed.
+    landed: oneshot::Receiver<()>,
+}
+
+impl Panicked {
+    async fn resume<R>(self) -> R {
+        let _ = self.landed.await;
+        std::panic::resume_unwind(self.payload)
+    }
+
+    pub(super) fn resume_blocking<R>(self) -> R {
+        let _ = self.landed.blocking_recv();
+        std::panic::resume_unwind(self.payload)
+    }
+}
+
+/// `work(token).await`, returning a panic of the work, when it is called or
+/// whenever its future is polled, instead of unwinding through the call, so
+/// that its failure can be landed first (SPEC.md §9.6). No crate is needed
+/// for that: `poll_fn` and `catch_unwind` around each poll.
+///
+/// `AssertUnwindSafe`: after a panic the work is never polled again (it is
+/// dropped) and its caller gets the panic back, so whatever the work left
+/// half-changed is seen by that caller exactly as if nothing had caught it.
+async fn catch_panic<T, F, Fut>(work: F, token: FencingToken) -> std::thread::Result<T>
+where
+    F: FnOnce(FencingToken) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let work = std::panic::catch_unwind(AssertUnwindSafe(|| work(token)))?;
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|context| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(context))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    })
+    .await
 }
 
 /// The outcome a leader lands: its value's text, or a failure that says why

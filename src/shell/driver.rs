@@ -19,7 +19,7 @@ use crate::client::{CallId, Client, Effect, Event, Resolution};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
 use crate::protocol::{
-    ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
+    ClientHello, FencingToken, HandshakeError, Key, Outcome, Response, decode_coordinator_hello,
     decode_response, encode,
 };
 use crate::transport::{ConnectError, Connection, Transport};
@@ -45,15 +45,17 @@ pub enum Command {
     WorkFinished {
         call: CallId,
         outcome: Outcome,
+        /// Told when the land is settled (`ack` or `rejected`), or at once
+        /// when there is no land to wait for; for a leader whose work
+        /// panicked (§9.6).
+        settled: Option<oneshot::Sender<()>>,
     },
-    Cancel {
-        call: CallId,
-    },
+    /// Withdraws the call. The driver forgets it: its event channel closes
+    /// after the events already sent.
+    Cancel { call: CallId },
     /// Finish the lands in progress, end the term if this process
     /// coordinates, and stop.
-    Close {
-        done: oneshot::Sender<()>,
-    },
+    Close { done: oneshot::Sender<()> },
 }
 
 /// What the driver tells a call.
@@ -62,6 +64,14 @@ pub enum CallEvent {
     Resolved(Resolution),
     Unavailable(Arc<Unavailable>),
 }
+
+/// How long a leader whose work panicked waits for its land to be settled
+/// before it resumes the panic (SPEC.md §9.6). A panic often ends its
+/// process next, as a close does, so the same patience as a close: its
+/// joiners then get the `Panic` failure rather than `interrupted`. Past it
+/// the panic goes on, and the land is still kept and sent while the process
+/// lives (§9.3).
+pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
 pub struct Driver<E, T> {
     election: E,
@@ -74,6 +84,8 @@ pub struct Driver<E, T> {
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
+    /// Lands whose leader waits for them to be settled (§9.6).
+    settling: BTreeMap<CallId, oneshot::Sender<()>>,
 }
 
 enum Wake {
@@ -106,6 +118,7 @@ where
             leading: BTreeSet::new(),
             writer: None,
             serving: None,
+            settling: BTreeMap::new(),
         }
     }
 
@@ -164,8 +177,13 @@ where
                 }
                 Wake::Line(Ok(line)) => match decode_response(&line) {
                     Ok(response) => {
+                        let settles = self.settles(&response);
                         let effects = self.client.step(Event::ResponseReceived { response });
                         self.apply(effects);
+                        if let Some(settled) = settles.and_then(|call| self.settling.remove(&call))
+                        {
+                            let _ = settled.send(());
+                        }
                     }
                     Err(error) => {
                         warn!(%error, "the coordinator sent a malformed response; reconnecting");
@@ -228,10 +246,27 @@ where
                 let effects = self.client.step(Event::CallStarted { call, key });
                 self.apply(effects);
             }
-            Command::WorkFinished { call, outcome } => {
+            Command::WorkFinished {
+                call,
+                outcome,
+                settled,
+            } => {
                 self.leading.remove(&call);
+                let before = self.client.calls_in_progress();
                 let effects = self.client.step(Event::WorkFinished { call, outcome });
                 self.apply(effects);
+                if let Some(settled) = settled {
+                    // Waiters that gave up (PANIC_LAND_TIMEOUT) leave their
+                    // entry behind when their land is never answered.
+                    self.settling.retain(|_, waiter| !waiter.is_closed());
+                    if self.client.calls_in_progress() < before {
+                        // The client forgot the call: it had lost its flight
+                        // (§9.3), and no land will be sent.
+                        let _ = settled.send(());
+                    } else {
+                        self.settling.insert(call, settled);
+                    }
+                }
             }
             Command::Cancel { call } => {
                 self.calls.remove(&call);
@@ -267,6 +302,22 @@ where
                 }
             }
         }
+    }
+
+    /// The call whose land `response` settles, if a leader waits for it:
+    /// a landing call leaves the client on `ack` or `rejected` (§9.3).
+    fn settles(&self, response: &Response) -> Option<CallId> {
+        if self.settling.is_empty() {
+            return None;
+        }
+        let (Response::Ack { id } | Response::Rejected { id }) = response else {
+            return None;
+        };
+        // A call's id is its number in decimal (§9.1); only that text names it.
+        self.settling
+            .keys()
+            .copied()
+            .find(|call| call.0.to_string() == id.as_str())
     }
 
     fn lost(&mut self) {

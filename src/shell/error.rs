@@ -74,7 +74,8 @@ pub enum RunError<E> {
     /// This call led, and its own work returned this error (which its
     /// joiners received as a [`Failure`]).
     Work(E),
-    /// This call joined a flight whose work failed in its leader's process.
+    /// This call joined a flight whose work failed in its leader's process,
+    /// or panicked there: the failure `Panic` (SPEC.md §9.6).
     FlightFailed { key: String, failure: Failure },
     /// This call joined (or was about to join) a flight that ended without
     /// an outcome: its leader's process stopped, cancelled, or lost the

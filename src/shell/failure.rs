@@ -1,6 +1,7 @@
 //! How a leader's error crosses to its joiners (SPEC.md §3.4): as a
 //! [`Failure`] with a name, a message and an optional code.
 
+use std::any::Any;
 use std::error::Error;
 use std::fmt;
 use std::io;
@@ -29,6 +30,31 @@ impl<E: Error + 'static> IntoFailure for E {
             message: self.to_string(),
             code,
         }
+    }
+}
+
+/// The name of the failure a leader's panic lands as (SPEC.md §9.6).
+const PANIC_NAME: &str = "Panic";
+
+/// The message of a panic whose payload is not a string (`panic_any` with
+/// another type): nothing says how to show it, and a type name would tell
+/// the joiners little more than this.
+const NOT_A_STRING: &str = "the work panicked with a payload that is not a string";
+
+/// The failure that a panic with `payload` lands as (SPEC.md §9.6). Pass
+/// the payload itself (`&*boxed`), not its box, which is an `Any` too.
+pub(crate) fn panic_failure(payload: &(dyn Any + Send)) -> Failure {
+    let message = match payload.downcast_ref::<&'static str>() {
+        Some(text) => (*text).to_owned(),
+        None => match payload.downcast_ref::<String>() {
+            Some(text) => text.clone(),
+            None => NOT_A_STRING.to_owned(),
+        },
+    };
+    Failure {
+        name: PANIC_NAME.to_owned(),
+        message,
+        code: None,
     }
 }
 
@@ -61,6 +87,26 @@ mod tests {
         let failure = io::Error::from_raw_os_error(28).to_failure();
         assert_eq!(failure.name, "Error");
         assert_eq!(failure.code, Some(FailureCode::Number(28)));
+    }
+
+    /// §9.6: `panic!` makes a `&str` payload without arguments and a
+    /// `String` with them; any other payload gets the fixed text.
+    #[test]
+    fn panics_cross_with_their_message() {
+        let payload = |panic: fn()| std::panic::catch_unwind(panic).unwrap_err();
+        let literal = payload(|| panic!("no cat"));
+        let formatted = payload(|| panic!("no cat at index {}", 7));
+        let number = payload(|| std::panic::panic_any(7_u32));
+        for (payload, message) in [
+            (literal, "no cat"),
+            (formatted, "no cat at index 7"),
+            (number, NOT_A_STRING),
+        ] {
+            let failure = panic_failure(&*payload);
+            assert_eq!(failure.name, "Panic");
+            assert_eq!(failure.message, message);
+            assert_eq!(failure.code, None);
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! drive the pure coordinator and client, and the public API.
 
 mod api;
+pub mod blocking;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod codec;
@@ -20,6 +21,7 @@ pub use api::{Builder, Call, Landed, Role, SingleFlight};
 #[cfg(feature = "cluster")]
 pub use cluster::{CLUSTER_POLL_INTERVAL, Cluster, ClusterError, DEFAULT_CLUSTER_GRACE_WINDOW};
 pub use codec::{Codec, Json};
+pub use driver::PANIC_LAND_TIMEOUT;
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};

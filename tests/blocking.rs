@@ -1,0 +1,800 @@
+//! The blocking API (SPEC.md §9.7) and panicking works (§9.6), with real
+//! processes: the test binary runs itself again as child processes, each a
+//! blocking or an async caller, and watches them through the coordinator's
+//! `status` (§3.5).
+//!
+//! No test asserts on time: every wait polls for a state and gives up after
+//! a generous bound, so a slow machine only makes them slower.
+
+// Tests are the shell's peers: they poll with real clocks, sleeps and threads.
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+use std::any::Any;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use single_flight::protocol::{FlightStatus, Response, decode_response};
+use single_flight::{FencingToken, Landed, Role, RunError, SingleFlight, blocking};
+
+/// The longest any wait of these tests may take before it fails.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// The environment variable that makes the test binary a child.
+const CHILD: &str = "SINGLE_FLIGHT_TEST_CHILD";
+
+/// What a work whose payload is not a string lands as (§9.6).
+const NOT_A_STRING: &str = "the work panicked with a payload that is not a string";
+
+// ---------------------------------------------------------------- children
+
+/// Runs as a child when the environment says so; as a test it does nothing.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(CHILD) else {
+        return;
+    };
+    // `RUST_LOG=single_flight=debug` shows what each child does.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let code = match role.as_str() {
+        // A blocking caller: no runtime anywhere in its process but the
+        // single-flight thread's.
+        "blocking" => blocking_child(),
+        "async" => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async_child()),
+        _ => 2,
+    };
+    std::process::exit(code);
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn blocking_child() -> i32 {
+    let flights = blocking::SingleFlight::open(env("SF_DIR")).expect("open");
+    let runs = PathBuf::from(env("SF_RUNS"));
+    // `SF_IDLE=1`: becomes the coordinator (when first) and stays until
+    // killed.
+    if !env("SF_IDLE").is_empty() {
+        let key = format!("warm-{}", std::process::id());
+        flights
+            .run(&key, |_| Ok::<_, std::io::Error>(0))
+            .expect("a warm-up call");
+        println!("READY");
+        loop {
+            std::thread::park();
+        }
+    }
+    // `SF_SIDE=<key>`: a call of this process on another thread, in
+    // progress while the main call runs (and panics); its work waits for
+    // `<key>-go`.
+    let side = (!env("SF_SIDE").is_empty()).then(|| {
+        let flights = flights.clone();
+        let runs = runs.clone();
+        let key = env("SF_SIDE");
+        std::thread::spawn(move || {
+            let release = format!("wait:{key}-go");
+            let result = flights.run(&key, |token| blocking_work(&runs, &key, token, &release));
+            describe(result)
+        })
+    });
+    let key = env("SF_KEY");
+    let mut call = flights.call(&key);
+    if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+        call = call.deadline(Duration::from_millis(ms));
+    }
+    let steps = env("SF_WORK");
+    let running = AssertUnwindSafe(|| call.run(|token| blocking_work(&runs, &key, token, &steps)));
+    // `SF_UNCAUGHT=1`: a panic the call resumes ends this process, as it
+    // ends a program whose main thread does not catch it.
+    if !env("SF_UNCAUGHT").is_empty() {
+        println!("RESULT {}", describe(running()));
+        return 0;
+    }
+    let line = match std::panic::catch_unwind(running) {
+        Ok(result) => describe(result),
+        Err(payload) => format!("panicked {}", panic_text(&*payload)),
+    };
+    println!("RESULT {line}");
+    if let Some(side) = side {
+        println!("SIDE {}", side.join().expect("the side call"));
+    }
+    // `SF_AFTER=<key>`: one more call, once the main call has ended.
+    let after = env("SF_AFTER");
+    if !after.is_empty() {
+        let result = flights.run(&after, |token| blocking_work(&runs, &after, token, ""));
+        println!("AFTER {}", describe(result));
+    }
+    flights.close();
+    0
+}
+
+async fn async_child() -> i32 {
+    let flights = SingleFlight::open(env("SF_DIR")).await.expect("open");
+    let runs = PathBuf::from(env("SF_RUNS"));
+    let key = env("SF_KEY");
+    let steps = env("SF_WORK");
+    // A task of its own, so that a panic the call resumes ends the task
+    // and is handed over here (§9.6); the call's future must be `Send`.
+    let call = {
+        let flights = flights.clone();
+        let runs = runs.clone();
+        tokio::spawn(async move {
+            let mut call = flights.call(&key);
+            if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+                call = call.deadline(Duration::from_millis(ms));
+            }
+            call.run(|token| async_work(runs, key.clone(), token, steps))
+                .await
+        })
+    };
+    let line = match call.await {
+        Ok(result) => describe(result),
+        Err(error) => format!("panicked {}", panic_text(&*error.into_panic())),
+    };
+    println!("RESULT {line}");
+    let after = env("SF_AFTER");
+    if !after.is_empty() {
+        let result = flights
+            .run(&after, |token| {
+                async_work(runs.clone(), after.clone(), token, String::new())
+            })
+            .await;
+        println!("AFTER {}", describe(result));
+    }
+    flights.close().await;
+    0
+}
+
+/// A call's end as a line for the test.
+fn describe(result: Result<Landed<String>, RunError<std::io::Error>>) -> String {
+    match result {
+        Ok(landed) => {
+            let role = if landed.role == Role::Led {
+                "led"
+            } else {
+                "joined"
+            };
+            format!("{role} {} {}", landed.token, landed.value)
+        }
+        Err(RunError::FlightFailed { failure, .. }) => {
+            format!("failed {}: {}", failure.name, failure.message)
+        }
+        Err(RunError::Work(error)) => format!("own-failure {error}"),
+        Err(RunError::Interrupted { .. }) => "interrupted".to_owned(),
+        Err(RunError::DeadlineExceeded { .. }) => "deadline".to_owned(),
+        Err(other) => format!("error {other}"),
+    }
+}
+
+/// A resumed panic's payload, as the test expects to see it: the payload
+/// itself, not a copy of its message (§9.6).
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        format!("str {text}")
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        format!("string {text}")
+    } else if let Some(number) = payload.downcast_ref::<u32>() {
+        format!("u32 {number}")
+    } else {
+        "something else".to_owned()
+    }
+}
+
+/// Records that the work of `key` ran in this process (a file holding the
+/// token, written whole), then does `steps`, a comma-separated list:
+/// `wait:<file>` waits until the test creates the file, `panic:<text>`
+/// panics with that text, `fail` returns an error.
+fn blocking_work(
+    runs: &Path,
+    key: &str,
+    token: FencingToken,
+    steps: &str,
+) -> Result<String, std::io::Error> {
+    record_run(runs, key, token)?;
+    for step in steps.split(',') {
+        if let Some(release) = step.strip_prefix("wait:") {
+            while !runs.join(release).exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if let Some(text) = step.strip_prefix("panic:") {
+            panic!("{text}");
+        }
+        if step == "fail" {
+            return Err(std::io::Error::other("the disk is on fire"));
+        }
+    }
+    Ok(format!("value-of-{key}-from-{}", std::process::id()))
+}
+
+/// The async twin of [`blocking_work`]; `panic-number` panics with a `u32`
+/// payload, in a poll after the first (the future has awaited before).
+async fn async_work(
+    runs: PathBuf,
+    key: String,
+    token: FencingToken,
+    steps: String,
+) -> Result<String, std::io::Error> {
+    record_run(&runs, &key, token)?;
+    for step in steps.split(',') {
+        if let Some(release) = step.strip_prefix("wait:") {
+            while !runs.join(release).exists() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        if step == "panic-number" {
+            tokio::task::yield_now().await;
+            std::panic::panic_any(7_u32);
+        }
+        if step == "fail" {
+            return Err(std::io::Error::other("the disk is on fire"));
+        }
+    }
+    Ok(format!("value-of-{key}-from-{}", std::process::id()))
+}
+
+fn record_run(runs: &Path, key: &str, token: FencingToken) -> std::io::Result<()> {
+    let pid = std::process::id();
+    let temp = runs.join(format!("{key}.{pid}.tmp"));
+    std::fs::write(&temp, token.to_string())?;
+    std::fs::rename(&temp, runs.join(format!("{key}.{pid}")))
+}
+
+fn executions(runs: &Path, key: &str) -> usize {
+    std::fs::read_dir(runs)
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            name.strip_prefix(key)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|pid| pid.parse::<u32>().is_ok())
+        })
+        .count()
+}
+
+// ---------------------------------------------------------------- harness
+
+struct Scene {
+    root: PathBuf,
+    dir: PathBuf,
+    runs: PathBuf,
+    children: Vec<(Child, Option<BufReader<std::process::ChildStdout>>)>,
+}
+
+impl Scene {
+    fn new(name: &str) -> Scene {
+        let root = std::env::temp_dir().join(format!("sf-blocking-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("flights");
+        let runs = root.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        Scene {
+            root,
+            dir,
+            runs,
+            children: Vec::new(),
+        }
+    }
+
+    /// Starts a child, `"blocking"` or `"async"`; returns its index.
+    fn spawn(&mut self, kind: &str, vars: &[(&str, &str)]) -> usize {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, kind)
+            .env("SF_DIR", &self.dir)
+            .env("SF_RUNS", &self.runs)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().unwrap();
+        let stdout = child.stdout.take().map(BufReader::new);
+        self.children.push((child, stdout));
+        self.children.len() - 1
+    }
+
+    /// Waits for the next line of a child that starts with `prefix`.
+    fn line(&mut self, child: usize, prefix: &str) -> String {
+        let reader = self.children[child].1.as_mut().unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let read = reader.read_line(&mut line).unwrap();
+            assert!(read > 0, "child {child} ended without a {prefix:?} line");
+            // libtest prints "test child ... " before the child's own output.
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_owned();
+            }
+        }
+    }
+
+    /// The RESULT line of a child.
+    fn result(&mut self, child: usize) -> String {
+        self.line(child, "RESULT ")
+    }
+
+    /// Waits for a child to exit, successfully.
+    fn exit(&mut self, child: usize) {
+        let status = self.wait(child);
+        assert!(status.success(), "child {child} exited with {status}");
+    }
+
+    /// Waits for a child to exit.
+    fn wait(&mut self, child: usize) -> std::process::ExitStatus {
+        let process = &mut self.children[child].0;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = process.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < PATIENCE, "child {child} did not exit");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Polls the coordinator's `status` until `ready` holds.
+    fn until(&self, what: &str, ready: impl Fn(&[FlightStatus]) -> bool) {
+        let start = Instant::now();
+        while !status(&self.dir).is_some_and(|flights| ready(&flights)) {
+            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until the work of `key` has started somewhere.
+    fn until_run(&self, key: &str) {
+        let start = Instant::now();
+        while executions(&self.runs, key) == 0 {
+            assert!(start.elapsed() < PATIENCE, "no run of {key}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until the work of `key` has started (`true`), or `child` has
+    /// exited first (`false`).
+    fn until_run_or_exit(&mut self, key: &str, child: usize) -> bool {
+        let start = Instant::now();
+        loop {
+            if executions(&self.runs, key) > 0 {
+                return true;
+            }
+            if self.children[child].0.try_wait().unwrap().is_some() {
+                // A work that started holds its process until released.
+                return executions(&self.runs, key) > 0;
+            }
+            assert!(start.elapsed() < PATIENCE, "no run of {key}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn release(&self, name: &str) {
+        std::fs::write(self.runs.join(name), b"").unwrap();
+    }
+}
+
+impl Drop for Scene {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The flights in progress, as the coordinator reports them; `None` while
+/// no coordinator answers.
+fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
+    let mut stream = UnixStream::connect(dir.join("flight.sock")).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(
+            b"{\"protocol\":\"single-flight\",\"version\":1}\n{\"op\":\"status\",\"id\":\"s\"}\n",
+        )
+        .ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut text = String::new();
+    reader.read_line(&mut text).ok()?; // the coordinator's hello
+    text.clear();
+    reader.read_line(&mut text).ok()?;
+    match decode_response(text.trim_end().as_bytes()).ok()? {
+        Response::Status { flights, .. } => Some(flights),
+        _ => None,
+    }
+}
+
+fn joiners(flights: &[FlightStatus], key: &str) -> Option<u64> {
+    flights
+        .iter()
+        .find(|flight| flight.key.as_str() == key)
+        .map(|flight| flight.joiners)
+}
+
+/// Starts a leader of `key` of the given kind, waits for its work to run,
+/// then starts a joiner of each kind in `joiners_of`, in processes of their
+/// own, and waits until they have all joined.
+fn stampede(
+    scene: &mut Scene,
+    leader: (&str, &[(&str, &str)]),
+    key: &str,
+    joiners_of: &[&str],
+) -> (usize, Vec<usize>) {
+    let (kind, vars) = leader;
+    let mut leader_vars = vec![("SF_KEY", key)];
+    leader_vars.extend_from_slice(vars);
+    let leader = scene.spawn(kind, &leader_vars);
+    scene.until_run(key);
+    // A joiner that led would run `fail`, and say so.
+    let joiner_vars = [("SF_KEY", key), ("SF_WORK", "fail")];
+    let joining: Vec<usize> = joiners_of
+        .iter()
+        .map(|kind| scene.spawn(kind, &joiner_vars))
+        .collect();
+    let count = joiners_of.len() as u64;
+    scene.until("every joiner", |flights| {
+        joiners(flights, key) == Some(count)
+    });
+    (leader, joining)
+}
+
+// ---------------------------------------------------------------- tests
+
+/// §9.7, §8.2: a blocking leader and async (and blocking) joiners in other
+/// processes share one run: the work runs once, every joiner gets its value
+/// and token.
+#[test]
+fn a_blocking_leader_and_async_joiners_share_one_run() {
+    let mut scene = Scene::new("blocking-leads");
+    let (leader, joining) = stampede(
+        &mut scene,
+        ("blocking", &[("SF_WORK", "wait:go")]),
+        "k",
+        &["async", "async", "blocking"],
+    );
+    scene.release("go");
+    let led = scene.result(leader);
+    let shared = led.strip_prefix("led ").unwrap_or_else(|| panic!("{led}"));
+    for joiner in joining {
+        assert_eq!(scene.result(joiner), format!("joined {shared}"));
+        scene.exit(joiner);
+    }
+    scene.exit(leader);
+    assert_eq!(executions(&scene.runs, "k"), 1);
+}
+
+/// §9.7, §8.2: the reverse: an async leader and blocking joiners.
+#[test]
+fn an_async_leader_and_blocking_joiners_share_one_run() {
+    let mut scene = Scene::new("async-leads");
+    let (leader, joining) = stampede(
+        &mut scene,
+        ("async", &[("SF_WORK", "wait:go")]),
+        "k",
+        &["blocking", "blocking", "async"],
+    );
+    scene.release("go");
+    let led = scene.result(leader);
+    let shared = led.strip_prefix("led ").unwrap_or_else(|| panic!("{led}"));
+    for joiner in joining {
+        assert_eq!(scene.result(joiner), format!("joined {shared}"));
+        scene.exit(joiner);
+    }
+    scene.exit(leader);
+    assert_eq!(executions(&scene.runs, "k"), 1);
+}
+
+/// §9.6: a blocking leader's work panics: every joiner, in every other
+/// process, blocking or async, gets the failure `Panic` with the panic's
+/// message, and does not run the work; the leader's caller gets the panic
+/// back with its own payload; the leader's process goes on: a call of
+/// another thread, in progress across the panic, and a call after it.
+#[test]
+fn a_blocking_leaders_panic_reaches_every_joiner() {
+    let mut scene = Scene::new("blocking-panics");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "blocking",
+            &[
+                ("SF_WORK", "wait:go,panic:the cat is on fire"),
+                ("SF_SIDE", "side"),
+                ("SF_AFTER", "after"),
+            ],
+        ),
+        "k",
+        &["async", "blocking", "async"],
+    );
+    scene.until("the side call", |flights| {
+        joiners(flights, "side").is_some()
+    });
+    scene.release("go");
+    for joiner in joining {
+        assert_eq!(scene.result(joiner), "failed Panic: the cat is on fire");
+        scene.exit(joiner);
+    }
+    // `panic!` with an argument makes a `String` payload.
+    assert_eq!(scene.result(leader), "panicked string the cat is on fire");
+    scene.release("side-go");
+    assert!(scene.line(leader, "SIDE ").starts_with("led "));
+    assert!(scene.line(leader, "AFTER ").starts_with("led "));
+    scene.exit(leader);
+    assert_eq!(executions(&scene.runs, "k"), 1, "a joiner ran the work");
+}
+
+/// §9.6: a leader whose panic ends its process (its main thread does not
+/// catch it) waits for its land before the panic goes on: its joiners get
+/// `Panic`, not `interrupted`. The coordinator is another process, which
+/// outlives the leader.
+#[test]
+fn a_panic_that_ends_its_process_still_reaches_the_joiners() {
+    let mut scene = Scene::new("panic-ends-process");
+    let coordinator = scene.spawn("blocking", &[("SF_IDLE", "1")]);
+    scene.line(coordinator, "READY");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "blocking",
+            &[("SF_WORK", "wait:go,panic:gone"), ("SF_UNCAUGHT", "1")],
+        ),
+        "k",
+        &["async", "blocking"],
+    );
+    scene.release("go");
+    for joiner in joining {
+        assert_eq!(scene.result(joiner), "failed Panic: gone");
+        scene.exit(joiner);
+    }
+    let status = scene.wait(leader);
+    assert!(!status.success(), "the leader's process survived its panic");
+}
+
+/// §9.6: an async leader's work panics when polled after an await, with a
+/// payload that is not a string: every joiner gets `Panic` with the fixed
+/// text, the leader's task ends with the panic's own payload, and the
+/// leader's process goes on calling.
+#[test]
+fn an_async_leaders_panic_reaches_every_joiner() {
+    let mut scene = Scene::new("async-panics");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "async",
+            &[("SF_WORK", "wait:go,panic-number"), ("SF_AFTER", "after")],
+        ),
+        "k",
+        &["blocking", "async"],
+    );
+    scene.release("go");
+    for joiner in joining {
+        assert_eq!(
+            scene.result(joiner),
+            format!("failed Panic: {NOT_A_STRING}")
+        );
+        scene.exit(joiner);
+    }
+    assert_eq!(scene.result(leader), "panicked u32 7");
+    assert!(scene.line(leader, "AFTER ").starts_with("led "));
+    scene.exit(leader);
+    assert_eq!(executions(&scene.runs, "k"), 1, "a joiner ran the work");
+}
+
+/// §9.7, §8.6: a blocking joiner whose deadline passes leaves alone; the
+/// flight and its leader go on.
+#[test]
+fn a_blocking_joiners_deadline_leaves_the_flight_alone() {
+    let mut scene = Scene::new("joiner-deadline");
+    let leader = scene.spawn("blocking", &[("SF_KEY", "k"), ("SF_WORK", "wait:go")]);
+    scene.until_run("k");
+    let impatient = scene.spawn("blocking", &[("SF_KEY", "k"), ("SF_DEADLINE_MS", "300")]);
+    assert_eq!(scene.result(impatient), "deadline");
+    scene.exit(impatient);
+    scene.until("no joiner", |flights| joiners(flights, "k") == Some(0));
+    scene.release("go");
+    assert!(scene.result(leader).starts_with("led "));
+    scene.exit(leader);
+}
+
+/// §9.7, §8.6: a blocking leader's deadline withdraws its call from the
+/// single-flight thread while its work still runs (the work cannot be
+/// stopped; it waits for a file the test has not made): the flight is gone
+/// from the coordinator before the work ends, and the caller gets the
+/// deadline once it does.
+#[test]
+fn a_blocking_leaders_deadline_withdraws_its_call_while_the_work_runs() {
+    let mut scene = Scene::new("leader-deadline");
+    // The lead must come before the deadline. A process too slow for that
+    // ends with the deadline before its work starts; it proves nothing,
+    // and the test tries again with a longer deadline.
+    let mut deadline_ms: u64 = 300;
+    loop {
+        let key = format!("k{deadline_ms}");
+        let release = format!("{key}-go");
+        let work = format!("wait:{release}");
+        let deadline = deadline_ms.to_string();
+        let vars = [
+            ("SF_KEY", key.as_str()),
+            ("SF_WORK", work.as_str()),
+            ("SF_DEADLINE_MS", deadline.as_str()),
+        ];
+        let leader = scene.spawn("blocking", &vars);
+        if !scene.until_run_or_exit(&key, leader) {
+            assert_eq!(scene.result(leader), "deadline");
+            assert!(deadline_ms < 60_000, "no lead came within a minute");
+            deadline_ms *= 2;
+            continue;
+        }
+        scene.until("the withdrawn flight", |flights| {
+            joiners(flights, &key).is_none()
+        });
+        scene.release(&release);
+        assert_eq!(scene.result(leader), "deadline");
+        scene.exit(leader);
+        return;
+    }
+}
+
+/// §9.7: a blocking call on a thread that drives a tokio runtime panics,
+/// with tokio's message, before it does anything: the work does not run and
+/// the directory is not even opened. From `spawn_blocking` it works.
+#[test]
+fn blocking_calls_refuse_a_thread_that_drives_a_runtime() {
+    let scene = Scene::new("inside-runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refusal = |payload: Box<dyn Any + Send>| panic_text(&*payload);
+    let opened = runtime.block_on(async {
+        std::panic::catch_unwind(|| blocking::SingleFlight::open(&scene.dir).is_ok())
+    });
+    let expected = "Cannot block the current thread from within a runtime";
+    let refused = refusal(opened.unwrap_err());
+    assert!(refused.contains(expected), "{refused}");
+    assert!(!scene.dir.exists(), "open did something before refusing");
+
+    let flights = blocking::SingleFlight::open(&scene.dir).unwrap();
+    let ran = AtomicBool::new(false);
+    let called = runtime.block_on(async {
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            flights.run("k", |_| {
+                ran.store(true, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(1)
+            })
+        }))
+    });
+    let refused = refusal(called.expect_err("refused"));
+    assert!(refused.contains(expected), "{refused}");
+    assert!(!ran.load(Ordering::SeqCst), "the work ran");
+
+    let clone = flights.clone();
+    let landed = runtime.block_on(async {
+        let call =
+            tokio::task::spawn_blocking(move || clone.run("k", |_| Ok::<_, std::io::Error>(2)));
+        call.await.unwrap().unwrap()
+    });
+    assert_eq!((landed.role, landed.value), (Role::Led, 2));
+    flights.close();
+}
+
+/// §9.6: in one process, an async work that panics when it is called
+/// (before it returns its future): its joiner of the same process gets
+/// `Panic`, the leader's task gets the panic, and the next call leads.
+#[test]
+fn a_work_that_panics_when_called_lands_panic() {
+    let scene = Scene::new("panic-at-call");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let flights = SingleFlight::open(&scene.dir).await.unwrap();
+        let (started, on_started) = tokio::sync::oneshot::channel();
+        let (go, on_go) = std::sync::mpsc::channel::<()>();
+        let leader = tokio::spawn({
+            let flights = flights.clone();
+            async move {
+                flights
+                    .run(
+                        "k",
+                        move |_| -> std::future::Ready<Result<u8, std::io::Error>> {
+                            let _ = started.send(());
+                            // Waits on this thread (a worker of its own) for the
+                            // joiner, then panics before any future exists.
+                            let _ = on_go.recv();
+                            panic!("no future for you")
+                        },
+                    )
+                    .await
+            }
+        });
+        on_started.await.unwrap();
+        let joiner = tokio::spawn({
+            let flights = flights.clone();
+            async move {
+                flights
+                    .run("k", |_| async { Ok::<u8, std::io::Error>(1) })
+                    .await
+            }
+        });
+        let dir = scene.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let start = Instant::now();
+            while status(&dir).and_then(|flights| joiners(&flights, "k")) != Some(1) {
+                assert!(start.elapsed() < PATIENCE, "the joiner never joined");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+        .await
+        .unwrap();
+        go.send(()).unwrap();
+        let payload = leader.await.unwrap_err().into_panic();
+        assert_eq!(panic_text(&*payload), "str no future for you");
+        match joiner.await.unwrap() {
+            Err(RunError::FlightFailed { failure, .. }) => {
+                assert_eq!(
+                    (failure.name.as_str(), failure.message.as_str()),
+                    ("Panic", "no future for you")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let next = flights.run("k", |_| async { Ok::<u8, std::io::Error>(2) });
+        assert_eq!(next.await.unwrap().role, Role::Led);
+        flights.close().await;
+    });
+}
+
+/// §9.7, §7.4: a blocking open refuses what the async one refuses, with the
+/// same error.
+#[test]
+fn a_blocking_open_refuses_a_symbolic_link() {
+    let scene = Scene::new("refused");
+    let link = scene.root.join("link");
+    std::os::unix::fs::symlink(&scene.runs, &link).unwrap();
+    let error = blocking::SingleFlight::open(&link).err().expect("refused");
+    assert!(error.to_string().contains("symbolic link"), "{error}");
+}
+
+/// §9.7, §14: a blocking open in cluster mode connects to etcd on the
+/// single-flight thread's runtime: the test thread has none, and calls go
+/// through the election afterwards.
+#[cfg(feature = "cluster")]
+#[test]
+fn a_blocking_cluster_opens_without_a_runtime() {
+    if !support::etcd::available() {
+        return;
+    }
+    let etcd = support::etcd::Etcd::single();
+    let cluster = single_flight::Cluster::etcd(etcd.endpoints(), "blocking").insecure();
+    let flights = blocking::SingleFlight::cluster(cluster).open().unwrap();
+    let first = flights.run("k", |token| Ok::<_, std::io::Error>(token.get()));
+    let first = first.unwrap();
+    let second = flights.run("k", |token| Ok::<_, std::io::Error>(token.get()));
+    let second = second.unwrap();
+    assert_eq!((first.role, second.role), (Role::Led, Role::Led));
+    assert!(
+        second.value > first.value,
+        "{} then {}",
+        first.value,
+        second.value
+    );
+    flights.close();
+}
