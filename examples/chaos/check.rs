@@ -9,6 +9,7 @@ use std::path::Path;
 use crate::fence::{BUSY_TIMEOUT, WriteRow, read_writes};
 use crate::records::{Ending, Record, Verdict, read_log};
 use crate::run::Paths;
+use crate::worker::DELIBERATE_PANIC;
 
 /// How much later than its deadline a call may end, not counting the time
 /// its process was stopped, besides the fence's waits (see `late_bound`):
@@ -605,9 +606,18 @@ pub fn check(paths: &Paths) -> Report {
             twice.hit(|| format!("worker {worker} call {call} ran its work twice"));
         }
         let done = &done[0];
+        // A deliberate panic is a failure like any other for the checks
+        // below (its joiners got the failure `Panic`, SPEC.md §9.6); it is
+        // counted apart, to show that panics crossed.
+        let panicked = done
+            .text
+            .as_deref()
+            .is_some_and(|text| text.starts_with(DELIBERATE_PANIC));
         let ending = match (done.end, done.led) {
             (Ending::Value, Some(true)) => "value (led)",
             (Ending::Value, _) => "value (joined)",
+            (Ending::Failure, Some(true)) if panicked => "panic (led)",
+            (Ending::Failure, _) if panicked => "panic (joined)",
             (Ending::Failure, Some(true)) => "failure (led)",
             (Ending::Failure, _) => "failure (joined)",
             (Ending::Interrupted, _) => "interrupted",

@@ -2,7 +2,8 @@
 //! a random think time, under a deadline. The work logs its start, sleeps,
 //! writes its token to the fenced resource, and returns a value unique to
 //! this execution (`v:<token>:<worker>:<call>`), so that the checker can tell
-//! which execution every joiner's value came from.
+//! which execution every joiner's value came from. A few works fail or
+//! panic on purpose instead, with a message that names the execution too.
 //!
 //! The worker obeys two files in the control directory: `stop` (finish the
 //! calls in progress, close, exit 0) and `reopen-<worker>` (close this
@@ -35,6 +36,15 @@ const QUICK_WORK_MS: (u64, u64) = (5, 60);
 
 /// Percent of works that fail on purpose, so that failures cross to joiners.
 const FAILING_WORK_PERCENT: u64 = 3;
+
+/// Percent of works that panic on purpose, so that panics cross to joiners
+/// as the failure `Panic` while faults happen (SPEC.md §9.6). Fewer than the
+/// failures: each one also unwinds through its caller.
+const PANICKING_WORK_PERCENT: u64 = 1;
+
+/// How a deliberate panic's message starts; the worker's panic hook keeps
+/// these out of its log, where the checker counts panics.
+pub const DELIBERATE_PANIC: &str = "deliberate panic of ";
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -71,6 +81,16 @@ impl Context {
 }
 
 pub fn main(config: WorkerConfig) -> i32 {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let deliberate = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|message| message.starts_with(DELIBERATE_PANIC));
+        if !deliberate {
+            report(info);
+        }
+    }));
     // `RUST_LOG=single_flight=debug` shows what each worker's library does;
     // the orchestrator sends it to a file per worker.
     tracing_subscriber::fmt()
@@ -169,6 +189,7 @@ async fn reopen(context: &Arc<Context>) {
 struct Plan {
     work_ms: u64,
     fail: bool,
+    panic: bool,
 }
 
 async fn caller(context: Arc<Context>, mut rng: Rng) {
@@ -185,9 +206,15 @@ async fn caller(context: Arc<Context>, mut rng: Rng) {
         } else {
             QUICK_WORK_MS
         };
+        let work_ms = rng.range(low, high);
+        // One draw for both, as before panics were planned, so that a seed's
+        // calls stay what they were.
+        let roll = rng.below(100);
         let plan = Plan {
-            work_ms: rng.range(low, high),
-            fail: rng.chance(FAILING_WORK_PERCENT),
+            work_ms,
+            fail: roll < FAILING_WORK_PERCENT,
+            panic: (FAILING_WORK_PERCENT..FAILING_WORK_PERCENT + PANICKING_WORK_PERCENT)
+                .contains(&roll),
         };
         context.log(Record::Call {
             worker: context.worker,
@@ -199,28 +226,46 @@ async fn caller(context: Arc<Context>, mut rng: Rng) {
         let flights = context.flights.lock().expect("flights lock").clone();
         let work_context = context.clone();
         let work_key = key.clone();
-        let result = flights
-            .call(&key)
-            .deadline(deadline)
-            .run(move |token| work(work_context, work_key, call, token, plan))
-            .await;
+        let call_key = key.clone();
+        // A task of its own, so that a panic resumed in the leader's call
+        // (SPEC.md §9.6) ends that task and not this loop.
+        let running = tokio::spawn(async move {
+            flights
+                .call(&call_key)
+                .deadline(deadline)
+                .run(move |token| work(work_context, work_key, call, token, plan))
+                .await
+        });
+        let result = running.await.map_err(|error| match error.try_into_panic() {
+            Ok(payload) => payload
+                .downcast::<String>()
+                .map_or_else(|_| "a panic of another payload".to_owned(), |m| *m),
+            Err(error) => error.to_string(),
+        });
         let (end, led, token, text) = match result {
-            Ok(landed) => (
-                Ending::Value,
-                Some(landed.role == Role::Led),
-                Some(landed.token.get()),
-                Some(landed.value),
-            ),
-            Err(RunError::Work(failure)) => {
-                (Ending::Failure, Some(true), None, Some(failure.message))
-            }
-            Err(RunError::FlightFailed { failure, .. }) => {
-                (Ending::Failure, Some(false), None, Some(failure.message))
-            }
-            Err(RunError::Interrupted { .. }) => (Ending::Interrupted, None, None, None),
-            Err(RunError::DeadlineExceeded { .. }) => (Ending::Deadline, None, None, None),
-            Err(RunError::Invalid { reason, .. }) => (Ending::Invalid, None, None, Some(reason)),
-            Err(other) => (Ending::Unavailable, None, None, Some(other.to_string())),
+            // The leader's own panic: its joiners got its message as the
+            // failure `Panic`, which the checker matches like any failure.
+            Err(message) => (Ending::Failure, Some(true), None, Some(message)),
+            Ok(result) => match result {
+                Ok(landed) => (
+                    Ending::Value,
+                    Some(landed.role == Role::Led),
+                    Some(landed.token.get()),
+                    Some(landed.value),
+                ),
+                Err(RunError::Work(failure)) => {
+                    (Ending::Failure, Some(true), None, Some(failure.message))
+                }
+                Err(RunError::FlightFailed { failure, .. }) => {
+                    (Ending::Failure, Some(false), None, Some(failure.message))
+                }
+                Err(RunError::Interrupted { .. }) => (Ending::Interrupted, None, None, None),
+                Err(RunError::DeadlineExceeded { .. }) => (Ending::Deadline, None, None, None),
+                Err(RunError::Invalid { reason, .. }) => {
+                    (Ending::Invalid, None, None, Some(reason))
+                }
+                Err(other) => (Ending::Unavailable, None, None, Some(other.to_string())),
+            },
         };
         context.log(Record::Done {
             worker: context.worker,
@@ -235,7 +280,8 @@ async fn caller(context: Arc<Context>, mut rng: Rng) {
     }
 }
 
-/// The work: start → sleep → fenced write → end. The write is synchronous
+/// The work: start → sleep → fenced write → end (or, as planned, a failure
+/// or a panic before the write). The write is synchronous
 /// inside one poll of the work's future, so a deadline either drops the work
 /// before the write or lets the write finish: never half of it.
 async fn work(
@@ -263,6 +309,9 @@ async fn work(
             "Deliberate",
             format!("deliberate failure of {value}"),
         ));
+    }
+    if plan.panic {
+        panic!("{DELIBERATE_PANIC}{value}");
     }
     let (result, t) = context
         .fence
