@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use single_flight::{Cluster, Role, RunError, SingleFlight};
+use support::certs;
 use support::etcd::{self, Etcd};
 use support::hosts::Hosts;
 
@@ -226,17 +227,6 @@ fn scratch(name: &str) -> PathBuf {
     path
 }
 
-fn make_certs(directory: &Path, extra_san: &str) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/make-certs.sh");
-    let status = Command::new("sh")
-        .arg(script)
-        .arg(directory)
-        .env("EXTRA_SAN", extra_san)
-        .status()
-        .expect("sh runs");
-    assert!(status.success(), "making the test certificates failed");
-}
-
 impl World {
     /// `count` hosts in namespaces plus one for etcd (the last), or `None`
     /// when namespaces cannot be made here.
@@ -249,7 +239,7 @@ impl World {
         let sans: Vec<String> = (0..count)
             .map(|index| format!("IP:{}", hosts.address(index)))
             .collect();
-        make_certs(&scratch.join("certs"), &sans.join(","));
+        certs::make(&scratch.join("certs"), &sans.join(","));
         let etcd = Etcd::start(&[(hosts.address(count), hosts.prefix(count))]);
         Some(World {
             scratch,
@@ -265,7 +255,7 @@ impl World {
             return None;
         }
         let scratch = scratch(name);
-        make_certs(&scratch.join("certs"), "");
+        certs::make(&scratch.join("certs"), "");
         let etcd = if members == 1 {
             Etcd::single()
         } else {

@@ -54,10 +54,25 @@ impl Hosts {
     /// `count` hosts, `10.N.M.1` … on a fresh bridge at `10.N.M.254`.
     pub fn new(count: usize) -> Hosts {
         let serial = NEXT_NETWORK.fetch_add(1, Ordering::Relaxed);
+        Hosts::make("sf", (serial % 200) as u8 + 1, count)
+    }
+
+    /// The same with names that start with `prefix` and a /24 of their own
+    /// (third octet 201 and up, which the tests' networks never reach), for
+    /// a harness that runs beside the tests on one machine: its links and
+    /// namespaces are told apart by their names, and its routes never
+    /// clash with theirs.
+    pub fn with_prefix(prefix: &str, count: usize) -> Hosts {
+        let serial = NEXT_NETWORK.fetch_add(1, Ordering::Relaxed);
+        Hosts::make(prefix, (serial % 50) as u8 + 201, count)
+    }
+
+    fn make(prefix: &str, third_octet: u8, count: usize) -> Hosts {
+        let serial = u32::from(third_octet);
         let pid = std::process::id();
         let tag = format!("{:x}", (pid.wrapping_mul(64) + serial) & 0xfffff);
-        let network = [10, 100 + (pid % 100) as u8, (serial % 250) as u8 + 1];
-        let bridge = format!("sfb{tag}");
+        let network = [10, 100 + (pid % 100) as u8, third_octet];
+        let bridge = format!("{prefix}b{tag}");
         let mut hosts = Hosts {
             names: Vec::new(),
             links: Vec::new(),
@@ -69,9 +84,9 @@ impl Hosts {
         ip(&["addr", "add", &bridge_address, "dev", &bridge]);
         ip(&["link", "set", &bridge, "up"]);
         for index in 0..count {
-            let name = format!("sf{tag}h{index}");
-            let outside = format!("sfv{tag}{index}");
-            let inside = format!("sfi{tag}{index}");
+            let name = format!("{prefix}{tag}h{index}");
+            let outside = format!("{prefix}v{tag}{index}");
+            let inside = format!("{prefix}i{tag}{index}");
             ip(&["netns", "add", &name]);
             hosts.names.push(name.clone());
             ip(&[
@@ -131,14 +146,43 @@ impl Hosts {
         ip(&["link", "set", &self.links[index], "up"]);
     }
 
-    /// Kills every process on host `index` (`kill -9`), as a host's death.
-    pub fn kill_all(&self, index: usize) {
+    /// Cuts the traffic between hosts `a` and `b` only, both ways, and
+    /// keeps every other link of theirs: a partial partition. Without
+    /// iptables (TRAPS.md), a blackhole route in each namespace drops what
+    /// it would send to the other: established connections go silent as
+    /// behind a downed link; a new connection fails at once.
+    pub fn cut(&self, a: usize, b: usize) {
+        self.blackhole("add", a, b);
+        self.blackhole("add", b, a);
+    }
+
+    /// Undoes [`Hosts::cut`].
+    pub fn uncut(&self, a: usize, b: usize) {
+        self.blackhole("del", a, b);
+        self.blackhole("del", b, a);
+    }
+
+    fn blackhole(&self, verb: &str, from: usize, to: usize) {
+        let route = format!("{}/32", self.address(to));
+        ip(&["-n", &self.names[from], "route", verb, "blackhole", &route]);
+    }
+
+    /// The processes running on host `index`.
+    pub fn pids(&self, index: usize) -> Vec<u32> {
         let output = Command::new("ip")
             .args(["netns", "pids", &self.names[index]])
             .output()
             .expect("ip runs");
-        for pid in String::from_utf8_lossy(&output.stdout).split_whitespace() {
-            let _ = Command::new("kill").args(["-9", pid]).status();
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect()
+    }
+
+    /// Kills every process on host `index` (`kill -9`), as a host's death.
+    pub fn kill_all(&self, index: usize) {
+        for pid in self.pids(index) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
 }
