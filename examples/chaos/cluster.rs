@@ -557,6 +557,24 @@ fn log_global_outage(shared: &Shared, from: u64, to: u64, what: &str) {
     });
 }
 
+/// How long past a failover (TTL + grace window) a fault waits for its
+/// target (a coordinator, a leader in its work, a joiner) before it is
+/// skipped: a cluster spends much of a run failing over, when nobody leads,
+/// and a skipped fault is not counted.
+const TARGET_SLACK: Duration = Duration::from_millis(1000);
+
+/// What `find` finds, as soon as it finds anything within `patience`.
+async fn soon<T>(patience: Duration, find: impl Fn() -> Vec<T>) -> Vec<T> {
+    let started = Instant::now();
+    loop {
+        let found = find();
+        if !found.is_empty() || started.elapsed() > patience {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
@@ -584,6 +602,20 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
     let mut rng = Rng::new(draw);
     let ttl = shared.config.ttl_ms;
     let grace = shared.config.grace_ms;
+    let patience = Duration::from_millis(ttl + grace) + TARGET_SLACK;
+    let needs_coordinator = matches!(
+        fault,
+        ClusterFault::KillCoordinator
+            | ClusterFault::PauseLeaderLongFailover
+            | ClusterFault::PauseCoordinatorShort
+            | ClusterFault::PauseCoordinatorLong
+    );
+    if needs_coordinator {
+        soon(patience, || {
+            coordinator(shared, scene).into_iter().collect()
+        })
+        .await;
+    }
     let current = coordinator(shared, scene);
     let coordinator_worker = current.map(|(_, w, _, _)| w);
     let coordinator_host = current.map(|(_, _, _, h)| h);
@@ -604,7 +636,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::KillLeader => {
-            let candidates = leaders(shared, coordinator_worker);
+            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader outside the coordinator")?;
@@ -615,7 +647,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::KillJoiner => {
-            let candidates = joiners(shared, coordinator_worker);
+            let candidates = soon(patience, || joiners(shared, coordinator_worker)).await;
             let (pid, key) = rng
                 .pick(&candidates)
                 .ok_or("no joiner outside the coordinator")?;
@@ -623,7 +655,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             Ok((Some(*pid), format!("a joiner of {key}")))
         }
         ClusterFault::PauseLeaderShort => {
-            let candidates = leaders(shared, coordinator_worker);
+            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader in the middle of its work outside the coordinator")?;
