@@ -194,28 +194,7 @@ pub fn main(config: RunConfig) -> i32 {
     // Every process on the hosts, etcd and the namespaces go before the
     // check, so that a failing check leaves nothing running.
     drop(scene);
-    let report = crate::check::check(&paths);
-    println!("{}", report.text);
-    println!(
-        "chaos: {:.0} s of wall time",
-        started.elapsed().as_secs_f64()
-    );
-    if !passed || report.failed {
-        println!(
-            "chaos: FAILED with seed {}; the logs are kept in {}",
-            config.seed,
-            root.display()
-        );
-        1
-    } else {
-        if config.keep {
-            println!("chaos: logs kept in {}", root.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&root);
-        }
-        println!("chaos: passed with seed {}", config.seed);
-        0
-    }
+    run::verdict(&config, &paths, passed, started)
 }
 
 fn set_up(paths: &Paths) -> Scene {
@@ -575,6 +554,20 @@ async fn soon<T>(patience: Duration, find: impl Fn() -> Vec<T>) -> Vec<T> {
     }
 }
 
+/// `kill -9` of the coordinator's process: a failover starts, and nobody
+/// reaches a coordinator until its lease expires.
+fn kill_coordinator(shared: &Shared, epoch: u32, pid: u32) {
+    let t = now_us();
+    shared.log(Record::Failover {
+        t,
+        kind: "kill_coordinator".into(),
+        epoch,
+    });
+    let ttl = shared.config.ttl_ms;
+    log_global_outage(shared, t, t + ttl * 1000, "the coordinator killed");
+    shared.kill(pid, Some(epoch));
+}
+
 async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
@@ -622,14 +615,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
     match fault {
         ClusterFault::KillCoordinator => {
             let (epoch, _, pid, host) = current.ok_or("no coordinator runs")?;
-            let t = now_us();
-            shared.log(Record::Failover {
-                t,
-                kind: "kill_coordinator".into(),
-                epoch,
-            });
-            log_global_outage(shared, t, t + ttl * 1000, "the coordinator killed");
-            shared.kill(pid, Some(epoch));
+            kill_coordinator(shared, epoch, pid);
             Ok((
                 Some(pid),
                 format!("coordinator of epoch {epoch} on host {host}"),
@@ -682,14 +668,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             // window, with time for a newer flight of its key to write.
             let pause = rng.range(ttl + grace + 800, ttl + grace + 2000);
             shared.stop(chosen.pid);
-            let t = now_us();
-            shared.log(Record::Failover {
-                t,
-                kind: "kill_coordinator".into(),
-                epoch,
-            });
-            log_global_outage(shared, t, t + ttl * 1000, "the coordinator killed");
-            shared.kill(coordinator_pid, Some(epoch));
+            kill_coordinator(shared, epoch, coordinator_pid);
             sleep_ms(pause).await;
             shared.cont(chosen.pid);
             Ok((

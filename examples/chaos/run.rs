@@ -386,14 +386,20 @@ pub fn main(config: RunConfig) -> i32 {
     let started = Instant::now();
     let passed = runtime.block_on(orchestrate(config.clone(), paths.clone(), schedule));
     drop(runtime);
-    let report = check::check(&paths);
+    verdict(&config, &paths, passed, started)
+}
+
+/// Checks the run's logs, prints the report and the verdict, and removes
+/// the run's directory after a pass (unless `--keep`); the exit status.
+pub fn verdict(config: &RunConfig, paths: &Paths, passed: bool, started: Instant) -> i32 {
+    let root = &paths.root;
+    let report = check::check(paths);
     println!("{}", report.text);
     println!(
         "chaos: {:.0} s of wall time",
         started.elapsed().as_secs_f64()
     );
-    let failed = !passed || report.failed;
-    if failed {
+    if !passed || report.failed {
         println!(
             "chaos: FAILED with seed {}; the logs are kept in {}",
             config.seed,
@@ -404,7 +410,7 @@ pub fn main(config: RunConfig) -> i32 {
         if config.keep {
             println!("chaos: logs kept in {}", root.display());
         } else {
-            let _ = std::fs::remove_dir_all(&root);
+            let _ = std::fs::remove_dir_all(root);
         }
         println!("chaos: passed with seed {}", config.seed);
         0
