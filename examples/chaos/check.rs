@@ -27,7 +27,7 @@ fn late_bound_us(concurrency: usize) -> u64 {
 /// Slack when comparing times read in two processes: both read the same
 /// kernel clock, so this only covers the rounding of microseconds and NTP
 /// slewing over a second (at most 0.5 ms).
-const CLOCK_SLACK_US: u64 = 2_000;
+pub const CLOCK_SLACK_US: u64 = 2_000;
 
 /// How long before a term change a worker's reopen may have started to end
 /// that term: its close waits up to 2 s for lands and 1 s to flush; the
@@ -69,14 +69,14 @@ struct DoneRecord {
 type CallId = (u32, u64);
 
 /// A row of the report that must be zero.
-struct Row {
+pub struct Row {
     name: &'static str,
     count: usize,
     examples: Vec<String>,
 }
 
 impl Row {
-    fn new(name: &'static str) -> Row {
+    pub fn new(name: &'static str) -> Row {
         Row {
             name,
             count: 0,
@@ -84,7 +84,7 @@ impl Row {
         }
     }
 
-    fn hit(&mut self, example: impl FnOnce() -> String) {
+    pub fn hit(&mut self, example: impl FnOnce() -> String) {
         self.count += 1;
         if self.examples.len() < EXAMPLES {
             self.examples.push(example());
@@ -96,7 +96,7 @@ fn epoch_of(token: u64) -> u64 {
     token >> 32
 }
 
-fn percentile(sorted: &[u64], q: f64) -> u64 {
+pub fn percentile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
@@ -940,9 +940,26 @@ pub fn check(paths: &Paths) -> Report {
     for (what, ms) in &latencies {
         let _ = writeln!(text, "  {what}: at most {ms} ms");
     }
+    let cluster_form = nemesis
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::ClusterParams { .. }));
+    let cluster = cluster_form.then(|| {
+        crate::check_cluster::check(&crate::check_cluster::Input {
+            nemesis: &nemesis.records,
+            worker_records: &worker_records,
+            stops: &stops,
+            leads: &leads,
+            stderr: &paths.stderr,
+            grace_ms,
+        })
+    });
+    if let Some(cluster) = &cluster {
+        text.push_str(&cluster.text);
+    }
     let _ = writeln!(text, "\nleft at the end:\n{leftovers}");
 
-    let rows = [
+    let mut rows = vec![
         stale,
         overlapping,
         grace_row,
@@ -964,6 +981,7 @@ pub fn check(paths: &Paths) -> Report {
         enough,
         exercised,
     ];
+    rows.extend(cluster.map(|c| c.rows).into_iter().flatten());
     let _ = writeln!(text, "must be zero:");
     let mut failed = false;
     for row in &rows {

@@ -10,6 +10,7 @@
 //! cargo run --release --example chaos -- --seed 42 --seconds 90 # replay a seed
 //! cargo run --release --example chaos -- --schedule 20 --seed 42
 //! cargo run --release --example chaos -- check <kept run directory>
+//! cargo run --release --example chaos -- --cluster --seconds 120 # hosts and etcd (root)
 //! ```
 //!
 //! The binary runs itself again as each worker (`chaos worker …`).
@@ -19,7 +20,10 @@
 //! and file system faults; `hostile` speaks the wire protocol badly;
 //! `epoch` damages `flight.epoch` in directories of its own; `worker` is a
 //! worker process; `fence` is the fenced resource; `records` the logs;
-//! `check` the checker.
+//! `check` the checker. `cluster` is the cluster form (`--cluster`, SPEC.md
+//! §14): hosts in network namespaces, a three-member etcd, and its own
+//! nemesis lane of partitions, host deaths, etcd failures and pauses past
+//! the lease.
 #![forbid(unsafe_code)]
 // The harness is shell-side code: it owns clocks, sleeps and processes, and
 // its maps are never stored by a model checker; the workspace's bans on
@@ -27,6 +31,9 @@
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod check;
+mod check_cluster;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod epoch;
 mod fence;
 mod hostile;
@@ -37,15 +44,34 @@ mod run;
 mod schedule;
 mod worker;
 
+// The cluster tests' etcd, hosts and certificates, shared with them rather
+// than copied.
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/certs.rs"]
+mod certs_support;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/etcd.rs"]
+mod etcd_support;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/hosts.rs"]
+mod hosts_support;
+
 use std::path::PathBuf;
 
 use run::RunConfig;
 use worker::WorkerConfig;
 
+/// The cluster form's lease: etcd's minimum (SPEC.md §14.2), so that a
+/// dead host's term ends soon and a run fits many failovers.
+const CLUSTER_TTL_MS: u64 = 2000;
+
+/// The cluster form's grace window (see `run_config`).
+const CLUSTER_GRACE_MS: u64 = 1000;
+
 const USAGE: &str = "usage:
   chaos [--seed N] [--seconds S | --minutes M] [--workers W] [--keys K]
         [--concurrency C] [--grace-ms G] [--deadline-ms D] [--min-faults F]
-        [--nofile N] [--keep]
+        [--nofile N] [--keep] [--cluster [--ttl-ms T]]
   chaos --schedule N [--seed N]      print the first N faults of each lane
   chaos check <run directory>        check the logs of a kept run again
 
@@ -59,7 +85,10 @@ const USAGE: &str = "usage:
   --deadline-ms  every call's deadline (default 4000)
   --min-faults   fail if fewer faults were injected (default 2 per second, at most 200)
   --nofile       the soft limit on descriptors for the run and its workers
-  --keep         keep the run's directory (logs, fenced resource) after a pass";
+  --keep         keep the run's directory (logs, fenced resource) after a pass
+  --cluster      cluster mode (root, etcd): workers on three hosts, a three-member
+                 etcd, the cluster nemesis (grace window default 1000 ms)
+  --ttl-ms       the cluster's lease TTL (default 2000, etcd's minimum)";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -157,7 +186,7 @@ fn run_config(args: &[String]) -> Result<Option<RunConfig>, String> {
         Some("run") => &args[1..],
         _ => args,
     };
-    let options = Options::parse(args, &["--keep", "--help"])?;
+    let options = Options::parse(args, &["--keep", "--help", "--cluster"])?;
     options.check_known(&[
         "--seed",
         "--seconds",
@@ -172,6 +201,8 @@ fn run_config(args: &[String]) -> Result<Option<RunConfig>, String> {
         "--keep",
         "--schedule",
         "--help",
+        "--cluster",
+        "--ttl-ms",
     ])?;
     if options.flag("--help") {
         println!("{USAGE}");
@@ -195,21 +226,33 @@ fn run_config(args: &[String]) -> Result<Option<RunConfig>, String> {
         (None, Some(minutes)) => minutes * 60,
         (None, None) => 90,
     };
+    let cluster = options.flag("--cluster");
+    if cluster && !cfg!(feature = "cluster") {
+        return Err("--cluster needs the `cluster` feature (a default one)".into());
+    }
+    // A cluster's failover takes the TTL and the grace window; the
+    // library's 2 s cluster window would halve the faults a run can fit.
+    // 1 s still covers a survivor's watch, TLS handshake and reassert here.
+    let default_grace = if cluster {
+        CLUSTER_GRACE_MS
+    } else {
+        single_flight::DEFAULT_GRACE_WINDOW.as_millis() as u64
+    };
     let config = RunConfig {
         seed,
         seconds,
         workers: options.number("--workers")?.unwrap_or(6) as usize,
         keys: options.number("--keys")?.unwrap_or(12).max(1) as usize,
         concurrency: options.number("--concurrency")?.unwrap_or(3).max(1) as usize,
-        grace_ms: options
-            .number("--grace-ms")?
-            .unwrap_or(single_flight::DEFAULT_GRACE_WINDOW.as_millis() as u64),
+        grace_ms: options.number("--grace-ms")?.unwrap_or(default_grace),
         deadline_ms: options.number("--deadline-ms")?.unwrap_or(4000),
         min_faults: options
             .number("--min-faults")?
             .unwrap_or((seconds * 2).min(200)),
         keep: options.flag("--keep"),
         nofile: options.number("--nofile")?,
+        cluster,
+        ttl_ms: options.number("--ttl-ms")?.unwrap_or(CLUSTER_TTL_MS),
     };
     if config.workers < 2 {
         return Err("--workers must be at least 2: the nemesis kills leaders and joiners".into());
@@ -234,5 +277,19 @@ fn worker_config(args: &[String]) -> Result<WorkerConfig, String> {
         concurrency: number("--concurrency")? as usize,
         grace_ms: number("--grace-ms")?,
         deadline_ms: number("--deadline-ms")?,
+        cluster: match options.text("--etcd") {
+            None => None,
+            Some(etcd) => Some(worker::ClusterWorker {
+                etcd: etcd.split(',').map(str::to_owned).collect(),
+                name: options.text("--cluster-name").unwrap_or("chaos").to_owned(),
+                listen: options
+                    .text("--listen")
+                    .ok_or("--listen is required with --etcd")?
+                    .parse()
+                    .map_err(|_| "--listen wants IP:PORT")?,
+                certs: options.path("--certs")?,
+                ttl_ms: number("--ttl-ms")?,
+            }),
+        },
     })
 }

@@ -12,21 +12,48 @@ use crate::epoch;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
 use crate::run::{Procs, Shared, fresh_status};
-use crate::schedule::{Fault, Schedule, fault_name};
+use crate::schedule::{Fault, Planned, Schedule, fault_name};
 
 /// Faults name fake pids above Linux's largest (`pid_max` ≤ 2^22), so
 /// that a stale temporary file can never be mistaken for a live process's.
 const FAKE_PID_BASE: u64 = 1 << 22;
 
 pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) {
-    for (number, planned) in schedule.faults().enumerate() {
+    let lane_shared = shared.clone();
+    lane(
+        &shared,
+        schedule.faults(),
+        until,
+        fault_name,
+        move |fault, draw, number| {
+            let shared = lane_shared.clone();
+            async move { inject(&shared, fault, draw, number).await }
+        },
+    )
+    .await;
+}
+
+/// Runs one lane of faults until `until`: each after its gap, logged as
+/// injected (with its target and details) or skipped (with the reason).
+pub async fn lane<K, F, Fut>(
+    shared: &Shared,
+    plans: impl Iterator<Item = Planned<K>>,
+    until: Instant,
+    name: fn(K) -> String,
+    mut inject: F,
+) where
+    K: Copy,
+    F: FnMut(K, u64, u64) -> Fut,
+    Fut: std::future::Future<Output = Injected>,
+{
+    for (number, planned) in plans.enumerate() {
         tokio::time::sleep(Duration::from_millis(planned.gap_ms)).await;
         if Instant::now() >= until {
             break;
         }
         let t = now_us();
-        let kind = fault_name(planned.kind);
-        match inject(&shared, planned.kind, planned.draw, number as u64).await {
+        let kind = name(planned.kind);
+        match inject(planned.kind, planned.draw, number as u64).await {
             Ok((target, detail)) => shared.log(Record::Fault {
                 t,
                 kind,
@@ -38,7 +65,7 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) {
     }
 }
 
-type Injected = Result<(Option<u32>, String), String>;
+pub type Injected = Result<(Option<u32>, String), String>;
 
 async fn inject(shared: &Arc<Shared>, fault: Fault, draw: u64, number: u64) -> Injected {
     let mut rng = Rng::new(draw);

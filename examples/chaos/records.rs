@@ -217,6 +217,42 @@ pub enum Record {
         /// Whether a fault hit the coordinator meanwhile.
         disturbed: bool,
     },
+    /// A cluster run's own parameters (`--cluster`), after `Params`.
+    ClusterParams {
+        /// Worker hosts; a worker's host is its slot modulo this.
+        hosts: usize,
+        ttl_ms: u64,
+        /// The library's step-down margin (SPEC.md §14.2).
+        margin_ms: u64,
+        /// How long etcd's quorum and a coordinator must have been reachable
+        /// before an `Unavailable` call counts against the library.
+        unavailable_bound_ms: u64,
+    },
+    /// The coordinator key as the harness's etcd poller saw it change: the
+    /// term's epoch and the worker whose address it holds; both `None`
+    /// once the key is gone.
+    Coordinator {
+        t: u64,
+        epoch: Option<u32>,
+        worker: Option<u32>,
+    },
+    /// The nemesis cut `host` (every host when `None`) off from etcd or
+    /// from the coordinator, from `from` to `to`: an `Unavailable` call in
+    /// it proves nothing.
+    Outage {
+        from: u64,
+        to: u64,
+        host: Option<usize>,
+        what: String,
+    },
+    /// A fault took the coordinator of `epoch` away (its host killed or cut
+    /// off, its process killed or stopped past its lease): the failover
+    /// that the checker times starts at `t`.
+    Failover {
+        t: u64,
+        kind: String,
+        epoch: u32,
+    },
     /// What was left when the run ended, last line of the nemesis log.
     Final {
         t: u64,

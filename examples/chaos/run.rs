@@ -28,15 +28,18 @@ const TAIL_POLL: Duration = Duration::from_millis(15);
 
 /// The pause between the last fault of the lanes and the calm phase, so
 /// that the last failover's grace window is over.
-const CALM_AFTER_FAULTS: Duration = Duration::from_millis(1500);
+pub const CALM_AFTER_FAULTS: Duration = Duration::from_millis(1500);
+
+/// The final probe's deadline: a new term after the last workers closed.
+const PROBE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A killed worker is respawned after this pause, as a supervisor would.
-const RESPAWN_DELAY: Duration = Duration::from_millis(100);
+pub const RESPAWN_DELAY: Duration = Duration::from_millis(100);
 
 /// After the stop file, a worker ends its calls (each within its deadline
 /// and the checker's bound) and closes (up to 2 s for lands, 1 s to flush).
 /// Past this slack beyond the deadline it is reported as hung and killed.
-const EXIT_SLACK: Duration = Duration::from_secs(12);
+pub const EXIT_SLACK: Duration = Duration::from_secs(12);
 
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -51,6 +54,10 @@ pub struct RunConfig {
     pub keep: bool,
     /// A soft limit on descriptors for the whole run (workers inherit it).
     pub nofile: Option<u64>,
+    /// The cluster form (`--cluster`).
+    pub cluster: bool,
+    /// The cluster's lease TTL.
+    pub ttl_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -182,8 +189,38 @@ impl View {
     }
 }
 
+/// How the workers of the cluster form are started: each on its host, with
+/// the cluster's options. The local form starts them as plain children.
+pub struct Launch {
+    /// The command prefix that runs a program on each host.
+    pub prefixes: Vec<Vec<String>>,
+    /// Each host's address, which its workers listen on.
+    pub addresses: Vec<std::net::IpAddr>,
+    /// Options that every worker gets (etcd, certificates, TTL).
+    pub args: Vec<String>,
+}
+
+impl Launch {
+    /// The host of a slot: slots take the hosts in turn.
+    pub fn host_of(&self, slot: usize) -> usize {
+        slot % self.addresses.len()
+    }
+}
+
+/// The first port of the workers' listen addresses: worker `n` listens on
+/// `WORKER_PORT_BASE + n`, so that the address in the coordinator key names
+/// the worker (ports of one host never repeat within a run).
+pub const WORKER_PORT_BASE: u16 = 20_000;
+
+/// The most workers one run can name by port: their ports stay below
+/// Linux's ephemeral range (from 32 768), where outgoing connections of the
+/// same host could hold them.
+pub const MAX_WORKERS: u32 = 12_000;
+
 pub struct Shared {
     pub config: RunConfig,
+    /// The cluster form's hosts; `None` in the local form.
+    pub launch: Option<Launch>,
     pub paths: Paths,
     log: Mutex<LogFile>,
     pub procs: Mutex<Procs>,
@@ -200,6 +237,23 @@ pub struct Shared {
 }
 
 impl Shared {
+    pub fn new(config: &RunConfig, paths: &Paths, launch: Option<Launch>) -> Arc<Shared> {
+        let log = LogFile::create(&paths.nemesis_log()).expect("cannot create the nemesis log");
+        Arc::new(Shared {
+            config: config.clone(),
+            launch,
+            paths: paths.clone(),
+            log: Mutex::new(log),
+            procs: Mutex::new(Procs::default()),
+            view: Mutex::new(View::default()),
+            seen: Mutex::new(None),
+            disturbances: Mutex::new(Vec::new()),
+            stopping: AtomicBool::new(false),
+            next_worker: AtomicU32::new(1),
+            coordinator_fds_max: Mutex::new(0),
+        })
+    }
+
     pub fn log(&self, record: Record) {
         self.log.lock().expect("log lock").write(&record);
     }
@@ -281,7 +335,7 @@ impl Shared {
     }
 }
 
-fn signal(pid: u32, signal: Signal) -> bool {
+pub fn signal(pid: u32, signal: Signal) -> bool {
     Pid::from_raw(pid as i32).is_some_and(|pid| kill_process(pid, signal).is_ok())
 }
 
@@ -295,6 +349,10 @@ pub async fn fresh_status(dir: &Path) -> Option<Status> {
 }
 
 pub fn main(config: RunConfig) -> i32 {
+    #[cfg(feature = "cluster")]
+    if config.cluster {
+        return crate::cluster::main(config);
+    }
     let schedule = Schedule::new(config.seed);
     println!(
         "chaos: seed {} (replay with --seed {}), schedule {}",
@@ -328,14 +386,20 @@ pub fn main(config: RunConfig) -> i32 {
     let started = Instant::now();
     let passed = runtime.block_on(orchestrate(config.clone(), paths.clone(), schedule));
     drop(runtime);
-    let report = check::check(&paths);
+    verdict(&config, &paths, passed, started)
+}
+
+/// Checks the run's logs, prints the report and the verdict, and removes
+/// the run's directory after a pass (unless `--keep`); the exit status.
+pub fn verdict(config: &RunConfig, paths: &Paths, passed: bool, started: Instant) -> i32 {
+    let root = &paths.root;
+    let report = check::check(paths);
     println!("{}", report.text);
     println!(
         "chaos: {:.0} s of wall time",
         started.elapsed().as_secs_f64()
     );
-    let failed = !passed || report.failed;
-    if failed {
+    if !passed || report.failed {
         println!(
             "chaos: FAILED with seed {}; the logs are kept in {}",
             config.seed,
@@ -346,14 +410,14 @@ pub fn main(config: RunConfig) -> i32 {
         if config.keep {
             println!("chaos: logs kept in {}", root.display());
         } else {
-            let _ = std::fs::remove_dir_all(&root);
+            let _ = std::fs::remove_dir_all(root);
         }
         println!("chaos: passed with seed {}", config.seed);
         0
     }
 }
 
-fn prepare(paths: &Paths) -> std::io::Result<()> {
+pub fn prepare(paths: &Paths) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     let _ = std::fs::remove_dir_all(&paths.root);
     std::fs::create_dir_all(&paths.root)?;
@@ -370,19 +434,7 @@ fn prepare(paths: &Paths) -> std::io::Result<()> {
 /// Runs the whole scene; `false` when the harness itself could not do its
 /// job (the checker's verdict comes after).
 async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> bool {
-    let log = LogFile::create(&paths.nemesis_log()).expect("cannot create the nemesis log");
-    let shared = Arc::new(Shared {
-        config: config.clone(),
-        paths: paths.clone(),
-        log: Mutex::new(log),
-        procs: Mutex::new(Procs::default()),
-        view: Mutex::new(View::default()),
-        seen: Mutex::new(None),
-        disturbances: Mutex::new(Vec::new()),
-        stopping: AtomicBool::new(false),
-        next_worker: AtomicU32::new(1),
-        coordinator_fds_max: Mutex::new(0),
-    });
+    let shared = Shared::new(&config, &paths, None);
     shared.log(Record::Params {
         seed: config.seed,
         seconds: config.seconds,
@@ -437,8 +489,49 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
     )
     .await;
 
-    // Stop: resume whatever is stopped, ask every worker to finish, and
-    // wait for them within a bound.
+    let hung = stop_workers(&shared, supervisors).await;
+    watching.store(false, Ordering::SeqCst);
+    let _ = poller.await;
+    let _ = tail.await;
+
+    // A last process elects a new term: it must lead, with a larger epoch,
+    // and the election must clear every temporary file left behind.
+    let probe = final_probe(
+        SingleFlight::builder(&shared.paths.flights)
+            .grace_window(Duration::from_millis(shared.config.grace_ms)),
+        PROBE_DEADLINE,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (files, temp_files) = leftover_files(&paths.flights);
+    let processes_alive = processes_alive(&shared);
+    let epoch_file = std::fs::read_to_string(paths.flights.join("flight.epoch"))
+        .map(|text| text.trim().to_owned())
+        .unwrap_or_else(|error| format!("unreadable: {error}"));
+    let fds_after = own_descriptors();
+    shared.log(Record::Final {
+        t: now_us(),
+        files,
+        temp_files,
+        processes_alive,
+        hung_workers: hung,
+        fds_before,
+        fds_after,
+        probe: probe.0,
+        probe_epoch: probe.1,
+        epoch_file,
+        coordinator_fds_max: *shared.coordinator_fds_max.lock().expect("fds lock"),
+    });
+    true
+}
+
+/// Stops the run's workers: resumes whatever is stopped, asks every worker
+/// to finish, and waits for them within a bound; kills and returns those
+/// that do not exit in time.
+pub async fn stop_workers(
+    shared: &Shared,
+    supervisors: Vec<tokio::task::JoinHandle<()>>,
+) -> Vec<u32> {
     shared.stopping.store(true, Ordering::SeqCst);
     let stopped: Vec<u32> = shared
         .procs
@@ -451,8 +544,8 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
     for pid in stopped {
         shared.cont(pid);
     }
-    let _ = std::fs::write(paths.control.join("stop"), b"");
-    let exit_bound = Duration::from_millis(config.deadline_ms) + EXIT_SLACK;
+    let _ = std::fs::write(shared.paths.control.join("stop"), b"");
+    let exit_bound = Duration::from_millis(shared.config.deadline_ms) + EXIT_SLACK;
     let mut hung = Vec::new();
     let waiting = async {
         for supervisor in supervisors {
@@ -477,16 +570,12 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    watching.store(false, Ordering::SeqCst);
-    let _ = poller.await;
-    let _ = tail.await;
+    hung
+}
 
-    // A last process elects a new term: it must lead, with a larger epoch,
-    // and the election must clear every temporary file left behind.
-    let probe = final_probe(&shared).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (files, temp_files) = leftover_files(&paths.flights);
-    let processes_alive: Vec<u32> = shared
+/// The workers spawned over the run that still run.
+pub fn processes_alive(shared: &Shared) -> Vec<u32> {
+    shared
         .procs
         .lock()
         .expect("procs lock")
@@ -494,29 +583,11 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
         .iter()
         .copied()
         .filter(|&pid| still_ours(pid))
-        .collect();
-    let epoch_file = std::fs::read_to_string(paths.flights.join("flight.epoch"))
-        .map(|text| text.trim().to_owned())
-        .unwrap_or_else(|error| format!("unreadable: {error}"));
-    let fds_after = own_descriptors();
-    shared.log(Record::Final {
-        t: now_us(),
-        files,
-        temp_files,
-        processes_alive,
-        hung_workers: hung,
-        fds_before,
-        fds_after,
-        probe: probe.0,
-        probe_epoch: probe.1,
-        epoch_file,
-        coordinator_fds_max: *shared.coordinator_fds_max.lock().expect("fds lock"),
-    });
-    true
+        .collect()
 }
 
 /// Keeps one worker process alive in `slot` until the run stops.
-async fn supervise(shared: Arc<Shared>, slot: usize) {
+pub async fn supervise(shared: Arc<Shared>, slot: usize) {
     let exe = std::env::current_exe().expect("the harness knows its own path");
     let mut generation = 0u64;
     while !shared.stopping.load(Ordering::SeqCst) {
@@ -524,12 +595,24 @@ async fn supervise(shared: Arc<Shared>, slot: usize) {
         let worker = shared.next_worker.fetch_add(1, Ordering::SeqCst);
         let config = &shared.config;
         let paths = &shared.paths;
-        let stderr =
-            std::fs::File::create(paths.stderr.join(format!("slot{slot}-{generation}.txt")))
-                .expect("cannot create a worker's stderr file");
+        // Named by the worker's number, as its log is: the cluster checker
+        // reads the coordinator's answers from it.
+        let stderr = std::fs::File::create(paths.stderr.join(format!("worker-{worker}.txt")))
+            .expect("cannot create a worker's stderr file");
         let seed = crate::rng::Rng::fork(config.seed, 1000 + slot as u64 * 100_000 + generation)
             .next_u64();
-        let mut command = tokio::process::Command::new(&exe);
+        let mut command = match &shared.launch {
+            None => tokio::process::Command::new(&exe),
+            Some(launch) => {
+                let host = launch.host_of(slot);
+                let (program, rest) = launch.prefixes[host]
+                    .split_first()
+                    .expect("a host's prefix names a program");
+                let mut command = tokio::process::Command::new(program);
+                command.args(rest).arg(&exe);
+                command
+            }
+        };
         command
             .arg("worker")
             .arg("--dir")
@@ -547,13 +630,34 @@ async fn supervise(shared: Arc<Shared>, slot: usize) {
             .args(["--concurrency", &config.concurrency.to_string()])
             .args(["--grace-ms", &config.grace_ms.to_string()])
             .args(["--deadline-ms", &config.deadline_ms.to_string()])
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "single_flight=warn".into()),
-            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
+        match &shared.launch {
+            None => {
+                command.env(
+                    "RUST_LOG",
+                    std::env::var("RUST_LOG").unwrap_or_else(|_| "single_flight=warn".into()),
+                );
+            }
+            Some(launch) => {
+                assert!(worker < MAX_WORKERS, "more workers than ports to name them");
+                let listen = std::net::SocketAddr::new(
+                    launch.addresses[launch.host_of(slot)],
+                    WORKER_PORT_BASE + worker as u16,
+                );
+                command
+                    .args(&launch.args)
+                    .arg("--listen")
+                    .arg(listen.to_string())
+                    // The coordinator's answers (debug) and its terms (info)
+                    // are what the cluster checker reads.
+                    .env(
+                        "RUST_LOG",
+                        "single_flight=info,single_flight::shell::server=debug",
+                    );
+            }
+        }
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {
@@ -642,7 +746,7 @@ async fn poll_status(shared: Arc<Shared>, watching: Arc<AtomicBool>) {
 /// Follows the workers' logs (complete lines only), reading only what was
 /// appended since the last look, and forgetting the logs of workers that
 /// are gone once they have been read to the end.
-async fn tail_logs(shared: Arc<Shared>, watching: Arc<AtomicBool>) {
+pub async fn tail_logs(shared: Arc<Shared>, watching: Arc<AtomicBool>) {
     let mut finished: BTreeSet<PathBuf> = BTreeSet::new();
     while watching.load(Ordering::SeqCst) {
         let Ok(entries) = std::fs::read_dir(&shared.paths.logs) else {
@@ -716,18 +820,17 @@ fn read_from(path: &Path, offset: u64) -> Option<(Vec<Record>, u64)> {
 
 /// One call in a fresh process-like `SingleFlight` after every worker has
 /// gone: it must lead, in a term whose epoch is above every earlier one.
-async fn final_probe(shared: &Shared) -> (String, Option<u32>) {
-    let flights = match SingleFlight::builder(&shared.paths.flights)
-        .grace_window(Duration::from_millis(shared.config.grace_ms))
-        .open()
-        .await
-    {
+pub async fn final_probe(
+    builder: single_flight::Builder,
+    deadline: Duration,
+) -> (String, Option<u32>) {
+    let flights = match builder.open().await {
         Ok(flights) => flights,
         Err(error) => return (format!("cannot open: {error}"), None),
     };
     let result = flights
         .call("probe")
-        .deadline(Duration::from_secs(10))
+        .deadline(deadline)
         .run(|token| async move { Ok::<_, std::io::Error>(token.get()) })
         .await;
     flights.close().await;
@@ -762,14 +865,14 @@ fn leftover_files(flights: &Path) -> (Vec<String>, Vec<String>) {
 
 /// Whether `pid` still runs this harness (a pid may be reused by another
 /// program once ours is reaped).
-fn still_ours(pid: u32) -> bool {
+pub fn still_ours(pid: u32) -> bool {
     let alive = Pid::from_raw(pid as i32).is_some_and(|p| test_kill_process(p).is_ok());
     alive
         && std::fs::read(format!("/proc/{pid}/cmdline"))
             .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains("worker"))
 }
 
-fn own_descriptors() -> usize {
+pub fn own_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |entries| entries.count())
 }
 

@@ -134,6 +134,74 @@ const HOSTILES: [(Hostile, u64); 17] = [
     (Hostile::DuplicateId, 6),
 ];
 
+/// The faults of the cluster form's lane (`--cluster`), with their weights.
+/// Durations are drawn against the lease TTL and the step-down margin:
+/// "short" stays under what ends a term, "long" goes past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClusterFault {
+    /// `kill -9` of the coordinator's process (its host lives).
+    KillCoordinator,
+    /// `kill -9` of a worker leading a flight.
+    KillLeader,
+    /// `kill -9` of a worker waiting on a key that another leads.
+    KillJoiner,
+    /// `SIGSTOP` of a leader for less than the grace window.
+    PauseLeaderShort,
+    /// A leader stopped while the coordinator is killed, past the TTL and
+    /// the new term's grace window: a newer flight writes first, and its
+    /// late write is refused by the fence.
+    PauseLeaderLongFailover,
+    /// `SIGSTOP` of the coordinator for less than the step-down margin.
+    PauseCoordinatorShort,
+    /// `SIGSTOP` of the coordinator for longer than the TTL: it resumes
+    /// after another term serves and must answer nothing more.
+    PauseCoordinatorLong,
+    /// A host's link down for less than the TTL.
+    PartitionShort,
+    /// A host's link down for longer than the TTL.
+    PartitionLong,
+    /// A host cut from every etcd member, keeping the other hosts.
+    PartitionFromEtcd,
+    /// A host cut from the other worker hosts, keeping etcd.
+    PartitionFromHosts,
+    /// Every process of a host `kill -9`ed (its workers respawn there).
+    KillHost,
+    /// One etcd member (not the leader when it can tell) killed, then back.
+    KillEtcdMember,
+    /// etcd's leader killed, then back.
+    KillEtcdLeader,
+    /// Two etcd members killed (quorum lost), then back.
+    KillEtcdQuorum,
+    /// etcd's leader stopped (`SIGSTOP`), then resumed.
+    StopEtcdLeader,
+    /// A worker closes its `SingleFlight` with calls in progress and reopens.
+    DropConnection,
+}
+
+const CLUSTER_FAULTS: [(ClusterFault, u64); 17] = [
+    (ClusterFault::KillCoordinator, 8),
+    (ClusterFault::KillLeader, 12),
+    (ClusterFault::KillJoiner, 6),
+    (ClusterFault::PauseLeaderShort, 6),
+    (ClusterFault::PauseLeaderLongFailover, 3),
+    (ClusterFault::PauseCoordinatorShort, 8),
+    (ClusterFault::PauseCoordinatorLong, 3),
+    (ClusterFault::PartitionShort, 6),
+    (ClusterFault::PartitionLong, 3),
+    (ClusterFault::PartitionFromEtcd, 4),
+    (ClusterFault::PartitionFromHosts, 4),
+    (ClusterFault::KillHost, 5),
+    (ClusterFault::KillEtcdMember, 4),
+    (ClusterFault::KillEtcdLeader, 4),
+    (ClusterFault::KillEtcdQuorum, 3),
+    (ClusterFault::StopEtcdLeader, 3),
+    (ClusterFault::DropConnection, 6),
+];
+
+/// The pause before each fault of the cluster lane, in ms: shorter than the
+/// local lane's, since many cluster faults last seconds themselves.
+const CLUSTER_FAULT_GAP_MS: (u64, u64) = (30, 250);
+
 /// The pause before each fault of the first lane, in ms: the lane also
 /// waits for each fault's effect, so faults never pile up on each other.
 const FAULT_GAP_MS: (u64, u64) = (50, 400);
@@ -189,23 +257,27 @@ impl Schedule {
         })
     }
 
+    /// The cluster form's lane, from a stream of its own.
+    pub fn cluster_faults(&self) -> impl Iterator<Item = Planned<ClusterFault>> + Send + use<> {
+        let mut rng = Rng::fork(self.seed, 4);
+        std::iter::repeat_with(move || Planned {
+            gap_ms: rng.range(CLUSTER_FAULT_GAP_MS.0, CLUSTER_FAULT_GAP_MS.1),
+            kind: weighted(&mut rng, &CLUSTER_FAULTS),
+            draw: rng.next_u64(),
+        })
+    }
+
+    /// A digest of the first thousand entries of the cluster lane.
+    pub fn cluster_fingerprint(&self) -> String {
+        fnv(self.cluster_faults().take(1000).map(|p| format!("{p:?}")))
+    }
+
     /// A digest of the first thousand entries of both lanes (FNV-1a), so
     /// that two runs can show they replayed the same schedule.
     pub fn fingerprint(&self) -> String {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut feed = |text: String| {
-            for byte in text.bytes() {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        };
-        for planned in self.faults().take(1000) {
-            feed(format!("{planned:?}"));
-        }
-        for planned in self.hostiles().take(1000) {
-            feed(format!("{planned:?}"));
-        }
-        format!("{hash:016x}")
+        let faults = self.faults().take(1000).map(|p| format!("{p:?}"));
+        let hostiles = self.hostiles().take(1000).map(|p| format!("{p:?}"));
+        fnv(faults.chain(hostiles))
     }
 
     /// The first `count` entries of both lanes, for `--schedule`.
@@ -234,6 +306,22 @@ impl Schedule {
 /// The names used in logs and reports.
 pub fn fault_name(fault: Fault) -> String {
     snake(&format!("{fault:?}"))
+}
+
+pub fn cluster_fault_name(fault: ClusterFault) -> String {
+    snake(&format!("{fault:?}"))
+}
+
+/// FNV-1a over texts.
+fn fnv(texts: impl Iterator<Item = String>) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for text in texts {
+        for byte in text.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    format!("{hash:016x}")
 }
 
 pub fn hostile_name(hostile: Hostile) -> String {

@@ -62,6 +62,24 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub grace_ms: u64,
     pub deadline_ms: u64,
+    /// Cluster mode: elect through etcd and serve over TLS (SPEC.md §14)
+    /// instead of the flight directory.
+    pub cluster: Option<ClusterWorker>,
+}
+
+/// How a worker of a cluster run joins the cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterWorker {
+    /// etcd's client URLs.
+    pub etcd: Vec<String>,
+    pub name: String,
+    /// The address this process serves on when it coordinates: its host's,
+    /// with a port that names the worker (the harness maps the address in
+    /// the coordinator key back to it).
+    pub listen: std::net::SocketAddr,
+    /// The directory of `ca.pem`, `server.pem` and `server.key`.
+    pub certs: PathBuf,
+    pub ttl_ms: u64,
 }
 
 struct Context {
@@ -106,7 +124,21 @@ pub fn main(config: WorkerConfig) -> i32 {
 }
 
 fn builder(config: &WorkerConfig) -> single_flight::Builder {
-    SingleFlight::builder(&config.dir).grace_window(Duration::from_millis(config.grace_ms))
+    let grace = Duration::from_millis(config.grace_ms);
+    #[cfg(feature = "cluster")]
+    if let Some(cluster) = &config.cluster {
+        let certs = &cluster.certs;
+        let cluster = single_flight::Cluster::etcd(cluster.etcd.clone(), cluster.name.clone())
+            .listen(cluster.listen)
+            .tls(
+                certs.join("ca.pem"),
+                certs.join("server.pem"),
+                certs.join("server.key"),
+            )
+            .ttl(Duration::from_millis(cluster.ttl_ms));
+        return SingleFlight::cluster(cluster).grace_window(grace);
+    }
+    SingleFlight::builder(&config.dir).grace_window(grace)
 }
 
 async fn run(config: WorkerConfig) -> i32 {

@@ -1,6 +1,8 @@
 //! The certificates of a test cluster, made by `make-certs.sh` (beside this
 //! file, which lists what it makes) with the openssl command line.
 
+#![allow(dead_code)] // each user of it takes a part
+
 use std::path::Path;
 use std::process::Command;
 

@@ -157,14 +157,43 @@ impl Hosts {
         ip(&["link", "set", &self.links[index], "up"]);
     }
 
-    /// Kills every process on host `index` (`kill -9`), as a host's death.
-    pub fn kill_all(&self, index: usize) {
+    /// Cuts the traffic between hosts `a` and `b` only, both ways, and
+    /// keeps every other link of theirs: a partial partition. Without
+    /// iptables (TRAPS.md), a blackhole route in each namespace drops what
+    /// it would send to the other: established connections go silent as
+    /// behind a downed link; a new connection fails at once.
+    pub fn cut(&self, a: usize, b: usize) {
+        self.blackhole("add", a, b);
+        self.blackhole("add", b, a);
+    }
+
+    /// Undoes [`Hosts::cut`].
+    pub fn uncut(&self, a: usize, b: usize) {
+        self.blackhole("del", a, b);
+        self.blackhole("del", b, a);
+    }
+
+    fn blackhole(&self, verb: &str, from: usize, to: usize) {
+        let route = format!("{}/32", self.address(to));
+        ip(&["-n", &self.names[from], "route", verb, "blackhole", &route]);
+    }
+
+    /// The processes running on host `index`.
+    pub fn pids(&self, index: usize) -> Vec<u32> {
         let output = Command::new("ip")
             .args(["netns", "pids", &self.names[index]])
             .output()
             .expect("ip runs");
-        for pid in String::from_utf8_lossy(&output.stdout).split_whitespace() {
-            let _ = Command::new("kill").args(["-9", pid]).status();
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .filter_map(|pid| pid.parse().ok())
+            .collect()
+    }
+
+    /// Kills every process on host `index` (`kill -9`), as a host's death.
+    pub fn kill_all(&self, index: usize) {
+        for pid in self.pids(index) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
 }
