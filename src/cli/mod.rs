@@ -3,7 +3,6 @@
 //! This is shell code, like the library's `shell` module: it reads clocks,
 //! sleeps, spawns processes and handles signals.
 
-mod base64;
 mod capture;
 mod directory;
 mod exit;
