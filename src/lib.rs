@@ -64,7 +64,7 @@ pub mod protocol;
 pub mod shell;
 pub mod transport;
 
-pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
+pub use protocol::{CoordinatorStats, Epoch, Failure, FailureCode, FencingToken};
 pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
     Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
