@@ -206,6 +206,7 @@ mod tests {
             }],
             omitted: 0,
             waiting_in_grace,
+            stats: None,
         }
     }
 

@@ -13,6 +13,7 @@ use super::driver::{CallEvent, Command, Driver};
 use super::error::{OpenError, RunError, Unavailable};
 use super::failure::IntoFailure;
 use super::options::Options;
+use super::stats::{Counters, Stats};
 use crate::client::{CallId, Resolution};
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
 use crate::protocol::{Failure, FencingToken, Key, Outcome};
@@ -75,6 +76,8 @@ struct Shared {
     directory: Option<PathBuf>,
     commands: mpsc::UnboundedSender<Command>,
     next_call: AtomicU64,
+    /// This process's calls by outcome, and its failovers (SPEC.md §9.6).
+    counters: Arc<Counters>,
 }
 
 /// Configures a [`SingleFlight`] before it opens.
@@ -131,12 +134,15 @@ impl Builder {
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => {
                 let (election, transport) = cluster.connect().await?;
-                let commands = start_thread(Driver::new(election, transport, self.options))?;
+                let counters = Arc::new(Counters::default());
+                let driver = Driver::new(election, transport, self.options, counters.clone());
+                let commands = start_thread(driver)?;
                 return Ok(SingleFlight {
                     shared: Arc::new(Shared {
                         directory: None,
                         commands,
                         next_call: AtomicU64::new(1),
+                        counters,
                     }),
                 });
             }
@@ -159,12 +165,15 @@ impl Builder {
             path: directory.display().to_string(),
             error,
         })?;
-        let commands = start_thread(Driver::new(election, transport, self.options))?;
+        let counters = Arc::new(Counters::default());
+        let driver = Driver::new(election, transport, self.options, counters.clone());
+        let commands = start_thread(driver)?;
         Ok(SingleFlight {
             shared: Arc::new(Shared {
                 directory: Some(directory),
                 commands,
                 next_call: AtomicU64::new(1),
+                counters,
             }),
         })
     }
@@ -209,6 +218,13 @@ impl SingleFlight {
     /// The flight directory; `None` in cluster mode.
     pub fn directory(&self) -> Option<&Path> {
         self.shared.directory.as_deref()
+    }
+
+    /// This process's calls so far, by outcome, and the failovers it lived
+    /// through (SPEC.md §9.6), for every clone of this `SingleFlight`. The
+    /// coordinator's counters are in [`Status::stats`](super::Status::stats).
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
     }
 
     /// Runs `work` for `key` once among every concurrent caller of every
@@ -306,12 +322,15 @@ impl<'a, C> Call<'a, C> {
         E: IntoFailure,
     {
         let key = self.key.clone();
-        match self.deadline {
+        let flights = self.flights;
+        let result = match self.deadline {
             None => self.run_now(work).await,
             Some(deadline) => tokio::time::timeout(deadline, self.run_now(work))
                 .await
                 .unwrap_or(Err(RunError::DeadlineExceeded { key, deadline })),
-        }
+        };
+        flights.shared.counters.call(&result);
+        result
     }
 
     async fn run_now<T, E, F, Fut>(self, work: F) -> Result<Landed<T>, RunError<E>>

@@ -15,6 +15,7 @@ use super::error::Unavailable;
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
+use super::stats::Counters;
 use crate::client::{CallId, Client, Effect, Event, Resolution};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
@@ -67,6 +68,10 @@ pub struct Driver<E, T> {
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
+    /// The epoch of the last coordinator this process connected to, to
+    /// count the failovers it lives through (SPEC.md §9.6).
+    last_epoch: Option<String>,
+    counters: Arc<Counters>,
 }
 
 enum Wake {
@@ -86,7 +91,12 @@ where
     E: Election,
     T: Transport<Address = E::Address>,
 {
-    pub fn new(election: E, transport: T, options: Options) -> Driver<E, T> {
+    pub fn new(
+        election: E,
+        transport: T,
+        options: Options,
+        counters: Arc<Counters>,
+    ) -> Driver<E, T> {
         Driver {
             election,
             transport,
@@ -96,6 +106,8 @@ where
             leading: BTreeSet::new(),
             writer: None,
             serving: None,
+            last_epoch: None,
+            counters,
         }
     }
 
@@ -338,6 +350,13 @@ where
             }
         };
         info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+        if self
+            .last_epoch
+            .replace(hello.epoch.clone())
+            .is_some_and(|last| last != hello.epoch)
+        {
+            self.counters.failover();
+        }
         let (writer, outgoing) = mpsc::unbounded_channel();
         tokio::spawn(write_requests(write, outgoing));
         self.writer = Some(writer);
