@@ -68,11 +68,11 @@ pub mod protocol;
 pub mod shell;
 pub mod transport;
 
-pub use protocol::{Epoch, Failure, FailureCode, FencingToken};
+pub use protocol::{CoordinatorStats, Epoch, Failure, FailureCode, FencingToken};
 pub use shell::blocking;
 pub use shell::{
     Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
-    Role, RunError, ServeError, SingleFlight, Status, StatusError, Unavailable, status,
+    Role, RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable, status,
 };
 #[cfg(feature = "cluster")]
 pub use shell::{Cluster, ClusterError, cluster_status};

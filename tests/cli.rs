@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use single_flight::{Failure, FailureCode, SingleFlight, Status};
 
+#[path = "support/openmetrics.rs"]
+mod openmetrics;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
 
 /// The longest any wait of these tests may take before it fails.
@@ -647,16 +650,25 @@ fn status_reports_the_coordinator_and_its_flights() {
 
     let json = scene.run(&["status", "--dir", &dir, "--json"]);
     assert_eq!(json.code, Some(0), "{}", json.stderr_text());
-    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let mut report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let stats = report["coordinator"]["stats"].take();
     assert_eq!(
         report,
         serde_json::json!({
             "directory": dir,
-            "coordinator": {"pid": coordinator, "epoch": "1", "grace_window": null},
+            "coordinator": {"pid": coordinator, "epoch": "1", "grace_window": null, "stats": null},
             "flights": [{"key": "build:app", "token": token, "joiners": 2}],
             "omitted": 0,
         })
     );
+    // §8.11: the three runs and this status are open; the test's own looks
+    // at the status may be, too, until the coordinator reads their close.
+    assert!(stats["connections_open"].as_u64().unwrap() >= 4, "{stats}");
+    assert_eq!(
+        (&stats["flights_led"], &stats["joins"]),
+        (&1.into(), &2.into())
+    );
+    report["coordinator"]["stats"] = stats;
     let text = scene.run(&["status", "--dir", &dir]);
     assert_eq!(text.code, Some(0));
     let text = String::from_utf8(text.stdout).unwrap();
@@ -684,6 +696,103 @@ fn status_reports_the_coordinator_and_its_flights() {
     for index in indexes {
         assert_eq!(scene.end(index).code, Some(0));
     }
+}
+
+/// §13.5, §8.11: after a stampede on a coordinator that `serve` holds,
+/// `status --format openmetrics` parses as OpenMetrics and shows what the
+/// term counted: one flight led, its five joiners, its value, and a
+/// connection refused at its hello; the JSON and text forms show the same.
+/// With no coordinator the exposition is complete too, and says so.
+#[test]
+fn status_in_openmetrics_counts_a_stampede() {
+    let mut scene = Scene::new("openmetrics");
+    let dir = scene.dir_arg().to_owned();
+    let label = [("directory", dir.as_str())];
+    let exposition = |scene: &mut Scene, code: i32| {
+        let ended = scene.run(&["status", "--dir", &dir, "--format", "openmetrics"]);
+        assert_eq!(ended.code, Some(code), "{}", ended.stderr_text());
+        let text = String::from_utf8(ended.stdout).unwrap();
+        openmetrics::read(&text)
+    };
+
+    let none = exposition(&mut scene, 3);
+    assert_eq!(
+        openmetrics::value(&none, "single_flight_coordinator_up", &label),
+        0.0
+    );
+
+    let server = scene.start(&["serve", "--dir", &dir]);
+    let pid = scene.pid(server);
+    scene.until("serve to coordinate", |scene| {
+        scene.status().is_some_and(|status| status.pid == pid)
+    });
+    // A peer that sends no hello of ours is refused at the handshake, by
+    // the shell, before the coordinator hears of it (§4.2, §8.11).
+    let mut stranger =
+        std::os::unix::net::UnixStream::connect(scene.dir.join("flight.sock")).unwrap();
+    stranger.write_all(b"not a hello\n").unwrap();
+    let mut answer = Vec::new();
+    std::io::Read::read_to_end(&mut stranger, &mut answer).unwrap();
+    scene.until("the refusal to be counted", |scene| {
+        scene
+            .status()
+            .and_then(|status| status.stats)
+            .is_some_and(|stats| stats.connections_refused == 1)
+    });
+
+    let ended = one_flight(
+        &mut scene,
+        6,
+        "echo ran >> runs; wait_for release; echo out",
+    );
+    assert_all_alike(&ended);
+    assert_eq!(ended[0].code, Some(0));
+    assert_eq!(
+        fs::read_to_string(scene.work.join("runs")).unwrap(),
+        "ran\n"
+    );
+
+    let samples = exposition(&mut scene, 0);
+    let at = |name: &str, more: &[(&str, &str)]| {
+        let mut labels = label.to_vec();
+        labels.extend_from_slice(more);
+        openmetrics::value(&samples, &format!("single_flight_{name}"), &labels)
+    };
+    assert_eq!(at("coordinator_up", &[]), 1.0);
+    assert_eq!(at("coordinator_epoch", &[]), 1.0);
+    assert_eq!(at("flights_in_progress", &[]), 0.0);
+    assert_eq!(at("flights_led_total", &[]), 1.0);
+    assert_eq!(at("joins_total", &[]), 5.0);
+    assert_eq!(at("dedupe_ratio", &[]), 5.0 / 6.0);
+    assert_eq!(at("lands_total", &[("outcome", "value")]), 1.0);
+    assert_eq!(at("lands_total", &[("outcome", "failure")]), 0.0);
+    assert_eq!(at("interruptions_total", &[]), 0.0);
+    assert_eq!(at("grace_windows_total", &[]), 0.0);
+    assert_eq!(at("connections_refused_total", &[]), 1.0);
+    // This status's own connection is open while it is answered.
+    assert!(at("connections_open", &[]) >= 1.0);
+
+    let json = scene.run(&["status", "--dir", &dir, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let stats = &report["coordinator"]["stats"];
+    assert_eq!(stats["flights_led"], 1, "{report}");
+    assert_eq!(stats["joins"], 5, "{report}");
+    assert_eq!(stats["lands_value"], 1, "{report}");
+    assert_eq!(stats["connections_refused"], 1, "{report}");
+    assert_eq!(stats["dedupe_ratio"], 5.0 / 6.0, "{report}");
+    let text = scene.run(&["status", "--dir", &dir]);
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("this term    1 flight led, 5 joins: 83% of the runs answered"),
+        "{text}"
+    );
+
+    // `--json` is `--format json`: both at once is a usage error.
+    let both = scene.run(&["status", "--dir", &dir, "--json", "--format", "json"]);
+    assert_eq!(both.code, Some(125), "{}", both.stderr_text());
+
+    scene.signal(server, Signal::TERM);
+    assert_eq!(scene.end(server).code, Some(0));
 }
 
 /// The names of every member of every object in `value`.

@@ -7,13 +7,13 @@ use proptest::prelude::*;
 use single_flight::fuzzing;
 use single_flight::protocol::limits::{
     MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_NESTING_DEPTH, MAX_OP_BYTES,
-    MAX_OUTCOME_BYTES, OUTCOME_ENVELOPE_BYTES,
+    MAX_OUTCOME_BYTES, OUTCOME_ENVELOPE_BYTES, STATUS_ENVELOPE_BYTES,
 };
 use single_flight::protocol::{
-    ClientHello, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus, FrameError,
-    HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome, PROTOCOL_VERSION,
-    ProtocolVersionError, Request, RequestId, Response, TokenError, decode_client_hello,
-    decode_coordinator_hello, decode_request, decode_response, encode,
+    ClientHello, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken,
+    FlightStatus, FrameError, HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome,
+    PROTOCOL_VERSION, ProtocolVersionError, Request, RequestId, Response, TokenError,
+    decode_client_hello, decode_coordinator_hello, decode_request, decode_response, encode,
 };
 
 fn id(text: &str) -> RequestId {
@@ -307,6 +307,7 @@ fn response_status() {
             }],
             waiting: None,
             omitted: None,
+            stats: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}]}"#,
     );
@@ -321,6 +322,7 @@ fn response_status_in_a_grace_window() {
             flights: Vec::new(),
             waiting: Some(4),
             omitted: None,
+            stats: None,
         },
         r#"{"op":"status","id":"9","flights":[],"waiting":4}"#,
     );
@@ -339,9 +341,93 @@ fn response_status_with_flights_left_out() {
             }],
             waiting: None,
             omitted: Some(2048),
+            stats: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}],"omitted":2048}"#,
     );
+}
+
+/// A coordinator's counters, each a different number so that no two members
+/// can be swapped unnoticed.
+fn some_stats() -> CoordinatorStats {
+    CoordinatorStats {
+        flights_led: 12,
+        joins: 40,
+        lands_value: 11,
+        lands_failure: 1,
+        interruptions: 2,
+        reasserts_accepted: 3,
+        reasserts_rejected: 4,
+        rejoins: 5,
+        grace_windows: 1,
+        connections_open: 6,
+        connections_refused: 7,
+    }
+}
+
+/// §3.5: a coordinator that counts adds its term's counters, last.
+#[test]
+fn response_status_with_stats() {
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: Vec::new(),
+            waiting: None,
+            omitted: None,
+            stats: Some(some_stats()),
+        },
+        r#"{"op":"status","id":"9","flights":[],"stats":{"flights_led":12,"joins":40,"lands_value":11,"lands_failure":1,"interruptions":2,"reasserts_accepted":3,"reasserts_rejected":4,"rejoins":5,"grace_windows":1,"connections_open":6,"connections_refused":7}}"#,
+    );
+}
+
+/// §3, §3.5: the counters' members may come in any order, and members a
+/// later version may add are ignored.
+#[test]
+fn status_stats_in_any_order_with_unknown_members() {
+    let line = br#"{"stats":{"connections_refused":7,"connections_open":6,"grace_windows":1,"rejoins":5,"reasserts_rejected":4,"reasserts_accepted":3,"interruptions":2,"lands_failure":1,"lands_value":11,"joins":40,"flights_led":12,"flights_stolen":[1,{"x":null}]},"flights":[],"id":"9","op":"status"}"#;
+    assert_eq!(
+        decode_response(line),
+        Ok(Response::Status {
+            id: id("9"),
+            flights: Vec::new(),
+            waiting: None,
+            omitted: None,
+            stats: Some(some_stats()),
+        })
+    );
+}
+
+/// §3.5: everything in a `status` answer but its flights fits in the room
+/// kept for it, with an id at its limit that takes six bytes per byte, both
+/// counts and every counter at their largest. SPEC.md §3.5 and
+/// `STATUS_ENVELOPE_BYTES` state the figure.
+#[test]
+fn the_longest_status_envelope_fits_its_room() {
+    let all = u64::MAX;
+    let response = Response::Status {
+        id: RequestId::new("\u{1}".repeat(MAX_ID_BYTES)).unwrap(),
+        flights: Vec::new(),
+        waiting: Some(all),
+        omitted: Some(all),
+        stats: Some(CoordinatorStats {
+            flights_led: all,
+            joins: all,
+            lands_value: all,
+            lands_failure: all,
+            interruptions: all,
+            reasserts_accepted: all,
+            reasserts_rejected: all,
+            rejoins: all,
+            grace_windows: all,
+            connections_open: all,
+            connections_refused: all,
+        }),
+    };
+    let envelope = encode(&response).len();
+    assert_eq!(envelope, 1284);
+    // The flights' list holds at most the room less one (the coordinator
+    // counts a comma after every flight), and replaces the `[]` counted here.
+    assert!(envelope <= STATUS_ENVELOPE_BYTES + 1);
 }
 
 /// §3.5: a coordinator with no flight in progress answers an empty list.
@@ -353,6 +439,7 @@ fn response_status_without_flights() {
             flights: Vec::new(),
             waiting: None,
             omitted: None,
+            stats: None,
         },
         r#"{"op":"status","id":"9","flights":[]}"#,
     );
@@ -1115,6 +1202,41 @@ fn malformed_responses() -> Vec<(&'static str, Vec<u8>, Expected)> {
             br#"{"op":"status","id":"9","flights":[],"waiting":null}"#.to_vec(),
             wrong_type("waiting", "a non-negative integer"),
         ),
+        (
+            "status stats an array",
+            br#"{"op":"status","id":"9","flights":[],"stats":[]}"#.to_vec(),
+            wrong_type("stats", "an object"),
+        ),
+        (
+            "status stats null",
+            br#"{"op":"status","id":"9","flights":[],"stats":null}"#.to_vec(),
+            wrong_type("stats", "an object"),
+        ),
+        (
+            "status stats without a counter",
+            stats_without("rejoins"),
+            missing("rejoins"),
+        ),
+        (
+            "status stats with a negative counter",
+            stats_with("joins", "-1"),
+            wrong_type("joins", "a non-negative integer"),
+        ),
+        (
+            "status stats with a counter past 64 bits",
+            stats_with("flights_led", "18446744073709551616"),
+            wrong_type("flights_led", "a non-negative integer"),
+        ),
+        (
+            "status stats with a fraction",
+            stats_with("connections_open", "1.0"),
+            wrong_type("connections_open", "a non-negative integer"),
+        ),
+        (
+            "status stats with a counter as text",
+            stats_with("connections_refused", r#""7""#),
+            wrong_type("connections_refused", "a non-negative integer"),
+        ),
     ]
 }
 
@@ -1388,6 +1510,51 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
     ]
 }
 
+/// A `status` answer whose counters are those of [`some_stats`] but with
+/// `name` holding `raw` (JSON text).
+fn stats_with(name: &str, raw: &str) -> Vec<u8> {
+    let stats = serde_json::to_value(some_stats()).unwrap();
+    let mut members: Vec<String> = stats
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(member, value)| format!("{member:?}:{value}"))
+        .collect();
+    for member in &mut members {
+        if member.starts_with(&format!("{name:?}:")) {
+            *member = format!("{name:?}:{raw}");
+        }
+    }
+    format!(
+        r#"{{"op":"status","id":"9","flights":[],"stats":{{{}}}}}"#,
+        members.join(",")
+    )
+    .into_bytes()
+}
+
+/// A `status` answer whose counters lack `name`.
+fn stats_without(name: &str) -> Vec<u8> {
+    let mut stats = serde_json::to_value(some_stats()).unwrap();
+    stats.as_object_mut().unwrap().remove(name);
+    format!(r#"{{"op":"status","id":"9","flights":[],"stats":{stats}}}"#).into_bytes()
+}
+
+fn arbitrary_stats() -> impl Strategy<Value = CoordinatorStats> {
+    prop::array::uniform11(any::<u64>()).prop_map(|counts| CoordinatorStats {
+        flights_led: counts[0],
+        joins: counts[1],
+        lands_value: counts[2],
+        lands_failure: counts[3],
+        interruptions: counts[4],
+        reasserts_accepted: counts[5],
+        reasserts_rejected: counts[6],
+        rejoins: counts[7],
+        grace_windows: counts[8],
+        connections_open: counts[9],
+        connections_refused: counts[10],
+    })
+}
+
 fn arbitrary_response() -> impl Strategy<Value = Response> {
     let flight =
         (arbitrary_key(), arbitrary_token(), any::<u64>()).prop_map(|(key, token, joiners)| {
@@ -1412,12 +1579,14 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
             prop::collection::vec(flight, 0..4),
             prop::option::of(any::<u64>()),
             prop::option::of(any::<u64>()),
+            prop::option::of(arbitrary_stats()),
         )
-            .prop_map(|(id, flights, waiting, omitted)| Response::Status {
+            .prop_map(|(id, flights, waiting, omitted, stats)| Response::Status {
                 id,
                 flights,
                 waiting,
                 omitted,
+                stats,
             }),
     ]
 }

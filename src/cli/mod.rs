@@ -3,10 +3,10 @@
 //! This is shell code, like the library's `shell` module: it reads clocks,
 //! sleeps, spawns processes and handles signals.
 
-mod base64;
 mod capture;
 mod directory;
 mod exit;
+mod metrics;
 mod output;
 mod place;
 mod run;
@@ -30,7 +30,7 @@ use clap::{Args, Parser, Subcommand};
     long_about = "Run a command once among every concurrent caller: the first runs it, the others receive its output and exit status.\n\nProcesses of one user on one machine that share a flight directory elect a coordinator among themselves (no daemon is needed); with --etcd, processes on several machines do, through etcd, and talk over TCP with mutual TLS (cluster mode). `single-flight run --key KEY -- COMMAND` runs COMMAND unless a run of the same key is in progress; then it waits for that run and prints its output and exits with its exit status instead. Use it where flock(1) would make every waiter run the command again: a cache fill, a download, a build step, a cron job.\n\nThe protocol and its guarantees: SPEC.md in the source repository (§13 describes this command).",
     subcommand_value_name = "SUBCOMMAND",
     subcommand_help_heading = "Subcommands",
-    after_help = "Examples:\n  single-flight run --key fetch-deps -- ./fetch-deps.sh\n  single-flight run --key nightly --timeout 3600 -- make release\n  single-flight status --json\n  single-flight run --etcd https://10.0.0.5:2379 --listen 10.0.0.1:0 --tls-ca ca.pem --tls-cert host.pem --tls-key host-key.pem --key artifact -- ./fetch.sh"
+    after_help = "Examples:\n  single-flight run --key fetch-deps -- ./fetch-deps.sh\n  single-flight run --key nightly --timeout 3600 -- make release\n  single-flight status --json\n  single-flight status --format openmetrics\n  single-flight run --etcd https://10.0.0.5:2379 --listen 10.0.0.1:0 --tls-ca ca.pem --tls-cert host.pem --tls-key host-key.pem --key artifact -- ./fetch.sh"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -127,31 +127,60 @@ struct ServeArgs {
     grace: Option<u64>,
 }
 
-/// Show the coordinator of DIR (or of a cluster) and the flights in progress.
+/// Show the coordinator of DIR (or of a cluster), the flights in progress and the term's counters.
 ///
 /// Prints the coordinator's epoch, host name, process id and (in cluster
-/// mode) advertised address, and the key, fencing token
-/// and number of joiners of every flight in progress. Exits 0 when a
-/// coordinator answered, 3 when none runs, 125 on an error.
+/// mode) advertised address, the key, fencing token and number of joiners
+/// of every flight in progress, and what the coordinator counted in its
+/// term. Exits 0 when a coordinator answered, 3 when none runs, 125 on an
+/// error.
 #[derive(Debug, Args)]
+#[command(after_long_help = STATUS_HELP)]
 struct StatusArgs {
     #[command(flatten)]
     place: place::PlaceArgs,
 
-    /// Print one JSON object instead of text.
+    /// What to print: text for people, one JSON object, or the OpenMetrics
+    /// text format for a scraper.
     ///
-    /// {"directory": DIR, "coordinator": {"pid": N, "epoch": "E",
-    /// "grace_window": {"waiting": N} or null} or null, "flights": [{"key": K,
-    /// "token": "T", "joiners": N}], "omitted": N}; epochs and tokens are
-    /// decimal strings, grace_window is null when no grace window is open, and
-    /// omitted counts the flights left out of an answer too long for one
-    /// message (0 when all are listed). In cluster mode "directory" is null,
-    /// "cluster": {"name": NAME, "etcd": [URL]} names the cluster, and the
-    /// coordinator has "host" (its host name) and "address" (what it
-    /// advertises).
-    #[arg(long)]
+    /// json: {"directory": DIR, "coordinator": {"pid": N, "epoch": "E",
+    /// "grace_window": {"waiting": N} or null, "stats": {...} or null} or
+    /// null, "flights": [{"key": K, "token": "T", "joiners": N}], "omitted":
+    /// N}; epochs and tokens are decimal strings, grace_window is null when
+    /// no grace window is open, and omitted counts the flights left out of an
+    /// answer too long for one message (0 when all are listed). In cluster
+    /// mode "directory" is null, "cluster": {"name": NAME, "etcd": [URL]}
+    /// names the cluster, and the coordinator has "host" (its host name) and
+    /// "address" (what it advertises). "stats" holds the counters of the
+    /// coordinator's term, each an integer: "flights_led", "joins",
+    /// "lands_value", "lands_failure", "interruptions", "reasserts_accepted",
+    /// "reasserts_rejected", "rejoins", "grace_windows", "connections_open",
+    /// "connections_refused", and "dedupe_ratio" (joins ÷ the runs answered
+    /// lead or joined, null before the first); it is null when the
+    /// coordinator is too old to count.
+    ///
+    /// openmetrics: every metric is named single_flight_*, counters end in
+    /// _total and start again at 0 with each term, every sample is labelled
+    /// with the directory (or the cluster), and the text ends with "# EOF".
+    /// With no coordinator it holds single_flight_coordinator_up 0.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
     json: bool,
 }
+
+/// What `status` prints (SPEC.md §13.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Openmetrics,
+}
+
+/// The end of `status --help`.
+const STATUS_HELP: &str = "The OpenMetrics form is complete whether a coordinator answered (exit 0) or none runs (exit 3). For Prometheus' node-exporter textfile collector, write it whole so that the collector never reads half of it:\n  single-flight status --format openmetrics > single-flight.prom.tmp; [ $? -le 3 ] && mv single-flight.prom.tmp single-flight.prom";
 
 /// Whether log lines on stderr may carry ANSI colour codes (SPEC.md §13.1):
 /// only on a terminal, so that a log in a file or a pipe stays plain text,

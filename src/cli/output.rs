@@ -9,10 +9,11 @@
 
 use std::io::{self, Read, Write};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde::{Deserialize, Serialize};
 use single_flight::Codec;
 
-use super::base64;
 use super::exit;
 
 /// The bytes before each record's data: its stream and its length.
@@ -114,7 +115,7 @@ pub struct RanCodec;
 impl Codec<Ran> for RanCodec {
     fn encode(&self, ran: &Ran) -> Result<String, String> {
         let (output, spilled) = match &ran.output {
-            Output::Inline(records) => (Some(base64::encode(records)), None),
+            Output::Inline(records) => (Some(BASE64.encode(records)), None),
             Output::Spilled { bytes } => (None, Some(*bytes)),
             Output::Unshared(reason) => return Err(reason.clone()),
         };
@@ -138,7 +139,7 @@ impl Codec<Ran> for RanCodec {
             ));
         }
         let output = match (wire.output, wire.spilled) {
-            (Some(text), None) => Output::Inline(base64::decode(&text)?),
+            (Some(text), None) => Output::Inline(decode_output(&text)?),
             (None, Some(bytes)) => Output::Spilled { bytes },
             _ => return Err("the value must have exactly one of `output` and `spilled`".into()),
         };
@@ -147,6 +148,33 @@ impl Codec<Ran> for RanCodec {
             output,
         })
     }
+}
+
+/// The records of a value's `output`: standard base64 with padding (RFC
+/// 4648), nothing else accepted (SPEC.md §13.2). The text comes from another
+/// process: anything malformed is an error that says what is wrong, never a
+/// panic.
+fn decode_output(text: &str) -> Result<Vec<u8>, String> {
+    BASE64.decode(text).map_err(|error| {
+        let what = match error {
+            base64::DecodeError::InvalidByte(offset, byte) => {
+                format!("the byte {byte:#04x} at offset {offset} is not in its alphabet")
+            }
+            base64::DecodeError::InvalidLength(length) => {
+                format!("its {length} symbols do not make whole groups of four")
+            }
+            base64::DecodeError::InvalidLastSymbol(offset, byte) => format!(
+                "its last symbol {:?} at offset {offset} leaves bits that are not zero",
+                char::from(byte)
+            ),
+            base64::DecodeError::InvalidPadding => {
+                "its padding `=` is missing, or not where standard base64 puts it".into()
+            }
+        };
+        format!(
+            "the value's output is not standard base64 with padding ({what}); the leader is not this version of single-flight"
+        )
+    })
 }
 
 /// One of this process's own streams, written until it fails: a reader that
@@ -256,6 +284,81 @@ mod tests {
                 let text = RanCodec.encode(&ran).unwrap();
                 assert_eq!(RanCodec.decode(&text).unwrap(), ran, "{text}");
             }
+        }
+    }
+
+    /// §13.2: the value's text for known records, byte for byte: standard
+    /// base64 with padding, each count of padding, every byte value. The
+    /// texts were made by an encoder independent of this crate's (Python's
+    /// `base64.b64encode`), and matched the hand-written encoder this command
+    /// had before the `base64` crate.
+    #[test]
+    fn values_are_pinned_byte_for_byte() {
+        let every_byte: Vec<u8> = (0..=255).collect();
+        let cases: [(Vec<u8>, &str); 6] = [
+            (records(&[]), ""),
+            (records(&[(Stream::Stdout, b"hello\n")]), "AQAAAAZoZWxsbwo="),
+            (
+                records(&[
+                    (Stream::Stdout, b"a\0b\xff\xfe"),
+                    (Stream::Stderr, b"\x80warn\n"),
+                ]),
+                "AQAAAAVhAGL//gIAAAAGgHdhcm4K",
+            ),
+            (records(&[(Stream::Stderr, b"ab")]), "AgAAAAJhYg=="),
+            (records(&[(Stream::Stdout, b"abcd")]), "AQAAAARhYmNk"),
+            (
+                records(&[(Stream::Stdout, &every_byte)]),
+                "AQAAAQAAAQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKywtLi8wMTIzNDU2Nzg5Ojs8PT4/QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl9gYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoOEhYaHiImKi4yNjo+QkZKTlJWWl5iZmpucnZ6foKGio6SlpqeoqaqrrK2ur7CxsrO0tba3uLm6u7y9vr/AwcLDxMXGx8jJysvMzc7P0NHS09TV1tfY2drb3N3e3+Dh4uPk5ebn6Onq6+zt7u/w8fLz9PX29/j5+vv8/f7/",
+            ),
+        ];
+        for (records, output) in cases {
+            let ran = Ran {
+                exit: Exit::Code(0),
+                output: Output::Inline(records),
+            };
+            let text = format!(r#"{{"format":1,"exit":{{"code":0}},"output":"{output}"}}"#);
+            assert_eq!(RanCodec.encode(&ran).unwrap(), text);
+            assert_eq!(RanCodec.decode(&text).unwrap(), ran, "{text}");
+        }
+    }
+
+    /// §13.2: an output that is not standard base64 with padding is refused,
+    /// with a message that says what is wrong with it.
+    #[test]
+    fn malformed_base64_is_refused_saying_what_is_wrong() {
+        for (output, says) in [
+            (
+                "Zm\u{e9}",
+                "the byte 0xc3 at offset 2 is not in its alphabet",
+            ),
+            ("Zm 9", "the byte 0x20 at offset 2 is not in its alphabet"),
+            ("Zm9v-_", "the byte 0x2d at offset 4 is not in its alphabet"),
+            (
+                "Zg==Zg==",
+                "the byte 0x3d at offset 2 is not in its alphabet",
+            ),
+            ("Zm9vY", "its 5 symbols do not make whole groups of four"),
+            (
+                "Zg=",
+                "its padding `=` is missing, or not where standard base64 puts it",
+            ),
+            (
+                "Zg",
+                "its padding `=` is missing, or not where standard base64 puts it",
+            ),
+            (
+                "Zh==",
+                "its last symbol 'h' at offset 1 leaves bits that are not zero",
+            ),
+        ] {
+            let text = format!(r#"{{"format":1,"exit":{{"code":0}},"output":"{output}"}}"#);
+            let error = RanCodec.decode(&text).unwrap_err();
+            assert!(error.contains(says), "{output:?}: {error}");
+            assert!(
+                error.starts_with("the value's output is not standard base64 with padding ("),
+                "{output:?}: {error}"
+            );
         }
     }
 

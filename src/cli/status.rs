@@ -2,11 +2,16 @@
 //! coordinator and its flights in progress (SPEC.md §3.5).
 
 use serde::Serialize;
-use single_flight::{Status, StatusError};
+use single_flight::{CoordinatorStats, Status, StatusError};
 
-use super::StatusArgs;
 use super::exit;
+use super::metrics;
 use super::place::Place;
+use super::{Format, StatusArgs};
+
+/// What the command says of a coordinator that does not report counters
+/// (SPEC.md §3.5, §13.5).
+const NO_COUNTERS: &str = "the coordinator does not report counters (older version)";
 
 /// Runs the subcommand; returns the exit code: 0 when a coordinator
 /// answered, 3 when none runs, 125 when its status could not be had.
@@ -24,23 +29,31 @@ pub async fn status(args: StatusArgs) -> u8 {
         Some(directory) if !directory.exists() => None,
         _ => Some(place.status().await),
     };
+    // `--json` is short for `--format json`; clap refuses both at once.
+    let format = if args.json { Format::Json } else { args.format };
     match answer {
         Some(Ok(status)) => {
-            if args.json {
-                println!("{}", json(&place, Some(&status)));
-            } else {
-                print!("{}", text(&place, &status));
+            match format {
+                Format::Text => print!("{}", text(&place, &status)),
+                Format::Json => println!("{}", json(&place, Some(&status))),
+                Format::Openmetrics => {
+                    if status.stats.is_none() {
+                        // The format has no comments: people read stderr.
+                        eprintln!("single-flight: {NO_COUNTERS}");
+                    }
+                    print!("{}", openmetrics(&place, Some(&status)));
+                }
             }
             exit::SUCCESS
         }
         None | Some(Err(StatusError::NoCoordinator { .. })) => {
-            if args.json {
-                println!("{}", json(&place, None));
-            } else {
-                println!(
+            match format {
+                Format::Text => println!(
                     "no coordinator runs in {}: no process uses it now",
                     place.describe()
-                );
+                ),
+                Format::Json => println!("{}", json(&place, None)),
+                Format::Openmetrics => print!("{}", openmetrics(&place, None)),
             }
             exit::NOT_RUNNING
         }
@@ -48,6 +61,18 @@ pub async fn status(args: StatusArgs) -> u8 {
             eprintln!("single-flight: {error}");
             exit::FAILED
         }
+    }
+}
+
+/// The OpenMetrics form, labelled with the directory or the cluster's name.
+fn openmetrics(place: &Place, status: Option<&Status>) -> String {
+    match (place.directory(), place.cluster()) {
+        (_, Some((name, _))) => metrics::exposition("cluster", name, status),
+        (directory, None) => metrics::exposition(
+            "directory",
+            &directory.map_or_else(|| place.describe(), |d| d.to_string_lossy().into_owned()),
+            status,
+        ),
     }
 }
 
@@ -81,6 +106,15 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         epoch: String,
         /// Open (with the runs that wait for it), or `null` (SPEC.md §8.4).
         grace_window: Option<GraceWindow>,
+        /// The term's counters, or `null` from a coordinator too old to
+        /// count (SPEC.md §3.5).
+        stats: Option<Stats>,
+    }
+    #[derive(Serialize)]
+    struct Stats {
+        #[serde(flatten)]
+        counted: CoordinatorStats,
+        dedupe_ratio: Option<f64>,
     }
     #[derive(Serialize)]
     struct GraceWindow {
@@ -105,6 +139,10 @@ fn json(place: &Place, status: Option<&Status>) -> String {
             grace_window: status
                 .waiting_in_grace
                 .map(|waiting| GraceWindow { waiting }),
+            stats: status.stats.map(|counted| Stats {
+                counted,
+                dedupe_ratio: counted.dedupe_ratio(),
+            }),
         }),
         flights: status
             .map(|status| {
@@ -121,6 +159,7 @@ fn json(place: &Place, status: Option<&Status>) -> String {
             .unwrap_or_default(),
         omitted: status.map_or(0, |status| status.omitted),
     };
+    // A ratio is finite or absent, never NaN, so it serializes too.
     serde_json::to_string(&report).expect("a report of strings and numbers serializes")
 }
 
@@ -147,6 +186,7 @@ fn text(place: &Place, status: &Status) -> String {
             if waiting == 1 { "run waits" } else { "runs wait" }
         ));
     }
+    text.push_str(&counted(status.stats.as_ref()));
     if status.flights.is_empty() && status.omitted == 0 {
         text.push_str("flights      none in progress\n");
         return text;
@@ -187,6 +227,40 @@ fn text(place: &Place, status: &Status) -> String {
     text
 }
 
+/// The counters of the term, for people (SPEC.md §8.11).
+fn counted(stats: Option<&CoordinatorStats>) -> String {
+    let Some(stats) = stats else {
+        return format!("counters     {NO_COUNTERS}\n");
+    };
+    let plural = |count: u64, one: &str, many: &str| {
+        format!("{count} {}", if count == 1 { one } else { many })
+    };
+    let dedupe = match stats.dedupe_ratio() {
+        Some(ratio) => format!(
+            "{:.0}% of the runs answered did not run the work",
+            ratio * 100.0
+        ),
+        None => "no run answered yet".to_owned(),
+    };
+    format!(
+        "this term    {}, {}: {dedupe}\n\
+         \x20            {} with a value, {} with a failure, {}\n\
+         \x20            {} accepted, {} rejected, {}, {}\n\
+         \x20            {} open, {} refused\n",
+        plural(stats.flights_led, "flight led", "flights led"),
+        plural(stats.joins, "join", "joins"),
+        plural(stats.lands_value, "land", "lands"),
+        stats.lands_failure,
+        plural(stats.interruptions, "interruption", "interruptions"),
+        plural(stats.reasserts_accepted, "reassert", "reasserts"),
+        stats.reasserts_rejected,
+        plural(stats.rejoins, "rejoin", "rejoins"),
+        plural(stats.grace_windows, "grace window", "grace windows"),
+        plural(stats.connections_open, "connection", "connections"),
+        stats.connections_refused,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +280,11 @@ mod tests {
             }],
             omitted: 0,
             waiting_in_grace,
+            stats: Some(CoordinatorStats {
+                flights_led: 1,
+                joins: 3,
+                ..CoordinatorStats::default()
+            }),
         }
     }
 
@@ -218,7 +297,7 @@ mod tests {
         assert!(open.contains("grace window open: 3 runs wait"), "{open}");
         assert!(open.contains(r#""a\nb""#), "keys are quoted: {open}");
         let closed = text(directory, &status(None));
-        assert!(!closed.contains("grace window"), "{closed}");
+        assert!(!closed.contains("grace window open"), "{closed}");
 
         let json_open: serde_json::Value =
             serde_json::from_str(&json(directory, Some(&status(Some(1))))).unwrap();
@@ -275,6 +354,46 @@ mod tests {
             assert_eq!(report["coordinator"]["host"], "ci-7");
             assert_eq!(report["coordinator"]["address"], "10.0.0.1:7000");
         }
+    }
+
+    /// §13.5, §8.11: the text and JSON forms show the term's counters and
+    /// the dedupe ratio, and say so when the coordinator does not count.
+    #[test]
+    fn the_counters_are_reported_or_said_to_be_missing() {
+        let directory = &Place::Directory("/d".into());
+        let shown = text(directory, &status(None));
+        assert!(
+            shown.contains("this term    1 flight led, 3 joins: 75% of the runs answered did not run the work\n"),
+            "{shown}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&status(None)))).unwrap();
+        assert_eq!(report["coordinator"]["stats"]["joins"], 3);
+        assert_eq!(report["coordinator"]["stats"]["dedupe_ratio"], 0.75);
+
+        let mut fresh = status(None);
+        fresh.stats = Some(CoordinatorStats::default());
+        let shown = text(directory, &fresh);
+        assert!(shown.contains("0 joins: no run answered yet"), "{shown}");
+        let report: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&fresh))).unwrap();
+        assert_eq!(
+            report["coordinator"]["stats"]["dedupe_ratio"],
+            serde_json::Value::Null
+        );
+
+        let mut older = status(None);
+        older.stats = None;
+        let shown = text(directory, &older);
+        assert!(
+            shown.contains(
+                "counters     the coordinator does not report counters (older version)\n"
+            ),
+            "{shown}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&json(directory, Some(&older))).unwrap();
+        assert_eq!(report["coordinator"]["stats"], serde_json::Value::Null);
     }
 
     /// §13.5: flights that do not fit in one answer (SPEC.md §3.5) are

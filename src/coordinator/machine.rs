@@ -1,14 +1,15 @@
 //! The coordinator's rules (SPEC.md §8).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
 
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
 #[cfg(feature = "mutants")]
 use super::mutant::Mutant;
 use crate::protocol::limits::STATUS_FLIGHTS_BYTES;
 use crate::protocol::{
-    Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request, RequestId, Response,
-    encoded_len,
+    CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
+    RequestId, Response, encoded_len,
 };
 
 /// Open requests one connection may have at once (SPEC.md §8.9). A process
@@ -86,8 +87,60 @@ pub struct Coordinator {
     reasserted: BTreeMap<Key, FencingToken>,
     /// Effects of the step in progress; always empty between steps.
     effects: Vec<Effect>,
+    /// What this term decided, counted for operators (SPEC.md §8.11).
+    counters: Tally,
     #[cfg(feature = "mutants")]
     mutant: Option<Mutant>,
+}
+
+/// What a coordinator decided in its term, counted (SPEC.md §8.11): plain
+/// integers, so that counting costs an addition where the decision is made.
+/// They start at 0 with the term. Each counts at most one thing per request
+/// or per party, so none comes near 2^64.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Runs answered `lead`.
+    pub flights_led: u64,
+    /// Runs answered `joined`, plain runs and rejoins alike.
+    pub joins: u64,
+    /// Outcomes handed over by a `land` or a landed `reassert` that were
+    /// values.
+    pub lands_value: u64,
+    /// … that were failures (`ValueTooLarge` in place of an outcome too
+    /// large included).
+    pub lands_failure: u64,
+    /// Flights in progress that ended without an outcome.
+    pub interruptions: u64,
+    /// `reassert`s accepted, running or landed.
+    pub reasserts_accepted: u64,
+    /// `reassert`s rejected.
+    pub reasserts_rejected: u64,
+    /// `run`s with a `flight` that opened a party.
+    pub rejoins: u64,
+    /// Grace windows opened: 1 for a term after a failover, else 0.
+    pub grace_windows: u64,
+}
+
+/// The counters, kept out of the coordinator's equality and hash: they
+/// record what happened and never decide anything, and the model checker
+/// stores coordinators by their hash (model/src/state.rs). Counted into the
+/// hash, two states that behave alike but were reached by different paths
+/// would be two states, and the explored space would grow with every count
+/// (SPEC.md §12): the pinned state counts show that it did not.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally(Counters);
+
+impl PartialEq for Tally {
+    fn eq(&self, _: &Tally) -> bool {
+        true
+    }
+}
+
+impl Eq for Tally {}
+
+impl Hash for Tally {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -121,10 +174,11 @@ struct Flight {
 impl Coordinator {
     /// The coordinator of the term `epoch`.
     pub fn new(epoch: Epoch, term: Term) -> Coordinator {
+        let in_grace = term == Term::AfterFailover;
         Coordinator {
             epoch,
             next_sequence: Some(1),
-            in_grace: term == Term::AfterFailover,
+            in_grace,
             ended: false,
             connections: BTreeMap::new(),
             flights: BTreeMap::new(),
@@ -132,6 +186,10 @@ impl Coordinator {
             ended_in_grace: BTreeMap::new(),
             reasserted: BTreeMap::new(),
             effects: Vec::new(),
+            counters: Tally(Counters {
+                grace_windows: u64::from(in_grace),
+                ..Counters::default()
+            }),
             #[cfg(feature = "mutants")]
             mutant: None,
         }
@@ -163,6 +221,11 @@ impl Coordinator {
     /// The flights in progress, by key, with their tokens.
     pub fn flights(&self) -> impl Iterator<Item = (&Key, FencingToken)> {
         self.flights.iter().map(|(key, flight)| (key, flight.token))
+    }
+
+    /// What this term has decided so far (SPEC.md §8.11).
+    pub fn counters(&self) -> Counters {
+        self.counters.0
     }
 
     /// Whether `connection` is open as far as the coordinator knows.
@@ -206,7 +269,10 @@ impl Coordinator {
                 if self.open(connection, &id, &key) {
                     match flight {
                         None => self.run((connection, id), key),
-                        Some(token) => self.rejoin((connection, id), key, token),
+                        Some(token) => {
+                            self.counters.0.rejoins += 1;
+                            self.rejoin((connection, id), key, token)
+                        }
                     }
                 }
             }
@@ -253,11 +319,28 @@ impl Coordinator {
                 .filter(|party| self.party(party).is_some())
                 .count() as u64
         });
+        let counted = self.counters.0;
+        let stats = CoordinatorStats {
+            flights_led: counted.flights_led,
+            joins: counted.joins,
+            lands_value: counted.lands_value,
+            lands_failure: counted.lands_failure,
+            interruptions: counted.interruptions,
+            reasserts_accepted: counted.reasserts_accepted,
+            reasserts_rejected: counted.reasserts_rejected,
+            rejoins: counted.rejoins,
+            grace_windows: counted.grace_windows,
+            connections_open: self.connections.len() as u64,
+            // The core never hears of a connection refused before it opened;
+            // the shell counts those, and fills this in (SPEC.md §8.11).
+            connections_refused: 0,
+        };
         let response = Response::Status {
             id,
             flights,
             waiting,
             omitted: (omitted > 0).then_some(omitted),
+            stats: Some(stats),
         };
         self.send(connection, response);
     }
@@ -322,6 +405,7 @@ impl Coordinator {
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key, flight);
+        self.counters.0.flights_led += 1;
         let (connection, id) = party;
         self.send(connection, Response::Lead { id, token });
     }
@@ -331,6 +415,7 @@ impl Coordinator {
         if let Some(flight) = self.flights.get_mut(key) {
             flight.joiners.insert(party.clone());
         }
+        self.counters.0.joins += 1;
         let (connection, id) = party;
         self.send(connection, Response::Joined { id, flight: token });
     }
@@ -392,10 +477,12 @@ impl Coordinator {
             && !self.ended_in_grace.contains_key(&token)
             && !superseded;
         if !accepted {
+            self.counters.0.reasserts_rejected += 1;
             self.remove_party(&party);
             let (connection, id) = party;
             return self.send(connection, Response::Rejected { id });
         }
+        self.counters.0.reasserts_accepted += 1;
         if latest.is_none_or(|latest| latest < token) {
             self.reasserted.insert(key.clone(), token);
             // The flight of this key brought back earlier in this window is
@@ -442,6 +529,7 @@ impl Coordinator {
     /// and no new call joins it (§8.3).
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
         let (outcome, answer) = shareable(outcome);
+        self.count_land(matches!(outcome, Outcome::Value(_)));
         if !self.mutant(Mutant::ForgetsLandingsInGrace) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
@@ -499,7 +587,9 @@ impl Coordinator {
             return self.send(connection, Response::Rejected { id });
         };
         let (outcome, answer) = shareable(outcome);
+        let value = matches!(outcome, Outcome::Value(_));
         if self.end_flight(&key, token, Some(outcome)) {
+            self.count_land(value);
             self.send(connection, answer(id));
         } else {
             self.send(connection, Response::Rejected { id });
@@ -559,6 +649,9 @@ impl Coordinator {
         let Some(flight) = self.flights.remove(key) else {
             return false;
         };
+        if outcome.is_none() {
+            self.counters.0.interruptions += 1;
+        }
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());
         }
@@ -636,6 +729,16 @@ impl Coordinator {
                 connection,
                 response,
             });
+        }
+    }
+
+    /// Counts an outcome handed over by its leader, a value or a failure
+    /// (§8.11).
+    fn count_land(&mut self, value: bool) {
+        if value {
+            self.counters.0.lands_value += 1;
+        } else {
+            self.counters.0.lands_failure += 1;
         }
     }
 

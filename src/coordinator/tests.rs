@@ -2,7 +2,9 @@
 //! the exact effects; and property tests over long random event sequences.
 
 use super::*;
-use crate::protocol::{Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
+use crate::protocol::{
+    CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
+};
 
 mod properties;
 
@@ -470,6 +472,12 @@ fn status_lists_flights() {
                 flights,
                 waiting: None,
                 omitted: None,
+                stats: Some(CoordinatorStats {
+                    flights_led: 2,
+                    joins: 1,
+                    connections_open: 2,
+                    ..CoordinatorStats::default()
+                }),
             }
         )]
     );
@@ -500,6 +508,13 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 flights: held,
                 waiting: Some(2),
                 omitted: None,
+                stats: Some(CoordinatorStats {
+                    reasserts_accepted: 1,
+                    rejoins: 1,
+                    grace_windows: 1,
+                    connections_open: 2,
+                    ..CoordinatorStats::default()
+                }),
             }
         )]
     );
@@ -518,9 +533,94 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 flights: joined,
                 waiting: None,
                 omitted: None,
+                stats: Some(CoordinatorStats {
+                    joins: 2,
+                    reasserts_accepted: 1,
+                    rejoins: 1,
+                    grace_windows: 1,
+                    connections_open: 2,
+                    ..CoordinatorStats::default()
+                }),
             }
         )]
     );
+}
+
+/// §8.11: the counters follow the term's decisions: reasserts accepted and
+/// rejected, a landed reassert's value, rejoins, the window, runs that lead
+/// and join when it ends, a failure landed, and a flight interrupted by its
+/// leader's cancel; a land that is rejected counts nothing.
+#[test]
+fn counters_count_what_the_term_decided() {
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    assert_eq!(co.counters().grace_windows, 1);
+    assert_eq!(co.step(reassert(1, "1", "a", token(1, 3))), vec![]);
+    assert_eq!(
+        co.step(reassert(2, "1", "a", token(1, 2))),
+        vec![rejected(2, "1")]
+    );
+    let landed_before = request(
+        c(2),
+        Request::Reassert {
+            id: id("2"),
+            key: key("b"),
+            token: token(1, 5),
+            outcome: Some(value("v")),
+        },
+    );
+    assert_eq!(co.step(landed_before), vec![ack(2, "2")]);
+    assert_eq!(co.step(rejoin(3, "1", "a", token(1, 3))), vec![]);
+    assert_eq!(co.step(run(3, "2", "c")), vec![]);
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![joined(3, "1", token(1, 3)), lead(3, "2", token(2, 1))]
+    );
+    assert_eq!(co.step(run(2, "3", "c")), vec![joined(2, "3", token(2, 1))]);
+    let failure = Outcome::Failure(crate::protocol::Failure {
+        name: "Error".into(),
+        message: "disk full".into(),
+        code: None,
+    });
+    assert_eq!(
+        co.step(land(2, "3", failure.clone())),
+        vec![rejected(2, "3")]
+    );
+    assert_eq!(
+        co.step(land(3, "2", failure.clone())),
+        vec![landed(2, "3", failure), ack(3, "2")]
+    );
+    assert_eq!(co.step(cancel(1, "1")), vec![interrupted(3, "1")]);
+    assert_eq!(
+        co.counters(),
+        Counters {
+            flights_led: 1,
+            joins: 2,
+            lands_value: 1,
+            lands_failure: 1,
+            interruptions: 1,
+            reasserts_accepted: 2,
+            reasserts_rejected: 1,
+            rejoins: 1,
+            grace_windows: 1,
+        }
+    );
+}
+
+/// §8.11, §12: the counters are not part of the coordinator's equality or
+/// hash, so that the model checker's states do not multiply with them.
+#[test]
+fn counters_stay_out_of_equality_and_hash() {
+    use std::hash::{BuildHasher, RandomState};
+    let fresh = coordinator(2, Term::First, 1);
+    let mut counted = fresh.clone();
+    assert_eq!(
+        counted.step(reassert(1, "1", "k", token(1, 1))),
+        vec![rejected(1, "1")]
+    );
+    assert_ne!(counted.counters(), fresh.counters());
+    assert_eq!(counted, fresh);
+    let hasher = RandomState::new();
+    assert_eq!(hasher.hash_one(&counted), hasher.hash_one(&fresh));
 }
 
 /// §8.9: when a term's sequence is used up the coordinator ends its term

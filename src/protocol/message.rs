@@ -234,6 +234,10 @@ pub enum Response {
         /// the field.
         #[serde(skip_serializing_if = "Option::is_none")]
         omitted: Option<u64>,
+        /// The coordinator's counters of its term (§3.5, §8.11). Absent
+        /// from coordinators older than the field.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stats: Option<CoordinatorStats>,
     },
 }
 
@@ -244,6 +248,53 @@ pub struct FlightStatus {
     pub token: FencingToken,
     /// How many callers wait for this flight's outcome besides its leader.
     pub joiners: u64,
+}
+
+/// What a coordinator counted in its term, as `status` reports it (SPEC.md
+/// §3.5, §8.11): what the pure core decided, the connections open, and the
+/// connections its shell refused before they opened. Every count starts at 0
+/// with the term; a new term starts again from 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct CoordinatorStats {
+    /// Flights led: runs answered `lead`.
+    pub flights_led: u64,
+    /// Runs answered `joined` (plain runs and rejoins).
+    pub joins: u64,
+    /// Outcomes a leader handed over (a `land`, or a landed `reassert`)
+    /// that were values.
+    pub lands_value: u64,
+    /// … that were failures, the `ValueTooLarge` failure that replaces an
+    /// outcome too large to share included (§3.4).
+    pub lands_failure: u64,
+    /// Flights in progress that ended without an outcome (§8.6, §8.3).
+    pub interruptions: u64,
+    /// `reassert`s accepted, running or landed (§8.3).
+    pub reasserts_accepted: u64,
+    /// `reassert`s answered `rejected` without being accepted.
+    pub reasserts_rejected: u64,
+    /// Rejoins received: `run`s with a `flight` (§8.2).
+    pub rejoins: u64,
+    /// Grace windows the term opened: 1 after a failover, otherwise 0.
+    pub grace_windows: u64,
+    /// Connections open at the moment of the answer (a gauge).
+    pub connections_open: u64,
+    /// Connections closed before they opened: over `MAX_CONNECTIONS`, or
+    /// refused at the transport's check or at the hello (§11.2, §11.3).
+    pub connections_refused: u64,
+}
+
+impl CoordinatorStats {
+    /// Joins ÷ the runs answered `lead` or `joined`: the share of those runs
+    /// that did not run the work. `None` before the first.
+    pub fn dedupe_ratio(&self) -> Option<f64> {
+        ratio(self.joins, self.flights_led.saturating_add(self.joins))
+    }
+}
+
+/// `part ÷ whole`, or `None` when `whole` is 0. Counts far beyond 2^53 lose
+/// precision in an `f64`, which a ratio can afford.
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
 }
 
 /// A decoded request line: a request this version knows, or a well-formed
@@ -422,6 +473,7 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
                 .take()
                 .map(|given| count(given, "omitted"))
                 .transpose()?,
+            stats: message.stats.take().map(stats).transpose()?,
         },
         _ => {
             return Err(DecodeError::UnknownResponse {
@@ -610,6 +662,7 @@ struct MessageFields<'a> {
     flights: Option<Json<'a, Skipped, FlightList>>,
     waiting: Option<Json<'a>>,
     omitted: Option<Json<'a>>,
+    stats: Option<Json<'a, StatsFields<'a>>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -645,6 +698,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "flights" => member(map, &mut self.flights),
             "waiting" => member(map, &mut self.waiting),
             "omitted" => member(map, &mut self.omitted),
+            "stats" => member(map, &mut self.stats),
             _ => skip(map),
         }
     }
@@ -732,6 +786,43 @@ impl<'a> Fields<'a> for FlightFields<'a> {
             "joiners" => member(map, &mut self.joiners),
             _ => skip(map),
         }
+    }
+}
+
+/// The members of a `status` answer's `stats` (SPEC.md §3.5). Members of
+/// other names are read and dropped: a later version may count more.
+#[derive(Default)]
+struct StatsFields<'a> {
+    flights_led: Option<Json<'a>>,
+    joins: Option<Json<'a>>,
+    lands_value: Option<Json<'a>>,
+    lands_failure: Option<Json<'a>>,
+    interruptions: Option<Json<'a>>,
+    reasserts_accepted: Option<Json<'a>>,
+    reasserts_rejected: Option<Json<'a>>,
+    rejoins: Option<Json<'a>>,
+    grace_windows: Option<Json<'a>>,
+    connections_open: Option<Json<'a>>,
+    connections_refused: Option<Json<'a>>,
+}
+
+impl<'a> Fields<'a> for StatsFields<'a> {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        let field = match name {
+            "flights_led" => &mut self.flights_led,
+            "joins" => &mut self.joins,
+            "lands_value" => &mut self.lands_value,
+            "lands_failure" => &mut self.lands_failure,
+            "interruptions" => &mut self.interruptions,
+            "reasserts_accepted" => &mut self.reasserts_accepted,
+            "reasserts_rejected" => &mut self.reasserts_rejected,
+            "rejoins" => &mut self.rejoins,
+            "grace_windows" => &mut self.grace_windows,
+            "connections_open" => &mut self.connections_open,
+            "connections_refused" => &mut self.connections_refused,
+            _ => return skip(map),
+        };
+        member(map, field)
     }
 }
 
@@ -876,5 +967,30 @@ fn count(given: Json<'_>, field: &'static str) -> Result<u64, DecodeError> {
     .ok_or(DecodeError::WrongType {
         field,
         expected: "a non-negative integer",
+    })
+}
+
+/// A `status` answer's `stats` (SPEC.md §3.5): an object whose every member
+/// of this version is there and is a count.
+fn stats(given: Json<'_, StatsFields<'_>>) -> Result<CoordinatorStats, DecodeError> {
+    let Json::Object(fields) = given else {
+        return Err(DecodeError::WrongType {
+            field: "stats",
+            expected: "an object",
+        });
+    };
+    let counted = |member: Option<Json<'_>>, field| count(required(member, field)?, field);
+    Ok(CoordinatorStats {
+        flights_led: counted(fields.flights_led, "flights_led")?,
+        joins: counted(fields.joins, "joins")?,
+        lands_value: counted(fields.lands_value, "lands_value")?,
+        lands_failure: counted(fields.lands_failure, "lands_failure")?,
+        interruptions: counted(fields.interruptions, "interruptions")?,
+        reasserts_accepted: counted(fields.reasserts_accepted, "reasserts_accepted")?,
+        reasserts_rejected: counted(fields.reasserts_rejected, "reasserts_rejected")?,
+        rejoins: counted(fields.rejoins, "rejoins")?,
+        grace_windows: counted(fields.grace_windows, "grace_windows")?,
+        connections_open: counted(fields.connections_open, "connections_open")?,
+        connections_refused: counted(fields.connections_refused, "connections_refused")?,
     })
 }

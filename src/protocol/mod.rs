@@ -15,7 +15,8 @@ pub use handshake::{
     ProtocolVersionError, decode_client_hello, decode_coordinator_hello,
 };
 pub use message::{
-    Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome, Request, RequestId,
-    Response, VALUE_TOO_LARGE, decode_request, decode_response, encode, encoded_len,
+    CoordinatorStats, Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome,
+    Request, RequestId, Response, VALUE_TOO_LARGE, decode_request, decode_response, encode,
+    encoded_len,
 };
 pub use token::{Epoch, FencingToken, TokenError};

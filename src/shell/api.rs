@@ -16,6 +16,7 @@ use super::driver::{CallEvent, Command, Driver, PANIC_LAND_TIMEOUT};
 use super::error::{OpenError, RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
 use super::options::Options;
+use super::stats::{Counters, Stats};
 use crate::client::{CallId, Resolution};
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
 use crate::protocol::{Failure, FencingToken, Key, Outcome};
@@ -82,6 +83,8 @@ struct Shared {
     /// caller cannot watch them (a blocking call's deadline, a panicking
     /// leader's wait for its land) run there (SPEC.md §9.6, §9.7).
     runtime: tokio::runtime::Handle,
+    /// This process's calls by outcome, and its failovers (SPEC.md §9.8).
+    counters: Arc<Counters>,
 }
 
 /// Configures a [`SingleFlight`] before it opens.
@@ -155,9 +158,9 @@ impl Builder {
             // beyond the thread's own.
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => {
-                return start_thread(None, move || async move {
+                return start_thread(None, move |counters| async move {
                     let (election, transport) = cluster.connect().await?;
-                    Ok(Driver::new(election, transport, options))
+                    Ok(Driver::new(election, transport, options, counters))
                 });
             }
         };
@@ -179,8 +182,8 @@ impl Builder {
             path: directory.display().to_string(),
             error,
         })?;
-        start_thread(Some(directory), move || {
-            std::future::ready(Ok(Driver::new(election, transport, options)))
+        start_thread(Some(directory), move |counters| {
+            std::future::ready(Ok(Driver::new(election, transport, options, counters)))
         })
     }
 }
@@ -207,7 +210,7 @@ pub(super) fn opened_with(
 /// until every handle is gone.
 pub(crate) fn start_thread<E, T, O>(
     directory: Option<PathBuf>,
-    open: impl FnOnce() -> O + Send + 'static,
+    open: impl FnOnce(Arc<Counters>) -> O + Send + 'static,
 ) -> Result<(SingleFlight, Opened), OpenError>
 where
     E: Election,
@@ -221,12 +224,14 @@ where
         .build()
         .map_err(OpenError::Thread)?;
     let handle = runtime.handle().clone();
+    let counters = Arc::new(Counters::default());
+    let driver_counters = counters.clone();
     #[allow(clippy::disallowed_methods)] // the shell owns threads
     std::thread::Builder::new()
         .name("single-flight".into())
         .spawn(move || {
             runtime.block_on(async move {
-                match open().await {
+                match open(driver_counters).await {
                     Ok(driver) => {
                         let _ = answer.send(Ok(()));
                         driver.run(inbox).await;
@@ -244,6 +249,7 @@ where
             commands,
             next_call: AtomicU64::new(1),
             runtime: handle,
+            counters,
         }),
     };
     Ok((flights, opened))
@@ -268,6 +274,13 @@ impl SingleFlight {
         self.shared.directory.as_deref()
     }
 
+    /// This process's calls so far, by outcome, and the failovers it lived
+    /// through (SPEC.md §9.8), for every clone of this `SingleFlight`. The
+    /// coordinator's counters are in [`Status::stats`](super::Status::stats).
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot()
+    }
+
     /// Runs `work` for `key` once among every concurrent caller of every
     /// process sharing the directory: this call either leads (runs `work`
     /// with the flight's fencing token) or joins the flight in progress and
@@ -277,7 +290,7 @@ impl SingleFlight {
     /// Dropping the returned future withdraws the call; a leader's drop
     /// interrupts its joiners (SPEC.md §8.6). A leader whose `work` panics
     /// hands its joiners the failure `Panic`, then the panic goes on here
-    /// (SPEC.md §9.6).
+    /// (SPEC.md §9.8).
     pub async fn run<T, E, F, Fut>(&self, key: &str, work: F) -> Result<Landed<T>, RunError<E>>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
@@ -372,6 +385,7 @@ impl<'a, C> Call<'a, C> {
         E: IntoFailure,
     {
         let key = self.key.clone();
+        let counters = self.flights.shared.counters.clone();
         let finished = match self.deadline {
             None => self.run_now(work).await,
             Some(deadline) => tokio::time::timeout(deadline, self.run_now(work))
@@ -384,7 +398,10 @@ impl<'a, C> Call<'a, C> {
         // Outside the deadline: a leader whose work panicked always gets its
         // panic back (SPEC.md §9.6).
         match finished {
-            Finished::Returned(result) => result,
+            Finished::Returned(result) => {
+                counters.call(&result);
+                result
+            }
             Finished::Panicked(panicked) => panicked.resume().await,
         }
     }
@@ -414,6 +431,11 @@ impl<'a, C> Call<'a, C> {
     /// follows is [`Started::answer`] with its first event, then, for a
     /// leader, [`Leading::finish`] with what its work came to: the async and
     /// the blocking API differ only in how they wait and run the work.
+    /// The counters of the process this call is made in (SPEC.md §9.8).
+    pub(super) fn counters(&self) -> Arc<Counters> {
+        self.flights.shared.counters.clone()
+    }
+
     pub(super) fn start<E>(&self) -> Result<Started<'a>, RunError<E>> {
         let shared: &'a Shared = &self.flights.shared;
         let key = Key::new(self.key.as_str()).map_err(|error| RunError::Invalid {
@@ -609,6 +631,7 @@ impl Leading<'_> {
         Finished::Panicked(Panicked {
             payload,
             landed: on_landed,
+            counters: self.shared.counters.clone(),
         })
     }
 }
@@ -618,16 +641,19 @@ pub(super) struct Panicked {
     payload: Box<dyn Any + Send>,
     /// Answers once the land is settled, or [`PANIC_LAND_TIMEOUT`] passed.
     landed: oneshot::Receiver<()>,
+    counters: Arc<Counters>,
 }
 
 impl Panicked {
     async fn resume<R>(self) -> R {
         let _ = self.landed.await;
+        self.counters.panicked();
         std::panic::resume_unwind(self.payload)
     }
 
     pub(super) fn resume_blocking<R>(self) -> R {
         let _ = self.landed.blocking_recv();
+        self.counters.panicked();
         std::panic::resume_unwind(self.payload)
     }
 }

@@ -233,6 +233,21 @@ impl<'a, C> Call<'a, C> {
         E: IntoFailure,
     {
         refuse_inside_runtime();
+        // Counted as the async API counts (SPEC.md §9.8); a panic is counted
+        // where it is resumed.
+        let counters = self.call.counters();
+        let result = self.run_uncounted(work);
+        counters.call(&result);
+        result
+    }
+
+    #[track_caller]
+    fn run_uncounted<T, E, F>(self, work: F) -> Result<Landed<T>, RunError<E>>
+    where
+        C: Codec<T>,
+        F: FnOnce(FencingToken) -> Result<T, E>,
+        E: IntoFailure,
+    {
         let call = self.call;
         // From the start, as the async API's timeout counts.
         let expiry = call
@@ -276,6 +291,7 @@ impl<'a, C> Call<'a, C> {
             // caller's still.
             drop(leading);
             if let Err(payload) = result {
+                call.counters().panicked();
                 std::panic::resume_unwind(payload);
             }
             return Err(passed(expiry));

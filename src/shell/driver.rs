@@ -15,6 +15,7 @@ use super::error::Unavailable;
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
+use super::stats::Counters;
 use crate::client::{CallId, Client, Effect, Event, Resolution};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
@@ -86,6 +87,10 @@ pub struct Driver<E, T> {
     serving: Option<Serving>,
     /// Lands whose leader waits for them to be settled (§9.6).
     settling: BTreeMap<CallId, oneshot::Sender<()>>,
+    /// The epoch of the last coordinator this process connected to, to
+    /// count the failovers it lives through (SPEC.md §9.8).
+    last_epoch: Option<String>,
+    counters: Arc<Counters>,
 }
 
 enum Wake {
@@ -108,7 +113,12 @@ where
     E: Election,
     T: Transport<Address = E::Address>,
 {
-    pub fn new(election: E, transport: T, options: Options) -> Driver<E, T> {
+    pub fn new(
+        election: E,
+        transport: T,
+        options: Options,
+        counters: Arc<Counters>,
+    ) -> Driver<E, T> {
         Driver {
             election,
             transport,
@@ -119,6 +129,8 @@ where
             writer: None,
             serving: None,
             settling: BTreeMap::new(),
+            last_epoch: None,
+            counters,
         }
     }
 
@@ -430,6 +442,13 @@ where
             }
         };
         info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+        if self
+            .last_epoch
+            .replace(hello.epoch.clone())
+            .is_some_and(|last| last != hello.epoch)
+        {
+            self.counters.failover();
+        }
         let (writer, outgoing) = mpsc::unbounded_channel();
         tokio::spawn(write_requests(write, outgoing));
         self.writer = Some(writer);

@@ -13,6 +13,7 @@ mod lines;
 mod options;
 mod serve;
 mod server;
+mod stats;
 mod status;
 
 pub use crate::election::CLEAN_FILE;
@@ -27,6 +28,7 @@ pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
 pub use serve::ServeError;
 pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+pub use stats::Stats;
 #[cfg(feature = "cluster")]
 pub use status::cluster_status;
 pub use status::{Status, StatusError, status};

@@ -19,7 +19,7 @@ use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
 use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
     CoordinatorHello, HandshakeError, Incoming, LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME,
-    PROTOCOL_VERSION, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
+    PROTOCOL_VERSION, Response, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
 };
 use crate::transport::{Connection, Listener};
 
@@ -75,9 +75,12 @@ enum Report {
         connection: ConnectionId,
     },
     /// The connection was refused or closed before it opened: the
-    /// coordinator never heard of it.
+    /// coordinator never heard of it. `refused` when this side refused it
+    /// (the transport's check of the peer, or its hello), not when the peer
+    /// left before its hello (SPEC.md §8.11).
     Abandoned {
         connection: ConnectionId,
+        refused: bool,
     },
 }
 
@@ -119,6 +122,7 @@ pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> S
         writers: BTreeMap::new(),
         readers: BTreeMap::new(),
         next_connection: 0,
+        refused: 0,
     };
     let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
     let done = tokio::spawn(server.serve(grace, stopped));
@@ -134,6 +138,9 @@ struct Server<T, L> {
     writers: BTreeMap<ConnectionId, Writer>,
     readers: BTreeMap<ConnectionId, AbortHandle>,
     next_connection: u64,
+    /// Connections of this term refused before they opened, which the pure
+    /// coordinator never hears of; `status` reports them (SPEC.md §8.11).
+    refused: u64,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -204,6 +211,7 @@ impl<T: Term, L: Listener> Server<T, L> {
 
     fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) {
         if self.readers.len() >= MAX_CONNECTIONS {
+            self.refused += 1;
             warn!(
                 limit = MAX_CONNECTIONS,
                 "refused a connection: too many open"
@@ -239,8 +247,12 @@ impl<T: Term, L: Listener> Server<T, L> {
                 self.forget(connection);
                 self.step(Event::ConnectionClosed { connection })
             }
-            Report::Abandoned { connection } => {
+            Report::Abandoned {
+                connection,
+                refused,
+            } => {
                 self.readers.remove(&connection);
+                self.refused += u64::from(refused);
                 true
             }
         }
@@ -262,8 +274,16 @@ impl<T: Term, L: Listener> Server<T, L> {
             match effect {
                 Effect::Send {
                     connection,
-                    response,
+                    mut response,
                 } => {
+                    if let Response::Status {
+                        stats: Some(stats), ..
+                    } = &mut response
+                    {
+                        // The core counts what it decides; connections refused
+                        // before they opened are the shell's (SPEC.md §8.11).
+                        stats.connections_refused = self.refused;
+                    }
                     trace_response(connection, &response);
                     if !self.enqueue(connection, encoder.line(&response)) {
                         closed.push(connection);
@@ -364,8 +384,7 @@ impl<T: Term, L: Listener> Server<T, L> {
     }
 }
 
-fn trace_response(connection: ConnectionId, response: &crate::protocol::Response) {
-    use crate::protocol::Response;
+fn trace_response(connection: ConnectionId, response: &Response) {
     match response {
         Response::Lead { id, token } => debug!(?connection, %id, %token, "lead"),
         Response::Joined { id, flight } => debug!(?connection, %id, %flight, "joined"),
@@ -383,11 +402,20 @@ async fn connection_task<L: Listener>(
     hello: CoordinatorHello,
     reports: mpsc::Sender<Report>,
 ) {
-    let Some((mut lines, writer)) = handshake::<L>(incoming, connection, hello).await else {
-        // The slot is freed, or failed handshakes would fill the table of
-        // connections and shut every client out (§11.3).
-        let _ = reports.send(Report::Abandoned { connection }).await;
-        return;
+    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello).await {
+        Ok(open) => open,
+        Err(refused) => {
+            // The slot is freed, or failed handshakes would fill the table of
+            // connections and shut every client out (§11.3).
+            let refused = refused == NotOpened::Refused;
+            let _ = reports
+                .send(Report::Abandoned {
+                    connection,
+                    refused,
+                })
+                .await;
+            return;
+        }
     };
     if reports
         .send(Report::Opened { connection, writer })
@@ -425,18 +453,29 @@ async fn connection_task<L: Listener>(
     let _ = reports.send(Report::Closed { connection }).await;
 }
 
-/// Checks the peer and exchanges hellos (SPEC.md §4.2, §11.2); `None` when
+/// Why a connection closed before it opened.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NotOpened {
+    /// This side refused it: the peer failed the transport's check (§11.2,
+    /// §14.5), or sent no acceptable hello (§4.2) within
+    /// [`HANDSHAKE_TIMEOUT`].
+    Refused,
+    /// The peer closed it before its hello.
+    Left,
+}
+
+/// Checks the peer and exchanges hellos (SPEC.md §4.2, §11.2); an error when
 /// the connection is refused or closed before it is open.
 async fn handshake<L: Listener>(
     incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
-) -> Option<(Lines<L::Reader>, Writer)> {
+) -> Result<(Lines<L::Reader>, Writer), NotOpened> {
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
         Err(error) => {
             warn!(?connection, %error, "refused a connection (SPEC.md §11.2)");
-            return None;
+            return Err(NotOpened::Refused);
         }
     };
     let (lines_out, outgoing) = mpsc::unbounded_channel();
@@ -449,11 +488,11 @@ async fn handshake<L: Listener>(
         Ok(Ok(line)) => line,
         Ok(Err(error)) => {
             debug!(?connection, %error, "closed before its hello");
-            return None;
+            return Err(NotOpened::Left);
         }
         Err(_) => {
             debug!(?connection, "no hello in time; closing");
-            return None;
+            return Err(NotOpened::Refused);
         }
     };
     if let Err(error) = decode_client_hello(&first) {
@@ -462,7 +501,7 @@ async fn handshake<L: Listener>(
             let _ = lines_out.send(our_hello);
         }
         warn!(?connection, %error, "refused a handshake");
-        return None;
+        return Err(NotOpened::Refused);
     }
     // The writer subtracts every line it writes from `queued`, the hello too.
     queued.fetch_add(our_hello.len(), Ordering::AcqRel);
@@ -472,7 +511,7 @@ async fn handshake<L: Listener>(
         queued,
         task,
     };
-    Some((lines, writer))
+    Ok((lines, writer))
 }
 
 /// Writes queued lines, several per system call when they pile up.

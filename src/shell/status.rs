@@ -7,7 +7,7 @@ use tokio::io::AsyncWriteExt;
 use super::lines::Lines;
 use super::options::HANDSHAKE_TIMEOUT;
 use crate::protocol::{
-    ClientHello, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
+    ClientHello, CoordinatorStats, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
     decode_coordinator_hello, decode_response,
 };
 use crate::transport::unix::{InDirectory, UnixTransport};
@@ -36,6 +36,9 @@ pub struct Status {
     /// wait for it to end; `None` once it has ended (or from a coordinator
     /// too old to say).
     pub waiting_in_grace: Option<u64>,
+    /// The coordinator's counters of its term (SPEC.md §8.11); `None` from a
+    /// coordinator too old to count.
+    pub stats: Option<CoordinatorStats>,
 }
 
 /// Why the status could not be had.
@@ -146,6 +149,7 @@ where
             flights,
             waiting,
             omitted,
+            stats,
             ..
         } => Ok(Status {
             epoch,
@@ -156,6 +160,7 @@ where
             // §3.5: a missing count is none left out.
             omitted: omitted.unwrap_or(0),
             waiting_in_grace: waiting,
+            stats,
         }),
         Response::Unsupported { .. } => Err(StatusError::Unsupported),
         other => Err(StatusError::Protocol(DecodeError::UnknownResponse {
