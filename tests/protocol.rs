@@ -374,7 +374,7 @@ fn response_status_with_stats() {
             flights: Vec::new(),
             waiting: None,
             omitted: None,
-            stats: Some(some_stats()),
+            stats: Some(Box::new(some_stats())),
         },
         r#"{"op":"status","id":"9","flights":[],"stats":{"flights_led":12,"joins":40,"lands_value":11,"lands_failure":1,"interruptions":2,"reasserts_accepted":3,"reasserts_rejected":4,"rejoins":5,"grace_windows":1,"connections_open":6,"connections_refused":7}}"#,
     );
@@ -392,7 +392,7 @@ fn status_stats_in_any_order_with_unknown_members() {
             flights: Vec::new(),
             waiting: None,
             omitted: None,
-            stats: Some(some_stats()),
+            stats: Some(Box::new(some_stats())),
         })
     );
 }
@@ -409,7 +409,7 @@ fn the_longest_status_envelope_fits_its_room() {
         flights: Vec::new(),
         waiting: Some(all),
         omitted: Some(all),
-        stats: Some(CoordinatorStats {
+        stats: Some(Box::new(CoordinatorStats {
             flights_led: all,
             joins: all,
             lands_value: all,
@@ -421,7 +421,7 @@ fn the_longest_status_envelope_fits_its_room() {
             grace_windows: all,
             connections_open: all,
             connections_refused: all,
-        }),
+        })),
     };
     let envelope = encode(&response).len();
     assert_eq!(envelope, 1284);
@@ -1579,7 +1579,7 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
             prop::collection::vec(flight, 0..4),
             prop::option::of(any::<u64>()),
             prop::option::of(any::<u64>()),
-            prop::option::of(arbitrary_stats()),
+            prop::option::of(arbitrary_stats().prop_map(Box::new)),
         )
             .prop_map(|(id, flights, waiting, omitted, stats)| Response::Status {
                 id,

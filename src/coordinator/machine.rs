@@ -340,7 +340,7 @@ impl Coordinator {
             flights,
             waiting,
             omitted: (omitted > 0).then_some(omitted),
-            stats: Some(stats),
+            stats: Some(Box::new(stats)),
         };
         self.send(connection, response);
     }

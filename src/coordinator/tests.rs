@@ -472,12 +472,12 @@ fn status_lists_flights() {
                 flights,
                 waiting: None,
                 omitted: None,
-                stats: Some(CoordinatorStats {
+                stats: Some(Box::new(CoordinatorStats {
                     flights_led: 2,
                     joins: 1,
                     connections_open: 2,
                     ..CoordinatorStats::default()
-                }),
+                })),
             }
         )]
     );
@@ -508,13 +508,13 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 flights: held,
                 waiting: Some(2),
                 omitted: None,
-                stats: Some(CoordinatorStats {
+                stats: Some(Box::new(CoordinatorStats {
                     reasserts_accepted: 1,
                     rejoins: 1,
                     grace_windows: 1,
                     connections_open: 2,
                     ..CoordinatorStats::default()
-                }),
+                })),
             }
         )]
     );
@@ -533,14 +533,14 @@ fn status_counts_the_runs_waiting_for_the_window() {
                 flights: joined,
                 waiting: None,
                 omitted: None,
-                stats: Some(CoordinatorStats {
+                stats: Some(Box::new(CoordinatorStats {
                     joins: 2,
                     reasserts_accepted: 1,
                     rejoins: 1,
                     grace_windows: 1,
                     connections_open: 2,
                     ..CoordinatorStats::default()
-                }),
+                })),
             }
         )]
     );

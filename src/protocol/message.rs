@@ -235,9 +235,12 @@ pub enum Response {
         #[serde(skip_serializing_if = "Option::is_none")]
         omitted: Option<u64>,
         /// The coordinator's counters of its term (§3.5, §8.11). Absent
-        /// from coordinators older than the field.
+        /// from coordinators older than the field. Boxed: inline, its 88
+        /// bytes would make every `Response` and every coordinator effect
+        /// that much larger, and the moves of effects in `step` measurably
+        /// slower (BENCHMARKS.md, "Counting in the core").
         #[serde(skip_serializing_if = "Option::is_none")]
-        stats: Option<CoordinatorStats>,
+        stats: Option<Box<CoordinatorStats>>,
     },
 }
 
@@ -473,7 +476,7 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
                 .take()
                 .map(|given| count(given, "omitted"))
                 .transpose()?,
-            stats: message.stats.take().map(stats).transpose()?,
+            stats: message.stats.take().map(stats).transpose()?.map(Box::new),
         },
         _ => {
             return Err(DecodeError::UnknownResponse {

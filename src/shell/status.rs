@@ -160,7 +160,7 @@ where
             // §3.5: a missing count is none left out.
             omitted: omitted.unwrap_or(0),
             waiting_in_grace: waiting,
-            stats,
+            stats: stats.map(|stats| *stats),
         }),
         Response::Unsupported { .. } => Err(StatusError::Unsupported),
         other => Err(StatusError::Protocol(DecodeError::UnknownResponse {
