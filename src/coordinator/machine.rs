@@ -127,7 +127,8 @@ pub struct Counters {
 /// stores coordinators by their hash (model/src/state.rs). Counted into the
 /// hash, two states that behave alike but were reached by different paths
 /// would be two states, and the explored space would grow with every count
-/// (SPEC.md §12): the pinned state counts show that it did not.
+/// (SPEC.md §12): with them in the hash the model's `small` configuration
+/// has 734 977 unique states instead of its pinned 619 256.
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally(Counters);
 
