@@ -210,6 +210,7 @@ fn run(connection_number: u64, call: u64, key_number: u64) -> Event {
             id: id(call),
             key: key(key_number),
             flight: None,
+            reuse: None,
         },
     )
 }

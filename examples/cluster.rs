@@ -50,6 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let role = match landed.role {
         Role::Led => "led",
         Role::Joined => "joined",
+        Role::Reused => "reused",
     };
     println!("{role} (token {}): {}", landed.token, landed.value);
     flights.close().await;

@@ -85,6 +85,7 @@ async fn racer(directory: std::path::PathBuf) -> Result<(), Box<dyn std::error::
     let role = match landed.role {
         Role::Led => "led   ",
         Role::Joined => "joined",
+        Role::Reused => "reused",
     };
     println!(
         "pid {:>7}: {role} token {} value {:?}",

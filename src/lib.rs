@@ -71,8 +71,9 @@ pub mod transport;
 pub use protocol::{CoordinatorStats, Epoch, Failure, FailureCode, FencingToken};
 pub use shell::blocking;
 pub use shell::{
-    Builder, Call, Codec, DEFAULT_GRACE_WINDOW, IntoFailure, Json, Landed, OpenError, Options,
-    Role, RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable, status,
+    Builder, Call, Codec, DEFAULT_GRACE_WINDOW, Detached, IntoFailure, Json, Landed, OpenError,
+    Options, Role, RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable,
+    status,
 };
 #[cfg(feature = "cluster")]
 pub use shell::{Cluster, ClusterError, cluster_status};

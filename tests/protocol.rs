@@ -81,6 +81,7 @@ fn request_run() {
             id: id("1"),
             key: key("build:app"),
             flight: None,
+            reuse: None,
         },
         r#"{"op":"run","id":"1","key":"build:app"}"#,
     );
@@ -94,6 +95,7 @@ fn request_run_with_flight() {
             id: id("2"),
             key: key("build:app"),
             flight: Some(first_token()),
+            reuse: None,
         },
         r#"{"op":"run","id":"2","key":"build:app","flight":"4294967297"}"#,
     );
@@ -181,6 +183,7 @@ fn request_reassert() {
             key: key("build:app"),
             token: first_token(),
             outcome: None,
+            reuse: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297"}"#,
     );
@@ -195,6 +198,7 @@ fn request_reassert_with_outcome() {
             key: key("build:app"),
             token: first_token(),
             outcome: Some(Outcome::Value("{\"ok\":true}".into())),
+            reuse: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
     );
@@ -459,6 +463,7 @@ fn member_order_and_unknown_members_do_not_matter() {
             id: id("1"),
             key: key("build:app"),
             flight: None,
+            reuse: None,
         }))
     );
     assert_eq!(
@@ -493,6 +498,7 @@ fn ids_and_keys_at_the_limit_are_accepted() {
             id: id(&longest_id),
             key: key(&longest_key),
             flight: None,
+            reuse: None,
         },
         &format!(r#"{{"op":"run","id":"{longest_id}","key":"{longest_key}"}}"#),
     );
@@ -531,6 +537,7 @@ fn an_outcome_at_the_limit_fits_in_every_line_that_carries_it() {
         key: longest_key,
         token: largest_token,
         outcome: Some(outcome.clone()),
+        reuse: None,
     });
     let land = encode(&Request::Land {
         id: longest_id.clone(),
@@ -1490,7 +1497,12 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
             arbitrary_key(),
             prop::option::of(arbitrary_token())
         )
-            .prop_map(|(id, key, flight)| Request::Run { id, key, flight }),
+            .prop_map(|(id, key, flight)| Request::Run {
+                id,
+                key,
+                flight,
+                reuse: None
+            }),
         (arbitrary_id(), arbitrary_outcome())
             .prop_map(|(id, outcome)| Request::Land { id, outcome }),
         arbitrary_id().prop_map(|id| Request::Cancel { id }),
@@ -1504,7 +1516,8 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
                 id,
                 key,
                 token,
-                outcome
+                outcome,
+                reuse: None
             }),
         arbitrary_id().prop_map(|id| Request::Status { id }),
     ]

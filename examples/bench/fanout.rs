@@ -151,6 +151,7 @@ pub fn sf_caller(dir: &str) {
                         let role = match landed.role {
                             Role::Led => "led",
                             Role::Joined => "joined",
+                            Role::Reused => "reused",
                         };
                         let _ = finished.send((landed_at, role, at));
                     });

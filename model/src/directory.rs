@@ -396,9 +396,11 @@ impl Step<'_> {
         let process = self.process(index);
         let call = CallId(process.calls.len() as u64 + 1);
         process.calls.insert(call, CallRecord::new(key.clone()));
-        let effects = process
-            .client
-            .step(client::Event::CallStarted { call, key });
+        let effects = process.client.step(client::Event::CallStarted {
+            call,
+            key,
+            options: client::CallOptions::default(),
+        });
         self.client_effects(index, effects);
     }
 
@@ -687,6 +689,9 @@ impl Step<'_> {
                 }
                 coordinator::Effect::Close { connection, .. } => self.close(connection),
                 coordinator::Effect::EndTerm => term_ended = true,
+                // Only a leader with a reuse window keeps a value (SPEC.md
+                // §16.2); no call of this model has one.
+                coordinator::Effect::KeepFor { .. } => {}
             }
         }
         if !led.is_empty() && self.state.coordinator.in_grace() {
@@ -816,6 +821,11 @@ impl Step<'_> {
                     Some(link) => link.requests.push_back(request),
                     None => facts.violate(Violation::SentOnClosed),
                 },
+                // Only a detached call's work is stopped (SPEC.md §15.3); no
+                // call of this model is detached.
+                client::Effect::StopWork { call, .. } => {
+                    process.work.remove(&call);
+                }
                 client::Effect::StartWork { call, token } => {
                     process.work.insert(call, token);
                     if let Some(record) = process.calls.get_mut(&call) {

@@ -252,7 +252,7 @@ async fn finish(
         }
         Ok(Landed {
             value,
-            role: Role::Joined,
+            role: role @ (Role::Joined | Role::Reused),
             token,
         }) => {
             let spill_path = spill.map(|spill| spill.path(token));
@@ -267,9 +267,15 @@ async fn finish(
                 return exit::INTERRUPTED;
             }
             if args.verbose {
-                say(format_args!(
-                    "joined the flight of {key:?} (token {token}) led by another process"
-                ));
+                if role == Role::Reused {
+                    say(format_args!(
+                        "reused the output of the flight of {key:?} (token {token}), which landed within --reuse; nothing ran"
+                    ));
+                } else {
+                    say(format_args!(
+                        "joined the flight of {key:?} (token {token}) led by another process"
+                    ));
+                }
             }
             value.exit.status()
         }

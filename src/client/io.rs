@@ -1,6 +1,6 @@
 //! What goes into the client state machine and what comes out (SPEC.md §9.1).
 
-use crate::protocol::{FencingToken, Key, Outcome, Request, Response};
+use crate::protocol::{FencingToken, Key, Outcome, Request, Response, ReuseWindow};
 
 /// One call of this process, numbered by the shell; its decimal text is the
 /// request id on the wire (SPEC.md §3.1). Never reused within a process.
@@ -11,7 +11,11 @@ pub struct CallId(pub u64);
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Event {
     /// The caller started a call for `key`.
-    CallStarted { call: CallId, key: Key },
+    CallStarted {
+        call: CallId,
+        key: Key,
+        options: CallOptions,
+    },
     /// A response arrived on the current connection.
     ResponseReceived { response: Response },
     /// The work that `call` leads finished with `outcome`.
@@ -23,6 +27,17 @@ pub enum Event {
     /// A connection to a coordinator (perhaps a new one) finished its
     /// handshake and can carry requests.
     ConnectionReady,
+}
+
+/// What a caller chose for one call, beyond its key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CallOptions {
+    /// When the caller leaves while the call leads, its work goes on for
+    /// the flight's joiners (SPEC.md §15).
+    pub detached: bool,
+    /// The call takes a kept value of its key, and its own value is kept
+    /// this long if it leads (SPEC.md §16).
+    pub reuse: Option<ReuseWindow>,
 }
 
 /// A command for the shell, to be carried out in the order given.
@@ -37,6 +52,22 @@ pub enum Effect {
         call: CallId,
         resolution: Resolution,
     },
+    /// Stop the work of the detached call `call`, whose caller has left
+    /// (SPEC.md §15.3): drop it, and forget the call.
+    StopWork { call: CallId, why: StopReason },
+}
+
+/// Why a detached call's work is stopped (SPEC.md §15.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// The coordinator said that nobody waits for the flight any more.
+    NobodyWaits,
+    /// The coordinator does not know `detach`; the flight was cancelled as
+    /// before the extension, which interrupted its joiners.
+    DetachUnsupported,
+    /// The flight is no longer this call's (its reassert was refused), so
+    /// its result would have gone to its caller alone, who left.
+    FlightLost,
 }
 
 /// How a call ended (SPEC.md §9.3).
@@ -47,6 +78,12 @@ pub enum Resolution {
     Led { token: FencingToken },
     /// The call joined the flight `flight`, which landed with `outcome`.
     Joined {
+        flight: FencingToken,
+        outcome: Outcome,
+    },
+    /// The call received the value that the flight `flight` had landed
+    /// within its reuse window (SPEC.md §16.3).
+    Reused {
         flight: FencingToken,
         outcome: Outcome,
     },

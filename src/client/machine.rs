@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::io::{CallId, Effect, Event, Resolution};
+use super::io::{CallId, CallOptions, Effect, Event, Resolution, StopReason};
 use crate::protocol::{FencingToken, Key, Outcome, Request, RequestId, Response};
 
 /// The client side of one process: its calls and what it has told the
@@ -24,6 +24,7 @@ pub struct Client {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Call {
     key: Key,
+    options: CallOptions,
     state: CallState,
 }
 
@@ -35,6 +36,10 @@ enum CallState {
     Joined { flight: FencingToken },
     /// Told `lead`: the work runs.
     Leading { token: FencingToken },
+    /// A detached call that leads, whose caller left (SPEC.md §15.3): the
+    /// work runs on for the flight's joiners, until it lands or the
+    /// coordinator says `stop`.
+    Detached { token: FencingToken },
     /// The work finished and the caller has its result; the `land` is kept
     /// until `ack` or `rejected` (SPEC.md §9.3).
     Landing {
@@ -64,19 +69,31 @@ impl Client {
         self.calls.len()
     }
 
+    /// Whether `call` is a detached call whose caller left while its work
+    /// runs on (SPEC.md §15.3).
+    pub fn is_detached(&self, call: CallId) -> bool {
+        self.calls
+            .get(&call)
+            .is_some_and(|entry| matches!(entry.state, CallState::Detached { .. }))
+    }
+
     /// Takes one event and returns what the shell must do (SPEC.md §9.1).
     pub fn step(&mut self, event: Event) -> Vec<Effect> {
         let mut effects = Vec::new();
         match event {
-            Event::CallStarted { call, key } => {
+            Event::CallStarted { call, key, options } => {
                 if self.calls.contains_key(&call) {
                     return effects;
                 }
+                let entry = Call {
+                    key,
+                    options,
+                    state: CallState::Asked,
+                };
                 if self.connected {
-                    effects.push(Effect::Send(run(call, &key, None)));
+                    effects.push(Effect::Send(entry.run(call, None)));
                 }
-                let state = CallState::Asked;
-                self.calls.insert(call, Call { key, state });
+                self.calls.insert(call, entry);
             }
             Event::ResponseReceived { response } => self.response(response, &mut effects),
             Event::WorkFinished { call, outcome } => self.finished(call, outcome, &mut effects),
@@ -115,6 +132,52 @@ impl Client {
                     outcome,
                 }
             }
+            // §16.3: only a call that asked for a kept value takes one; to
+            // any other the answer is the coordinator's error, and the call
+            // ends as if interrupted rather than take a value it refused.
+            (
+                CallState::Asked,
+                Response::Reused {
+                    flight, outcome, ..
+                },
+            ) if entry.options.reuse.is_some() => Resolution::Reused { flight, outcome },
+            (CallState::Asked, Response::Reused { .. }) => Resolution::Interrupted,
+            // §15.3: nobody waits for the detached flight any more. A land
+            // on the way is refused; there is nobody to hand it to.
+            (CallState::Detached { .. }, Response::Stop { .. }) => {
+                self.calls.remove(&call);
+                effects.push(Effect::StopWork {
+                    call,
+                    why: StopReason::NobodyWaits,
+                });
+                return;
+            }
+            (CallState::Landing { .. }, Response::Stop { .. }) => {
+                self.calls.remove(&call);
+                return;
+            }
+            // A coordinator that does not know `detach` (§15.3): cancel as
+            // before the extension.
+            (CallState::Detached { .. }, Response::Unsupported { .. }) => {
+                self.calls.remove(&call);
+                effects.push(Effect::Send(Request::Cancel {
+                    id: request_id(call),
+                }));
+                effects.push(Effect::StopWork {
+                    call,
+                    why: StopReason::DetachUnsupported,
+                });
+                return;
+            }
+            // The flight is not this call's any more, and its caller left.
+            (CallState::Detached { .. }, Response::Rejected { .. }) => {
+                self.calls.remove(&call);
+                effects.push(Effect::StopWork {
+                    call,
+                    why: StopReason::FlightLost,
+                });
+                return;
+            }
             // A coordinator only sends `landed` after `joined`; without it
             // the outcome cannot be tied to a flight, so the call ends as if
             // interrupted rather than trusting it or waiting forever.
@@ -146,7 +209,7 @@ impl Client {
             return;
         };
         match entry.state {
-            CallState::Leading { token } => {
+            CallState::Leading { token } | CallState::Detached { token } => {
                 effects.push(Effect::Resolve {
                     call,
                     resolution: Resolution::Led { token },
@@ -171,13 +234,33 @@ impl Client {
     }
 
     /// §9.5: the caller gave up. A landing call is already resolved; its
-    /// land still goes to the joiners.
+    /// land still goes to the joiners. A detached leader's work goes on
+    /// (§15.3).
     fn cancel(&mut self, call: CallId, effects: &mut Vec<Effect>) {
-        let Some(entry) = self.calls.get(&call) else {
+        let Some(entry) = self.calls.get_mut(&call) else {
             return;
         };
-        if matches!(entry.state, CallState::Landing { .. }) {
-            return;
+        match entry.state {
+            CallState::Landing { .. } | CallState::Detached { .. } => return,
+            CallState::Leading { token } if entry.options.detached => {
+                entry.state = CallState::Detached { token };
+                if self.connected {
+                    effects.push(Effect::Send(Request::Detach {
+                        id: request_id(call),
+                    }));
+                }
+                return;
+            }
+            // Its result was its caller's alone, who left.
+            CallState::Orphaned { .. } if entry.options.detached => {
+                self.calls.remove(&call);
+                effects.push(Effect::StopWork {
+                    call,
+                    why: StopReason::FlightLost,
+                });
+                return;
+            }
+            _ => {}
         }
         let told_coordinator = !matches!(entry.state, CallState::Orphaned { .. });
         self.calls.remove(&call);
@@ -193,10 +276,11 @@ impl Client {
         for (&call, entry) in &self.calls {
             let id = request_id(call);
             let key = entry.key.clone();
+            let reuse = entry.options.reuse;
             match &entry.state {
-                CallState::Asked => effects.push(Effect::Send(run(call, &key, None))),
+                CallState::Asked => effects.push(Effect::Send(entry.run(call, None))),
                 CallState::Joined { flight } => {
-                    effects.push(Effect::Send(run(call, &key, Some(*flight))))
+                    effects.push(Effect::Send(entry.run(call, Some(*flight))))
                 }
                 CallState::Leading { token } => {
                     effects.push(Effect::Send(Request::Reassert {
@@ -204,7 +288,20 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
+                        reuse,
                     }));
+                }
+                // §15.3: the flight comes back, then is detached again; the
+                // coordinator counts its waiters from the rejoins.
+                CallState::Detached { token } => {
+                    effects.push(Effect::Send(Request::Reassert {
+                        id: id.clone(),
+                        key,
+                        token: *token,
+                        outcome: None,
+                        reuse,
+                    }));
+                    effects.push(Effect::Send(Request::Detach { id }));
                 }
                 // The land was not settled: the outcome travels with the
                 // reassert, so that the flight does not come back to life
@@ -215,6 +312,7 @@ impl Client {
                         key,
                         token: *token,
                         outcome: Some(outcome.clone()),
+                        reuse: None,
                     }));
                 }
                 CallState::Orphaned { .. } => {}
@@ -223,11 +321,16 @@ impl Client {
     }
 }
 
-fn run(call: CallId, key: &Key, flight: Option<FencingToken>) -> Request {
-    Request::Run {
-        id: request_id(call),
-        key: key.clone(),
-        flight,
+impl Call {
+    /// The call's `run`: plain, or a rejoin of `flight`, which never takes a
+    /// kept value (it joins that flight or none, §8.2).
+    fn run(&self, call: CallId, flight: Option<FencingToken>) -> Request {
+        Request::Run {
+            id: request_id(call),
+            key: self.key.clone(),
+            flight,
+            reuse: self.options.reuse.filter(|_| flight.is_none()),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 mod io;
 mod machine;
 
-pub use io::{CallId, Effect, Event, Resolution};
+pub use io::{CallId, CallOptions, Effect, Event, Resolution, StopReason};
 pub use machine::Client;
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ fn start(client: &mut Client, call: u64) -> Vec<Effect> {
     client.step(Event::CallStarted {
         call: CallId(call),
         key: key(),
+        options: CallOptions::default(),
     })
 }
 
@@ -36,6 +37,7 @@ fn run(call: u64, flight: Option<FencingToken>) -> Effect {
         id: id(call),
         key: key(),
         flight,
+        reuse: None,
     })
 }
 
@@ -193,12 +195,14 @@ fn replay_after_lost_connection() {
                 key: key(),
                 token: token(1),
                 outcome: None,
+                reuse: None,
             }),
             Effect::Send(Request::Reassert {
                 id: id(2),
                 key: key(),
                 token: token(2),
                 outcome: Some(value()),
+                reuse: None,
             }),
             run(3, Some(token(7))),
             run(4, None),

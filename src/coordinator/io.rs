@@ -1,7 +1,7 @@
 //! What goes into the coordinator and what comes out (SPEC.md §8.1): plain
 //! data, so that tests and the model checker can compare it.
 
-use crate::protocol::{Incoming, Response};
+use crate::protocol::{FencingToken, Incoming, Key, Response, ReuseWindow};
 
 /// A connection, named by the shell. The shell never reuses a number within
 /// one term.
@@ -34,6 +34,10 @@ pub enum Event {
     ConnectionClosed { connection: ConnectionId },
     /// The grace window of a [`Term::AfterFailover`] is over (SPEC.md §8.4).
     GraceWindowEnded,
+    /// The reuse window of the value that the flight `token` of `key`
+    /// landed is over (SPEC.md §16.2): the timer of an
+    /// [`Effect::KeepFor`] fired.
+    ReuseExpired { key: Key, token: FencingToken },
 }
 
 /// A command for the shell, to be carried out in the order given.
@@ -49,6 +53,15 @@ pub enum Effect {
     Close {
         connection: ConnectionId,
         reason: CloseReason,
+    },
+    /// The value of the flight `token` of `key` is kept for reuse (SPEC.md
+    /// §16.2): after `window`, report [`Event::ReuseExpired`] with the same
+    /// key and token. A timer that fires after its value was replaced or
+    /// evicted is harmless; timers need not be cancelled.
+    KeepFor {
+        key: Key,
+        token: FencingToken,
+        window: ReuseWindow,
     },
     /// This term cannot go on (SPEC.md §8.9): resign the claim and close
     /// every connection, so that the next term takes over with a greater

@@ -6,10 +6,10 @@ use std::hash::{Hash, Hasher};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
 #[cfg(feature = "mutants")]
 use super::mutant::Mutant;
-use crate::protocol::limits::STATUS_FLIGHTS_BYTES;
+use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
-    RequestId, Response, encoded_len,
+    RequestId, Response, ReuseWindow, encoded_len,
 };
 
 /// Open requests one connection may have at once (SPEC.md §8.9). A process
@@ -85,6 +85,14 @@ pub struct Coordinator {
     /// The greatest token reasserted for each key in this grace window
     /// (SPEC.md §8.3). Emptied when the window ends.
     reasserted: BTreeMap<Key, FencingToken>,
+    /// Values kept for reuse (SPEC.md §16.2), least recently landed first;
+    /// at most one per key, at most [`MAX_KEPT_VALUES`] of them and
+    /// [`MAX_KEPT_BYTES`] in all. A list, not a map: it is short, a lookup
+    /// is a scan only for runs with a reuse window, and its order is the
+    /// eviction order with no clock or counter to keep.
+    kept: Vec<Kept>,
+    /// The bytes of `kept`, as [`Kept::bytes`] counts them.
+    kept_bytes: usize,
     /// Effects of the step in progress; always empty between steps.
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
@@ -148,6 +156,9 @@ impl Hash for Tally {
 struct Party {
     key: Key,
     role: Role,
+    /// The run's reuse window (SPEC.md §16.1): it takes a kept value, and
+    /// the value of a flight it leads is kept this long.
+    reuse: Option<ReuseWindow>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -170,6 +181,23 @@ struct Flight {
     token: FencingToken,
     leader: PartyRef,
     joiners: BTreeSet<PartyRef>,
+    /// How long its value is kept once it lands: its leader's reuse window
+    /// (SPEC.md §16.2).
+    keep: Option<ReuseWindow>,
+    /// Its leader's caller left (SPEC.md §15.2): the flight goes on only
+    /// while someone joins it.
+    detached: bool,
+}
+
+/// A value kept for reuse (SPEC.md §16.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Kept {
+    key: Key,
+    token: FencingToken,
+    outcome: Outcome,
+    /// What it counts against [`MAX_KEPT_BYTES`]: its key and its outcome's
+    /// JSON text.
+    bytes: usize,
 }
 
 impl Coordinator {
@@ -186,6 +214,8 @@ impl Coordinator {
             waiting: Vec::new(),
             ended_in_grace: BTreeMap::new(),
             reasserted: BTreeMap::new(),
+            kept: Vec::new(),
+            kept_bytes: 0,
             effects: Vec::new(),
             counters: Tally(Counters {
                 grace_windows: u64::from(in_grace),
@@ -224,6 +254,23 @@ impl Coordinator {
         self.flights.iter().map(|(key, flight)| (key, flight.token))
     }
 
+    /// The values kept for reuse, least recently landed first (SPEC.md
+    /// §16.2), with the tokens of the flights that landed them.
+    pub fn kept(&self) -> impl Iterator<Item = (&Key, FencingToken, &Outcome)> {
+        self.kept
+            .iter()
+            .map(|kept| (&kept.key, kept.token, &kept.outcome))
+    }
+
+    /// The keys whose flight in progress is detached (SPEC.md §15.2), with
+    /// its token and its number of joiners.
+    pub fn detached(&self) -> impl Iterator<Item = (&Key, FencingToken, usize)> {
+        self.flights
+            .iter()
+            .filter(|(_, flight)| flight.detached)
+            .map(|(key, flight)| (key, flight.token, flight.joiners.len()))
+    }
+
     /// What this term has decided so far (SPEC.md §8.11).
     pub fn counters(&self) -> Counters {
         self.counters.0
@@ -253,6 +300,7 @@ impl Coordinator {
             }
             Event::ConnectionClosed { connection } => self.close(connection),
             Event::GraceWindowEnded => self.end_grace(),
+            Event::ReuseExpired { key, token } => self.expire(&key, token),
         }
         std::mem::take(&mut self.effects)
     }
@@ -266,8 +314,13 @@ impl Coordinator {
             Incoming::Request(request) => request,
         };
         match request {
-            Request::Run { id, key, flight } => {
-                if self.open(connection, &id, &key) {
+            Request::Run {
+                id,
+                key,
+                flight,
+                reuse,
+            } => {
+                if self.open(connection, &id, &key, reuse) {
                     match flight {
                         None => self.run((connection, id), key),
                         Some(token) => {
@@ -284,12 +337,14 @@ impl Coordinator {
                 key,
                 token,
                 outcome,
+                reuse,
             } => {
-                if self.open(connection, &id, &key) {
+                if self.open(connection, &id, &key, reuse) {
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
             Request::Status { id } => self.status(connection, id),
+            Request::Detach { id } => self.detach((connection, id)),
         }
     }
 
@@ -349,7 +404,13 @@ impl Coordinator {
     /// Opens a party for `id` in the role `Waiting`; `false` when the id is
     /// already open (§8.8: ignored) or the connection is over its limit
     /// (§8.9: closed).
-    fn open(&mut self, connection: ConnectionId, id: &RequestId, key: &Key) -> bool {
+    fn open(
+        &mut self,
+        connection: ConnectionId,
+        id: &RequestId,
+        key: &Key,
+        reuse: Option<ReuseWindow>,
+    ) -> bool {
         let Some(parties) = self.connections.get_mut(&connection) else {
             return false;
         };
@@ -367,21 +428,28 @@ impl Coordinator {
         let party = Party {
             key: key.clone(),
             role: Role::Waiting { flight: None },
+            reuse,
         };
         parties.insert(id.clone(), party);
         true
     }
 
     /// §8.2: a plain run leads or joins; during the grace window it waits.
+    /// A run with a reuse window takes a kept value first (§16.3).
     fn run(&mut self, party: PartyRef, key: Key) {
         if self.in_grace && !self.mutant(Mutant::GraceLetsRunsLead) {
-            self.waiting.push(party);
+            if !self.reuse(&party, &key) {
+                self.waiting.push(party);
+            }
         } else {
             self.lead_or_join(party, key);
         }
     }
 
     fn lead_or_join(&mut self, party: PartyRef, key: Key) {
+        if self.reuse(&party, &key) {
+            return;
+        }
         match self.flights.get(&key) {
             Some(flight) if !self.mutant(Mutant::SecondLeaderWhileInProgress) => {
                 let token = flight.token;
@@ -404,6 +472,8 @@ impl Coordinator {
             token,
             leader: party.clone(),
             joiners: BTreeSet::new(),
+            keep: self.party(&party).and_then(|party| party.reuse),
+            detached: false,
         };
         self.flights.insert(key, flight);
         self.counters.0.flights_led += 1;
@@ -509,8 +579,10 @@ impl Coordinator {
         self.set_role(&party, Role::Leading { token });
         let flight = Flight {
             token,
+            keep: self.party(&party).and_then(|party| party.reuse),
             leader: party,
             joiners: BTreeSet::new(),
+            detached: false,
         };
         self.flights.insert(key.clone(), flight);
         let joins_at_once = self.mutant(Mutant::JoinsHeldFlights);
@@ -553,6 +625,7 @@ impl Coordinator {
                 Some(Party {
                     key: of,
                     role: Role::Waiting { flight },
+                    ..
                 }) if of == key => *flight,
                 _ => {
                     still.push(waiting);
@@ -580,6 +653,7 @@ impl Coordinator {
             Some(Party {
                 key,
                 role: Role::Leading { token },
+                ..
             }) => Some((key.clone(), *token)),
             _ => None,
         };
@@ -589,9 +663,21 @@ impl Coordinator {
         };
         let (outcome, answer) = shareable(outcome);
         let value = matches!(outcome, Outcome::Value(_));
+        // §16.2: a value of a flight whose leader has a reuse window is kept;
+        // a failure never is (it is worth calling again at once).
+        let keep = self
+            .flights
+            .get(&key)
+            .filter(|flight| flight.token == token)
+            .and_then(|flight| flight.keep)
+            .filter(|_| value || self.mutant(Mutant::KeepsFailures))
+            .map(|window| (window, outcome.clone()));
         if self.end_flight(&key, token, Some(outcome)) {
             self.count_land(value);
             self.send(connection, answer(id));
+            if let Some((window, outcome)) = keep {
+                self.keep(key, token, outcome, window);
+            }
         } else {
             self.send(connection, Response::Rejected { id });
         }
@@ -611,12 +697,15 @@ impl Coordinator {
     }
 
     /// Undoes what `party`, already removed from its connection, was doing.
-    fn withdrawn(&mut self, party: &PartyRef, Party { key, role }: Party, why: Withdrawal) {
+    fn withdrawn(&mut self, party: &PartyRef, Party { key, role, .. }: Party, why: Withdrawal) {
         match role {
             Role::Waiting { .. } => self.waiting.retain(|waiting| waiting != party),
             Role::Joining { token } => {
                 if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
                     flight.joiners.remove(party);
+                    if !self.mutant(Mutant::KeepsUnwantedFlights) {
+                        self.stop_if_unwanted(&key);
+                    }
                 }
             }
             Role::Leading { token } => {
@@ -689,6 +778,7 @@ impl Coordinator {
                 Some(Party {
                     key,
                     role: Role::Waiting { flight: None },
+                    ..
                 }) => self.lead_or_join(waiting, key),
                 Some(Party {
                     key,
@@ -696,6 +786,7 @@ impl Coordinator {
                         Role::Waiting {
                             flight: Some(token),
                         },
+                    ..
                 }) => {
                     if self.flights.get(&key).is_some_and(|f| f.token == token) {
                         self.join(waiting, &key, token);
@@ -709,6 +800,124 @@ impl Coordinator {
                 return;
             }
         }
+        // §15.2: a detached flight that nobody rejoined is stopped now.
+        let keys: Vec<Key> = self.flights.keys().cloned().collect();
+        for key in keys {
+            self.stop_if_unwanted(&key);
+        }
+    }
+
+    /// §15.2: the caller of the leading party `party` left. Its flight goes
+    /// on while it has joiners; without any, it is stopped at once.
+    /// Anything but a leading party is ignored, as a `cancel` of an id that
+    /// is not open is.
+    fn detach(&mut self, party: PartyRef) {
+        let Some(Party {
+            key,
+            role: Role::Leading { token },
+            ..
+        }) = self.party(&party).cloned()
+        else {
+            return;
+        };
+        let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) else {
+            return;
+        };
+        flight.detached = true;
+        if self.mutant(Mutant::DetachStopsWaitedFlights) {
+            return self.stop(&key);
+        }
+        self.stop_if_unwanted(&key);
+    }
+
+    /// §15.2: a detached flight of `key` that nobody joins any more is
+    /// stopped, outside the grace window; in the window its rejoins and the
+    /// key's waiting runs may still join it when the window ends, which
+    /// judges it then.
+    fn stop_if_unwanted(&mut self, key: &Key) {
+        let unwanted = self
+            .flights
+            .get(key)
+            .is_some_and(|flight| flight.detached && flight.joiners.is_empty());
+        if unwanted && !self.in_grace {
+            self.stop(key);
+        }
+    }
+
+    /// Ends the flight of `key` as interrupted and tells its leader to stop
+    /// its work (§15.2).
+    fn stop(&mut self, key: &Key) {
+        let Some((token, leader)) = self.flights.get(key).map(|f| (f.token, f.leader.clone()))
+        else {
+            return;
+        };
+        self.end_flight(key, token, None);
+        let (connection, id) = leader;
+        self.send(connection, Response::Stop { id });
+    }
+
+    /// §16.3: a run with a reuse window whose key has a kept value receives
+    /// it, and its party is closed. `false` when it does not (no window, or
+    /// nothing kept).
+    fn reuse(&mut self, party: &PartyRef, key: &Key) -> bool {
+        let window = self.party(party).and_then(|party| party.reuse);
+        if window.is_none() && !self.mutant(Mutant::ReusesWithoutWindow) {
+            return false;
+        }
+        let Some(kept) = self.kept.iter().find(|kept| kept.key == *key) else {
+            return false;
+        };
+        let (flight, outcome) = (kept.token, kept.outcome.clone());
+        self.remove_party(party);
+        let (connection, id) = party.clone();
+        self.send(
+            connection,
+            Response::Reused {
+                id,
+                flight,
+                outcome,
+            },
+        );
+        true
+    }
+
+    /// §16.2: keeps the value that the flight `token` of `key` landed, in
+    /// place of any older one of the key, and evicts the least recently
+    /// landed while over the bounds; the shell reports its expiry.
+    fn keep(&mut self, key: Key, token: FencingToken, outcome: Outcome, window: ReuseWindow) {
+        self.forget_kept(|kept| kept.key == key);
+        let bytes = key.as_str().len() + outcome.encoded_len();
+        self.kept.push(Kept {
+            key: key.clone(),
+            token,
+            outcome,
+            bytes,
+        });
+        self.kept_bytes += bytes;
+        while self.kept.len() > MAX_KEPT_VALUES || self.kept_bytes > MAX_KEPT_BYTES {
+            let evicted = self.kept.remove(0);
+            self.kept_bytes -= evicted.bytes;
+        }
+        self.effects.push(Effect::KeepFor { key, token, window });
+    }
+
+    /// §16.2: the reuse window of a kept value is over. A late expiry, of a
+    /// value replaced or evicted since, changes nothing.
+    fn expire(&mut self, key: &Key, token: FencingToken) {
+        if !self.mutant(Mutant::ReusesPastExpiry) {
+            self.forget_kept(|kept| kept.key == *key && kept.token == token);
+        }
+    }
+
+    fn forget_kept(&mut self, which: impl Fn(&Kept) -> bool) {
+        let bytes = &mut self.kept_bytes;
+        self.kept.retain(|kept| {
+            let forget = which(kept);
+            if forget {
+                *bytes -= kept.bytes;
+            }
+            !forget
+        });
     }
 
     /// Answers a joiner or a rejoin for good: `landed` with the outcome, or
@@ -829,4 +1038,9 @@ enum Mutant {
     SecondLeaderWhileInProgress,
     ForgetsLandingsInGrace,
     JoinsHeldFlights,
+    DetachStopsWaitedFlights,
+    KeepsUnwantedFlights,
+    ReusesWithoutWindow,
+    KeepsFailures,
+    ReusesPastExpiry,
 }

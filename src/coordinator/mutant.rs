@@ -26,10 +26,22 @@ pub enum Mutant {
     /// interrupts them when it supersedes it (the rule before the model
     /// found this).
     JoinsHeldFlights,
+    /// §15.2: a leader's detach stops its flight although callers join it,
+    /// who are interrupted.
+    DetachStopsWaitedFlights,
+    /// §15.2: a detached flight whose last joiner left goes on, with nobody
+    /// waiting for it.
+    KeepsUnwantedFlights,
+    /// §16.3: a run without a reuse window receives a kept value.
+    ReusesWithoutWindow,
+    /// §16.2: a failure is kept for reuse like a value.
+    KeepsFailures,
+    /// §16.2: a kept value outlives its reuse window.
+    ReusesPastExpiry,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -38,5 +50,10 @@ impl Mutant {
         Mutant::SecondLeaderWhileInProgress,
         Mutant::ForgetsLandingsInGrace,
         Mutant::JoinsHeldFlights,
+        Mutant::DetachStopsWaitedFlights,
+        Mutant::KeepsUnwantedFlights,
+        Mutant::ReusesWithoutWindow,
+        Mutant::KeepsFailures,
+        Mutant::ReusesPastExpiry,
     ];
 }

@@ -42,6 +42,7 @@ fn run(connection: u64, i: &str, k: &str) -> Event {
             id: id(i),
             key: key(k),
             flight: None,
+            reuse: None,
         },
     )
 }
@@ -53,6 +54,7 @@ fn rejoin(connection: u64, i: &str, k: &str, flight: FencingToken) -> Event {
             id: id(i),
             key: key(k),
             flight: Some(flight),
+            reuse: None,
         },
     )
 }
@@ -73,6 +75,7 @@ fn reassert(connection: u64, i: &str, k: &str, t: FencingToken) -> Event {
             key: key(k),
             token: t,
             outcome: None,
+            reuse: None,
         },
     )
 }
@@ -566,6 +569,7 @@ fn counters_count_what_the_term_decided() {
             key: key("b"),
             token: token(1, 5),
             outcome: Some(value("v")),
+            reuse: None,
         },
     );
     assert_eq!(co.step(landed_before), vec![ack(2, "2")]);
@@ -681,6 +685,7 @@ fn reassert_landed(connection: u64, i: &str, k: &str, t: FencingToken, outcome: 
             key: key(k),
             token: t,
             outcome: Some(outcome),
+            reuse: None,
         },
     )
 }

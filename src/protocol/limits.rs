@@ -71,3 +71,24 @@ pub const STATUS_FLIGHTS_BYTES: usize = MAX_FRAME_BYTES - STATUS_ENVELOPE_BYTES;
 /// two counts and the `stats` with every counter at its largest (a test pins
 /// the figure). 2 KiB covers it with room for a few more counters.
 pub const STATUS_ENVELOPE_BYTES: usize = 2 * 1024;
+
+/// Longest reuse window a call may ask for, in milliseconds (SPEC.md §16.1):
+/// one hour. A kept value is a memory of a landing just past, for callers
+/// that arrive seconds or minutes late (cron jobs, CI jobs, a cache refill);
+/// it has no invalidation, so a value wanted for longer belongs in a cache of
+/// its own. It also keeps the window within a `u32` of milliseconds.
+pub const MAX_REUSE_WINDOW_MS: u32 = 3_600_000;
+
+/// Most values one coordinator keeps for reuse at once (SPEC.md §16.2). The
+/// coordinator looks a key up among them for every run that has a window,
+/// and each holds a key of up to `MAX_KEY_BYTES`; 4 096 keys of cron jobs,
+/// artifacts or cache entries is far more than run staggered on one
+/// directory or cluster, and bounds the keys' memory to 16 MiB.
+pub const MAX_KEPT_VALUES: usize = 4096;
+
+/// Most bytes of kept values one coordinator holds at once, counted as
+/// their outcomes' JSON text and their keys (SPEC.md §16.2): 64 MiB, eight
+/// values at the largest outcome, thousands of ordinary ones. The
+/// coordinator is one process of the fleet that everyone's calls go
+/// through; it should not become its memory hog.
+pub const MAX_KEPT_BYTES: usize = 64 * 1024 * 1024;

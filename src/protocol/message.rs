@@ -26,7 +26,9 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
-use super::limits::{MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES};
+use super::limits::{
+    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REUSE_WINDOW_MS,
+};
 use super::token::FencingToken;
 
 /// A flight key: the name of the work that runs once (SPEC.md §3.1).
@@ -159,6 +161,40 @@ impl Outcome {
 /// (SPEC.md §3.4).
 pub const VALUE_TOO_LARGE: &str = "ValueTooLarge";
 
+/// How long a leader's value may be kept for later callers, in milliseconds
+/// (SPEC.md §16.1): from 1 to [`MAX_REUSE_WINDOW_MS`]. On the wire, a JSON
+/// integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ReuseWindow(u32);
+
+impl ReuseWindow {
+    /// The window of `millis` milliseconds; `None` outside 1 to
+    /// [`MAX_REUSE_WINDOW_MS`].
+    pub const fn from_millis(millis: u64) -> Option<ReuseWindow> {
+        if millis >= 1 && millis <= MAX_REUSE_WINDOW_MS as u64 {
+            Some(ReuseWindow(millis as u32))
+        } else {
+            None
+        }
+    }
+
+    /// The window for `duration`, rounded up to a whole millisecond; `None`
+    /// when it is zero or longer than [`MAX_REUSE_WINDOW_MS`].
+    pub fn from_duration(duration: std::time::Duration) -> Option<ReuseWindow> {
+        let millis = duration.as_nanos().div_ceil(1_000_000);
+        ReuseWindow::from_millis(u64::try_from(millis).ok()?)
+    }
+
+    pub const fn as_millis(self) -> u32 {
+        self.0
+    }
+
+    pub fn as_duration(self) -> std::time::Duration {
+        std::time::Duration::from_millis(u64::from(self.0))
+    }
+}
+
 /// What a client asks of the coordinator (SPEC.md §3.2), in the order SPEC.md
 /// lists them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -171,6 +207,10 @@ pub enum Request {
         key: Key,
         #[serde(skip_serializing_if = "Option::is_none")]
         flight: Option<FencingToken>,
+        /// Extension (SPEC.md §16.1): the call takes a kept value of its key,
+        /// and its own value, if it leads, is kept this long.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reuse: Option<ReuseWindow>,
     },
     /// The leader of `id` ends its flight with `outcome`.
     Land { id: RequestId, outcome: Outcome },
@@ -185,10 +225,16 @@ pub enum Request {
         token: FencingToken,
         #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<Outcome>,
+        /// The reuse window of the leader's call (SPEC.md §16.1).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reuse: Option<ReuseWindow>,
     },
     /// Asks for the coordinator's view of its flights (SPEC.md §3.5, an
     /// extension that older coordinators answer `unsupported`).
     Status { id: RequestId },
+    /// Extension (SPEC.md §15.1): the caller of the leading call `id` left;
+    /// its work goes on while anyone waits for the flight.
+    Detach { id: RequestId },
 }
 
 /// What the coordinator answers (SPEC.md §3.3), in the order SPEC.md lists them.
@@ -218,6 +264,18 @@ pub enum Response {
     },
     Unsupported {
         id: RequestId,
+    },
+    /// Extension (SPEC.md §15.1): nobody waits for the detached flight that
+    /// `id` leads any more; stop its work. Final.
+    Stop {
+        id: RequestId,
+    },
+    /// Extension (SPEC.md §16.1): the run receives the value that the flight
+    /// `flight` of its key landed within its reuse window. Final.
+    Reused {
+        id: RequestId,
+        flight: FencingToken,
+        outcome: Outcome,
     },
     /// The answer to `status` (SPEC.md §3.5).
     Status {
@@ -316,7 +374,8 @@ impl Request {
             | Request::Land { id, .. }
             | Request::Cancel { id }
             | Request::Reassert { id, .. }
-            | Request::Status { id } => id,
+            | Request::Status { id }
+            | Request::Detach { id } => id,
         }
     }
 }
@@ -331,6 +390,8 @@ impl Response {
             | Response::Ack { id }
             | Response::Rejected { id }
             | Response::Unsupported { id }
+            | Response::Stop { id }
+            | Response::Reused { id, .. }
             | Response::Status { id, .. } => id,
         }
     }
@@ -415,6 +476,7 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             id,
             key: key(message.key.take())?,
             flight: optional_token(message.flight.take(), "flight")?,
+            reuse: reuse(message.reuse.take())?,
         },
         "land" => Request::Land {
             id,
@@ -426,8 +488,10 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             key: key(message.key.take())?,
             token: token(message.token.take(), "token")?,
             outcome: optional_outcome(message.outcome.take())?,
+            reuse: reuse(message.reuse.take())?,
         },
         "status" => Request::Status { id },
+        "detach" => Request::Detach { id },
         _ => {
             return Ok(Incoming::Unknown {
                 op: op.into_owned(),
@@ -463,6 +527,12 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         "ack" => Response::Ack { id },
         "rejected" => Response::Rejected { id },
         "unsupported" => Response::Unsupported { id },
+        "stop" => Response::Stop { id },
+        "reused" => Response::Reused {
+            id,
+            flight: token(message.flight.take(), "flight")?,
+            outcome: outcome(message.outcome.take())?,
+        },
         "status" => Response::Status {
             id,
             flights: flights(message.flights.take())?,
@@ -666,6 +736,7 @@ struct MessageFields<'a> {
     waiting: Option<Json<'a>>,
     omitted: Option<Json<'a>>,
     stats: Option<Json<'a, StatsFields<'a>>>,
+    reuse: Option<Json<'a>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -702,6 +773,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "waiting" => member(map, &mut self.waiting),
             "omitted" => member(map, &mut self.omitted),
             "stats" => member(map, &mut self.stats),
+            "reuse" => member(map, &mut self.reuse),
             _ => skip(map),
         }
     }
@@ -920,6 +992,24 @@ fn outcome(member: Option<Json<'_, OutcomeFields<'_>>>) -> Result<Outcome, Decod
         message: text(failure.message, "message")?.into_owned(),
         code,
     }))
+}
+
+/// A run's or a reassert's reuse window (SPEC.md §16.1), when it has one.
+fn reuse(member: Option<Json<'_>>) -> Result<Option<ReuseWindow>, DecodeError> {
+    let Some(given) = member else {
+        return Ok(None);
+    };
+    let millis = match given {
+        Json::Unsigned(number) => Some(number),
+        _ => None,
+    };
+    millis
+        .and_then(ReuseWindow::from_millis)
+        .map(Some)
+        .ok_or(DecodeError::WrongType {
+            field: "reuse",
+            expected: "an integer of milliseconds from 1 to 3600000",
+        })
 }
 
 fn optional_outcome(

@@ -10,6 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
 
 use super::codec::{Codec, Json};
 use super::driver::{CallEvent, Command, Driver, PANIC_LAND_TIMEOUT};
@@ -17,9 +18,10 @@ use super::error::{OpenError, RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
 use super::options::Options;
 use super::stats::{Counters, Stats};
-use crate::client::{CallId, Resolution};
+use crate::client::{CallId, CallOptions, Resolution};
 use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
-use crate::protocol::{Failure, FencingToken, Key, Outcome};
+use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
+use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
 use crate::transport::Transport;
 use crate::transport::unix::UnixTransport;
 
@@ -30,6 +32,10 @@ pub enum Role {
     Led,
     /// This call joined a flight led elsewhere (in this process or another).
     Joined,
+    /// This call asked for a reuse window and received the value that a
+    /// flight of its key had landed within it (SPEC.md §16): nothing ran
+    /// for it.
+    Reused,
 }
 
 /// A call's value, and how it got it.
@@ -326,6 +332,8 @@ impl SingleFlight {
             flights: self,
             key: key.to_owned(),
             deadline: None,
+            reuse: None,
+            detached: false,
             codec: Json,
         }
     }
@@ -354,6 +362,9 @@ pub struct Call<'a, C> {
     flights: &'a SingleFlight,
     pub(super) key: String,
     pub(super) deadline: Option<Duration>,
+    /// As given; checked when the call starts.
+    reuse: Option<Duration>,
+    detached: bool,
     pub(super) codec: C,
 }
 
@@ -372,8 +383,36 @@ impl<'a, C> Call<'a, C> {
             flights: self.flights,
             key: self.key,
             deadline: self.deadline,
+            reuse: self.reuse,
+            detached: self.detached,
             codec,
         }
+    }
+
+    /// Takes a value that a flight of this key landed less than `window`
+    /// ago, if the coordinator still keeps one, instead of running or
+    /// joining; and if this call leads, its value is kept for `window` for
+    /// the calls that come after it (SPEC.md §16). Failures are never kept.
+    /// The window is from 1 ms to 1 hour; another is refused when the call
+    /// runs, with [`RunError::Invalid`].
+    ///
+    /// The coordinator keeps values in memory, boundedly, for its term
+    /// only: after a failover the first call runs the work again.
+    pub fn reuse_for(mut self, window: Duration) -> Self {
+        self.reuse = Some(window);
+        self
+    }
+
+    /// Makes the call detached (SPEC.md §15): when this caller leaves while
+    /// the call leads (the future is dropped or its deadline passes), the
+    /// work goes on, on the process's single-flight thread, for as long as
+    /// any caller of the key, in any process, waits for the flight, and its
+    /// outcome reaches them; when nobody waits any more, the work is dropped
+    /// and the flight ends interrupted. The work must therefore be `Send`
+    /// and `'static`.
+    pub fn detached(mut self) -> Detached<'a, C> {
+        self.detached = true;
+        Detached { call: self }
     }
 
     /// Runs the call; see [`SingleFlight::run`].
@@ -386,24 +425,8 @@ impl<'a, C> Call<'a, C> {
     {
         let key = self.key.clone();
         let counters = self.flights.shared.counters.clone();
-        let finished = match self.deadline {
-            None => self.run_now(work).await,
-            Some(deadline) => tokio::time::timeout(deadline, self.run_now(work))
-                .await
-                .unwrap_or(Finished::Returned(Err(RunError::DeadlineExceeded {
-                    key,
-                    deadline,
-                }))),
-        };
-        // Outside the deadline: a leader whose work panicked always gets its
-        // panic back (SPEC.md §9.6).
-        match finished {
-            Finished::Returned(result) => {
-                counters.call(&result);
-                result
-            }
-            Finished::Panicked(panicked) => panicked.resume().await,
-        }
+        let deadline = self.deadline;
+        conclude(key, counters, deadline, self.run_now(work)).await
     }
 
     async fn run_now<T, E, F, Fut>(self, work: F) -> Finished<T, E>
@@ -432,6 +455,10 @@ impl<'a, C> Call<'a, C> {
     /// leader, [`Leading::finish`] with what its work came to: the async and
     /// the blocking API differ only in how they wait and run the work.
     /// The counters of the process this call is made in (SPEC.md §9.8).
+    pub(super) fn is_detached(&self) -> bool {
+        self.detached
+    }
+
     pub(super) fn counters(&self) -> Arc<Counters> {
         self.flights.shared.counters.clone()
     }
@@ -442,6 +469,23 @@ impl<'a, C> Call<'a, C> {
             key: self.key.clone(),
             reason: error.to_string(),
         })?;
+        let reuse =
+            match self.reuse {
+                None => None,
+                Some(window) => Some(ReuseWindow::from_duration(window).ok_or_else(|| {
+                    RunError::Invalid {
+                        key: self.key.clone(),
+                        reason: format!(
+                            "the reuse window {window:?} is not from 1 ms to {} s (SPEC.md §16.1)",
+                            MAX_REUSE_WINDOW_MS / 1000
+                        ),
+                    }
+                })?),
+            };
+        let options = CallOptions {
+            detached: self.detached,
+            reuse,
+        };
         let call = CallId(shared.next_call.fetch_add(1, Ordering::Relaxed));
         let (events_out, events) = mpsc::unbounded_channel();
         shared
@@ -449,6 +493,7 @@ impl<'a, C> Call<'a, C> {
             .send(Command::Start {
                 call,
                 key,
+                options,
                 events: events_out,
             })
             .map_err(|_| shut_down())?;
@@ -504,8 +549,14 @@ impl<'a> Started<'a> {
                     shared: self.shared,
                     call: self.call,
                     token,
+                    events: self.events,
                     withdraw: self.withdraw,
                 });
+            }
+            // Only a detached leader's work is told to stop, after its
+            // caller left; never a call's first event.
+            Some(CallEvent::Stop) => {
+                return Answer::Done(Err(RunError::Interrupted { key: self.key }));
             }
             Some(CallEvent::Unavailable(reason)) => {
                 self.withdraw.armed = false;
@@ -515,28 +566,32 @@ impl<'a> Started<'a> {
         };
         self.withdraw.armed = false;
         let key = self.key;
-        Answer::Done(match resolution {
-            Resolution::Joined { flight, outcome } => match outcome {
-                Outcome::Value(text) => match codec.decode(&text) {
-                    Ok(value) => Ok(Landed {
-                        value,
-                        role: Role::Joined,
-                        token: flight,
-                    }),
-                    Err(reason) => Err(RunError::Invalid {
-                        key,
-                        reason: format!(
-                            "the leader's value does not decode with this call's codec: {reason}; every process must use the same type and codec for a key"
-                        ),
-                    }),
-                },
-                Outcome::Failure(failure) => Err(RunError::FlightFailed { key, failure }),
-            },
-            Resolution::Interrupted | Resolution::Led { .. } => Err(RunError::Interrupted { key }),
-            Resolution::Unsupported => Err(RunError::Invalid {
+        let (flight, outcome, role) = match resolution {
+            Resolution::Joined { flight, outcome } => (flight, outcome, Role::Joined),
+            Resolution::Reused { flight, outcome } => (flight, outcome, Role::Reused),
+            Resolution::Interrupted | Resolution::Led { .. } => {
+                return Answer::Done(Err(RunError::Interrupted { key }));
+            }
+            Resolution::Unsupported => return Answer::Done(Err(RunError::Invalid {
                 key,
                 reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),
-            }),
+            })),
+        };
+        Answer::Done(match outcome {
+            Outcome::Value(text) => match codec.decode(&text) {
+                Ok(value) => Ok(Landed {
+                    value,
+                    role,
+                    token: flight,
+                }),
+                Err(reason) => Err(RunError::Invalid {
+                    key,
+                    reason: format!(
+                        "the leader's value does not decode with this call's codec: {reason}; every process must use the same type and codec for a key"
+                    ),
+                }),
+            },
+            Outcome::Failure(failure) => Err(RunError::FlightFailed { key, failure }),
         })
     }
 
@@ -564,8 +619,12 @@ pub(super) struct Leading<'a> {
     shared: &'a Shared,
     call: CallId,
     pub(super) token: FencingToken,
+    /// What the driver tells the call from now on: a detached leader's work
+    /// hears `Stop` there (SPEC.md §15.3).
+    events: mpsc::UnboundedReceiver<CallEvent>,
     /// Dropped armed (the work was dropped, or its deadline passed), it
-    /// interrupts the flight's joiners (SPEC.md §8.6).
+    /// withdraws the call: it interrupts the flight's joiners (SPEC.md §8.6),
+    /// or detaches a detached call (§15.3).
     withdraw: Withdraw<'a>,
 }
 
@@ -589,50 +648,240 @@ impl Leading<'_> {
         C: Codec<T>,
         E: IntoFailure,
     {
-        let outcome = shareable(match &result {
-            Ok(Ok(value)) => outcome_of(codec, value),
-            Ok(Err(error)) => Outcome::Failure(error.to_failure()),
-            Err(payload) => Outcome::Failure(panic_failure(&**payload)),
-        });
         self.withdraw.armed = false;
-        let call = self.call;
-        let commands = &self.shared.commands;
-        let payload = match result {
-            Ok(result) => {
-                let _ = commands.send(Command::WorkFinished {
-                    call,
-                    outcome,
-                    settled: None,
-                });
-                return Finished::Returned(match result {
-                    Ok(value) => Ok(Landed {
-                        value,
-                        role: Role::Led,
-                        token: self.token,
-                    }),
-                    Err(error) => Err(RunError::Work(error)),
-                });
-            }
-            Err(payload) => payload,
-        };
-        let (settled, on_settled) = oneshot::channel();
-        let _ = commands.send(Command::WorkFinished {
+        let landed = land(self.shared, self.call, codec, &result);
+        led(result, self.token, landed, &self.shared.counters)
+    }
+
+    /// Lands what the work came to for the joiners of a detached call whose
+    /// caller's deadline passed (SPEC.md §15.3), and gives the result back
+    /// with what answers once a panic's land is settled.
+    pub(super) fn land_only<T, E, C>(
+        mut self,
+        codec: &C,
+        result: std::thread::Result<Result<T, E>>,
+    ) -> (
+        std::thread::Result<Result<T, E>>,
+        Option<oneshot::Receiver<()>>,
+    )
+    where
+        C: Codec<T>,
+        E: IntoFailure,
+    {
+        self.withdraw.armed = false;
+        let landed = land(self.shared, self.call, codec, &result);
+        (result, landed)
+    }
+}
+
+/// Sends what a leader's work came to as its land (SPEC.md §9.3). For a work
+/// that panicked, returns what answers once the land is settled or
+/// [`PANIC_LAND_TIMEOUT`] passed, for the caller to wait on before it
+/// resumes the panic (§9.6).
+fn land<T, E, C>(
+    shared: &Shared,
+    call: CallId,
+    codec: &C,
+    result: &std::thread::Result<Result<T, E>>,
+) -> Option<oneshot::Receiver<()>>
+where
+    C: Codec<T>,
+    E: IntoFailure,
+{
+    let outcome = shareable(match result {
+        Ok(Ok(value)) => outcome_of(codec, value),
+        Ok(Err(error)) => Outcome::Failure(error.to_failure()),
+        Err(payload) => Outcome::Failure(panic_failure(&**payload)),
+    });
+    if result.is_ok() {
+        let _ = shared.commands.send(Command::WorkFinished {
             call,
             outcome,
-            settled: Some(settled),
+            settled: None,
         });
-        // The bound runs on the single-flight thread: a blocking caller has
-        // no timer, and an async caller's runtime may have none enabled.
-        let (landed, on_landed) = oneshot::channel();
-        self.shared.runtime.spawn(async move {
-            let _ = tokio::time::timeout(PANIC_LAND_TIMEOUT, on_settled).await;
-            let _ = landed.send(());
-        });
-        Finished::Panicked(Panicked {
+        return None;
+    }
+    let (settled, on_settled) = oneshot::channel();
+    let _ = shared.commands.send(Command::WorkFinished {
+        call,
+        outcome,
+        settled: Some(settled),
+    });
+    // The bound runs on the single-flight thread: a blocking caller has no
+    // timer, and an async caller's runtime may have none enabled.
+    let (landed, on_landed) = oneshot::channel();
+    shared.runtime.spawn(async move {
+        let _ = tokio::time::timeout(PANIC_LAND_TIMEOUT, on_settled).await;
+        let _ = landed.send(());
+    });
+    Some(on_landed)
+}
+
+/// How a leader's call ends once its work's result is landed: its value or
+/// error, or its panic, to resume after `landed` (SPEC.md §9.6).
+fn led<T, E>(
+    result: std::thread::Result<Result<T, E>>,
+    token: FencingToken,
+    landed: Option<oneshot::Receiver<()>>,
+    counters: &Arc<Counters>,
+) -> Finished<T, E> {
+    match (result, landed) {
+        (Ok(Ok(value)), _) => Finished::Returned(Ok(Landed {
+            value,
+            role: Role::Led,
+            token,
+        })),
+        (Ok(Err(error)), _) => Finished::Returned(Err(RunError::Work(error))),
+        (Err(payload), landed) => Finished::Panicked(Panicked {
             payload,
-            landed: on_landed,
-            counters: self.shared.counters.clone(),
-        })
+            landed: landed.unwrap_or_else(|| {
+                // Never: `land` waits on every panic's land. A closed
+                // receiver resumes the panic at once.
+                oneshot::channel().1
+            }),
+            counters: counters.clone(),
+        }),
+    }
+}
+
+/// Waits for a call within its deadline, counts how it ended (SPEC.md
+/// §9.8), and resumes a leader's panic (§9.6), which comes back whatever
+/// the deadline.
+async fn conclude<T, E>(
+    key: String,
+    counters: Arc<Counters>,
+    deadline: Option<Duration>,
+    running: impl Future<Output = Finished<T, E>>,
+) -> Result<Landed<T>, RunError<E>> {
+    let finished = match deadline {
+        None => running.await,
+        Some(deadline) => {
+            tokio::time::timeout(deadline, running)
+                .await
+                .unwrap_or(Finished::Returned(Err(RunError::DeadlineExceeded {
+                    key,
+                    deadline,
+                })))
+        }
+    };
+    match finished {
+        Finished::Returned(result) => {
+            counters.call(&result);
+            result
+        }
+        Finished::Panicked(panicked) => panicked.resume().await,
+    }
+}
+
+/// A detached call, configured by [`Call::detached`] (SPEC.md §15).
+pub struct Detached<'a, C> {
+    call: Call<'a, C>,
+}
+
+impl<'a, C> Detached<'a, C> {
+    /// The call, still detached: the blocking API's detached call runs its
+    /// work on its caller's thread, with the bounds of any call (SPEC.md
+    /// §9.7, §15.3).
+    pub(super) fn into_call(self) -> Call<'a, C> {
+        self.call
+    }
+
+    /// Gives up after `deadline`: the caller gets
+    /// [`DeadlineExceeded`](RunError::DeadlineExceeded), and a work that
+    /// leads goes on while anyone waits for it.
+    pub fn deadline(self, deadline: Duration) -> Self {
+        Detached {
+            call: self.call.deadline(deadline),
+        }
+    }
+
+    /// Encodes the value with `codec` instead of JSON; see [`Call::codec`].
+    pub fn codec<D>(self, codec: D) -> Detached<'a, D> {
+        Detached {
+            call: self.call.codec(codec),
+        }
+    }
+
+    /// See [`Call::reuse_for`].
+    pub fn reuse_for(self, window: Duration) -> Self {
+        Detached {
+            call: self.call.reuse_for(window),
+        }
+    }
+
+    /// Runs the call; see [`SingleFlight::run`]. A leader's work runs on the
+    /// process's single-flight thread, so that it outlives its caller.
+    pub async fn run<T, E, F, Fut>(self, work: F) -> Result<Landed<T>, RunError<E>>
+    where
+        C: Codec<T> + 'static,
+        T: Send + 'static,
+        E: IntoFailure + Send + 'static,
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let call = self.call;
+        let key = call.key.clone();
+        let counters = call.counters();
+        let deadline = call.deadline;
+        conclude(key, counters, deadline, call.run_detached(work)).await
+    }
+}
+
+impl<C> Call<'_, C> {
+    async fn run_detached<T, E, F, Fut>(self, work: F) -> Finished<T, E>
+    where
+        C: Codec<T> + 'static,
+        T: Send + 'static,
+        E: IntoFailure + Send + 'static,
+        F: FnOnce(FencingToken) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let mut started = match self.start() {
+            Ok(started) => started,
+            Err(error) => return Finished::Returned(Err(error)),
+        };
+        let event = started.events.recv().await;
+        let codec = Arc::new(self.codec);
+        let mut leading = match started.answer(event, &*codec) {
+            Answer::Done(result) => return Finished::Returned(result),
+            Answer::Lead(leading) => leading,
+        };
+        let shared = self.flights.shared.clone();
+        let (call, token) = (leading.call, leading.token);
+        let mut events = std::mem::replace(&mut leading.events, mpsc::unbounded_channel().1);
+        let key = self.key;
+        let (done, on_done) = oneshot::channel();
+        self.flights.shared.runtime.spawn(async move {
+            let work = catch_panic(work, token);
+            tokio::pin!(work);
+            let result = loop {
+                tokio::select! {
+                    result = &mut work => break result,
+                    event = events.recv() => match event {
+                        // §15.3: nobody waits; the work is dropped here.
+                        Some(CallEvent::Stop) => return,
+                        Some(_) => {}
+                        // The driver has stopped: nobody can be told, but
+                        // the caller may still be there for its value.
+                        None => break (&mut work).await,
+                    },
+                }
+            };
+            let landed = land(&shared, call, &*codec, &result);
+            if let Err((Err(payload), _)) = done.send((result, landed)) {
+                warn!(
+                    key,
+                    panic = %panic_failure(&*payload).message,
+                    "the work of a detached call panicked after its caller left; its joiners got the failure Panic (SPEC.md §9.6)"
+                );
+            }
+        });
+        let Ok((result, landed)) = on_done.await else {
+            // The work was stopped, or the runtime is gone.
+            return Finished::Returned(Err(shut_down()));
+        };
+        leading.withdraw.armed = false;
+        led(result, token, landed, &self.flights.shared.counters)
     }
 }
 

@@ -224,6 +224,26 @@ impl<'a, C> Call<'a, C> {
         }
     }
 
+    /// See [`crate::Call::reuse_for`] (SPEC.md §16).
+    pub fn reuse_for(self, window: Duration) -> Self {
+        Call {
+            call: self.call.reuse_for(window),
+        }
+    }
+
+    /// Makes the call detached (SPEC.md §15): when its deadline passes
+    /// while it leads, the flight is not interrupted while any caller of
+    /// the key waits for it. The work, which runs on the calling thread,
+    /// goes on to its end, its outcome is landed for the joiners, and then
+    /// the call ends with [`DeadlineExceeded`](RunError::DeadlineExceeded).
+    /// When nobody waits any more, the flight ends interrupted; the work
+    /// still runs to its end, and its result is dropped.
+    pub fn detached(self) -> Self {
+        Call {
+            call: self.call.detached().into_call(),
+        }
+    }
+
     /// Runs the call; see [`SingleFlight::run`].
     #[track_caller]
     pub fn run<T, E, F>(self, work: F) -> Result<Landed<T>, RunError<E>>
@@ -286,9 +306,21 @@ impl<'a, C> Call<'a, C> {
             && !expiry.claim()
         {
             // The deadline passed while the work ran: the timer withdrew the
-            // call then, which interrupted its joiners. What the work came
-            // to is dropped, as an async leader's work is; its panic is the
-            // caller's still.
+            // call then, which interrupted its joiners, or detached it
+            // (SPEC.md §15.3), whose joiners still get what it came to. For
+            // the caller it is dropped, as an async leader's work is; its
+            // panic is the caller's still.
+            if call.is_detached() {
+                let (result, landed) = leading.land_only(&call.codec, result);
+                if let Err(payload) = result {
+                    if let Some(landed) = landed {
+                        let _ = landed.blocking_recv();
+                    }
+                    call.counters().panicked();
+                    std::panic::resume_unwind(payload);
+                }
+                return Err(passed(expiry));
+            }
             drop(leading);
             if let Err(payload) = result {
                 call.counters().panicked();

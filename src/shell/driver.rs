@@ -16,7 +16,7 @@ use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
 use super::stats::Counters;
-use crate::client::{CallId, Client, Effect, Event, Resolution};
+use crate::client::{CallId, CallOptions, Client, Effect, Event, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
 use crate::protocol::{
@@ -41,6 +41,7 @@ pub enum Command {
     Start {
         call: CallId,
         key: Key,
+        options: CallOptions,
         events: mpsc::UnboundedSender<CallEvent>,
     },
     WorkFinished {
@@ -52,7 +53,8 @@ pub enum Command {
         settled: Option<oneshot::Sender<()>>,
     },
     /// Withdraws the call. The driver forgets it: its event channel closes
-    /// after the events already sent.
+    /// after the events already sent. A detached call that leads stays,
+    /// for its work (SPEC.md §15.3).
     Cancel { call: CallId },
     /// Finish the lands in progress, end the term if this process
     /// coordinates, and stop.
@@ -64,6 +66,9 @@ pub enum CallEvent {
     Lead(FencingToken),
     Resolved(Resolution),
     Unavailable(Arc<Unavailable>),
+    /// Drop the work of the detached call, whose caller has left: nobody
+    /// waits for it (SPEC.md §15.3).
+    Stop,
 }
 
 /// How long a leader whose work panicked waits for its land to be settled
@@ -80,7 +85,8 @@ pub struct Driver<E, T> {
     options: Options,
     client: Client,
     calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
-    /// Calls whose work runs in their caller's task.
+    /// Calls whose work runs, in their caller's task, or on this thread for
+    /// a detached call (SPEC.md §15.3).
     leading: BTreeSet<CallId>,
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
     /// The term this process serves, if it won the election.
@@ -246,7 +252,12 @@ where
 
     fn command(&mut self, command: Command) {
         match command {
-            Command::Start { call, key, events } => {
+            Command::Start {
+                call,
+                key,
+                options,
+                events,
+            } => {
                 let in_progress = self.client.calls_in_progress();
                 if in_progress >= MAX_OPEN_REQUESTS_PER_CONNECTION {
                     let _ = events.send(CallEvent::Unavailable(Arc::new(
@@ -255,7 +266,7 @@ where
                     return;
                 }
                 self.calls.insert(call, events);
-                let effects = self.client.step(Event::CallStarted { call, key });
+                let effects = self.client.step(Event::CallStarted { call, key, options });
                 self.apply(effects);
             }
             Command::WorkFinished {
@@ -281,9 +292,11 @@ where
                 }
             }
             Command::Cancel { call } => {
-                self.calls.remove(&call);
-                self.leading.remove(&call);
                 let effects = self.client.step(Event::CallCancelled { call });
+                if !self.client.is_detached(call) {
+                    self.calls.remove(&call);
+                    self.leading.remove(&call);
+                }
                 self.apply(effects);
             }
             Command::Close { .. } => unreachable!("handled by the loop"),
@@ -310,6 +323,30 @@ where
                 Effect::Resolve { call, resolution } => {
                     if let Some(events) = self.calls.remove(&call) {
                         let _ = events.send(CallEvent::Resolved(resolution));
+                    }
+                }
+                Effect::StopWork { call, why } => {
+                    match why {
+                        StopReason::NobodyWaits => {
+                            debug!(
+                                call = call.0,
+                                "nobody waits for the detached flight; stopping its work (SPEC.md §15.3)"
+                            );
+                        }
+                        StopReason::DetachUnsupported => warn!(
+                            call = call.0,
+                            "the coordinator does not know detached calls (SPEC.md §15); the flight was cancelled, which interrupted its joiners, and its work stopped"
+                        ),
+                        StopReason::FlightLost => {
+                            debug!(
+                                call = call.0,
+                                "a detached call lost its flight; stopping its work"
+                            );
+                        }
+                    }
+                    self.leading.remove(&call);
+                    if let Some(events) = self.calls.remove(&call) {
+                        let _ = events.send(CallEvent::Stop);
                     }
                 }
             }

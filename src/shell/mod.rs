@@ -18,7 +18,7 @@ mod status;
 
 pub use crate::election::CLEAN_FILE;
 pub use crate::transport::unix::SOCKET_FILE;
-pub use api::{Builder, Call, Landed, Role, SingleFlight};
+pub use api::{Builder, Call, Detached, Landed, Role, SingleFlight};
 #[cfg(feature = "cluster")]
 pub use cluster::{CLUSTER_POLL_INTERVAL, Cluster, ClusterError, DEFAULT_CLUSTER_GRACE_WINDOW};
 pub use codec::{Codec, Json};

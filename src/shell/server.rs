@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
+use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
@@ -18,8 +19,9 @@ use super::options::{HANDSHAKE_TIMEOUT, Options};
 use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
 use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, Incoming, LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME,
-    PROTOCOL_VERSION, Response, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
+    CoordinatorHello, FencingToken, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
+    PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
+    limits::MAX_FRAME_BYTES,
 };
 use crate::transport::{Connection, Listener};
 
@@ -123,6 +125,8 @@ pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> S
         readers: BTreeMap::new(),
         next_connection: 0,
         refused: 0,
+        reuse_timers: DelayQueue::new(),
+        reuse_timer_of: BTreeMap::new(),
     };
     let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
     let done = tokio::spawn(server.serve(grace, stopped));
@@ -141,6 +145,12 @@ struct Server<T, L> {
     /// Connections of this term refused before they opened, which the pure
     /// coordinator never hears of; `status` reports them (SPEC.md §8.11).
     refused: u64,
+    /// The reuse windows of the values the coordinator keeps (SPEC.md
+    /// §16.2), one timer per key: a key that lands again replaces its
+    /// timer, as the coordinator replaces its value, so there are never
+    /// more timers than keys landed within the longest window.
+    reuse_timers: DelayQueue<(Key, FencingToken)>,
+    reuse_timer_of: BTreeMap<Key, delay_queue::Key>,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -195,6 +205,13 @@ impl<T: Term, L: Listener> Server<T, L> {
                     grace_pending = false;
                     info!(epoch = %self.coordinator.epoch(), "grace window over");
                     if !self.step(Event::GraceWindowEnded) {
+                        break End::Lost;
+                    }
+                }
+                Some(expired) = std::future::poll_fn(|context| self.reuse_timers.poll_expired(context)) => {
+                    let (key, token) = expired.into_inner();
+                    self.reuse_timer_of.remove(&key);
+                    if !self.step(Event::ReuseExpired { key, token }) {
                         break End::Lost;
                     }
                 }
@@ -292,6 +309,15 @@ impl<T: Term, L: Listener> Server<T, L> {
                 Effect::Close { connection, reason } => {
                     warn!(?connection, ?reason, "closing a connection");
                     self.forget(connection);
+                }
+                Effect::KeepFor { key, token, window } => {
+                    if let Some(timer) = self.reuse_timer_of.remove(&key) {
+                        self.reuse_timers.remove(&timer);
+                    }
+                    let timer = self
+                        .reuse_timers
+                        .insert((key.clone(), token), window.as_duration());
+                    self.reuse_timer_of.insert(key, timer);
                 }
                 Effect::EndTerm => {
                     warn!(epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
@@ -391,6 +417,8 @@ fn trace_response(connection: ConnectionId, response: &Response) {
         Response::Landed { id, .. } => debug!(?connection, %id, "landed"),
         Response::Interrupted { id } => debug!(?connection, %id, "interrupted"),
         Response::Rejected { id } => debug!(?connection, %id, "rejected"),
+        Response::Stop { id } => debug!(?connection, %id, "stop: nobody waits"),
+        Response::Reused { id, flight, .. } => debug!(?connection, %id, %flight, "reused"),
         _ => {}
     }
 }

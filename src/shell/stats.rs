@@ -20,6 +20,8 @@ pub struct Stats {
     pub led: u64,
     /// Calls that joined a flight and received its value.
     pub joined: u64,
+    /// Calls that received a value kept for reuse (SPEC.md §16).
+    pub reused: u64,
     /// Calls that joined a flight and received its failure
     /// ([`RunError::FlightFailed`]).
     pub failed: u64,
@@ -46,6 +48,7 @@ impl Stats {
         [
             self.led,
             self.joined,
+            self.reused,
             self.failed,
             self.interrupted,
             self.deadline,
@@ -56,14 +59,18 @@ impl Stats {
         .fold(0, |sum, count| sum.saturating_add(*count))
     }
 
-    /// The calls that received another call's outcome (joined or failed) ÷
-    /// every call counted: the share of calls that did not run the work.
-    /// `None` before the first call returns.
+    /// The calls that received another call's outcome (joined, reused or
+    /// failed) ÷ every call counted: the share of calls that did not run
+    /// the work. `None` before the first call returns.
     pub fn dedupe_ratio(&self) -> Option<f64> {
         let calls = self.calls();
+        let shared = self
+            .joined
+            .saturating_add(self.reused)
+            .saturating_add(self.failed);
         // Counts far beyond 2^53 lose precision in an `f64`, which a ratio
         // can afford.
-        (calls > 0).then(|| self.joined.saturating_add(self.failed) as f64 / calls as f64)
+        (calls > 0).then(|| shared as f64 / calls as f64)
     }
 }
 
@@ -73,6 +80,7 @@ impl Stats {
 pub(crate) struct Counters {
     led: AtomicU64,
     joined: AtomicU64,
+    reused: AtomicU64,
     failed: AtomicU64,
     interrupted: AtomicU64,
     deadline: AtomicU64,
@@ -92,6 +100,9 @@ impl Counters {
             Ok(Landed {
                 role: Role::Joined, ..
             }) => &self.joined,
+            Ok(Landed {
+                role: Role::Reused, ..
+            }) => &self.reused,
             Err(RunError::FlightFailed { .. }) => &self.failed,
             Err(RunError::Interrupted { .. }) => &self.interrupted,
             Err(RunError::DeadlineExceeded { .. }) => &self.deadline,
@@ -118,6 +129,7 @@ impl Counters {
         Stats {
             led: read(&self.led),
             joined: read(&self.joined),
+            reused: read(&self.reused),
             failed: read(&self.failed),
             interrupted: read(&self.interrupted),
             deadline: read(&self.deadline),
@@ -186,6 +198,7 @@ mod tests {
             Stats {
                 led: 2,
                 joined: 2,
+                reused: 0,
                 failed: 1,
                 interrupted: 1,
                 deadline: 1,

@@ -177,7 +177,9 @@ impl Observer {
                                 "§8.5: a joiner got another outcome than its flight's"
                             );
                         }
-                        Response::Ack { .. } | Response::Rejected { .. } => {
+                        Response::Ack { .. }
+                        | Response::Rejected { .. }
+                        | Response::Stop { .. } => {
                             self.live_leads.remove(&party);
                         }
                         _ => {}
@@ -186,6 +188,9 @@ impl Observer {
                 }
                 Effect::Close { connection, .. } => closed_now.push(*connection),
                 Effect::EndTerm => panic!("the sequence cannot run out here"),
+                Effect::KeepFor { .. } => {
+                    panic!("§16.2: no run of these sequences has a reuse window")
+                }
             }
         }
         for connection in closed_now {
@@ -260,6 +265,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                 id: id.clone(),
                                 key: key.clone(),
                                 flight: None,
+                                reuse: None,
                             },
                         ),
                         None,
@@ -274,6 +280,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     id: id.clone(),
                                     key: key.clone(),
                                     flight: Some(flight),
+                                    reuse: None,
                                 },
                             ),
                             None,
@@ -292,6 +299,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     token: t,
                                     outcome: None,
+                                    reuse: None,
                                 },
                             ),
                             Some(t),
@@ -399,6 +407,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                             id,
                             key,
                             flight: None,
+                            reuse: None,
                         },
                     ));
                     assert_eq!(
