@@ -7,12 +7,12 @@ use proptest::prelude::*;
 use single_flight::fuzzing;
 use single_flight::protocol::limits::{
     MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_NESTING_DEPTH, MAX_OP_BYTES,
-    MAX_OUTCOME_BYTES, OUTCOME_ENVELOPE_BYTES, STATUS_ENVELOPE_BYTES,
+    MAX_OUTCOME_BYTES, MAX_REUSE_WINDOW_MS, OUTCOME_ENVELOPE_BYTES, STATUS_ENVELOPE_BYTES,
 };
 use single_flight::protocol::{
     ClientHello, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken,
     FlightStatus, FrameError, HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome,
-    PROTOCOL_VERSION, ProtocolVersionError, Request, RequestId, Response, TokenError,
+    PROTOCOL_VERSION, ProtocolVersionError, Request, RequestId, Response, ReuseWindow, TokenError,
     decode_client_hello, decode_coordinator_hello, decode_request, decode_response, encode,
 };
 
@@ -98,6 +98,69 @@ fn request_run_with_flight() {
             reuse: None,
         },
         r#"{"op":"run","id":"2","key":"build:app","flight":"4294967297"}"#,
+    );
+}
+
+/// §16.1: `run` with a reuse window in milliseconds.
+#[test]
+fn request_run_with_reuse() {
+    assert_request_line(
+        Request::Run {
+            id: id("1"),
+            key: key("build:app"),
+            flight: None,
+            reuse: ReuseWindow::from_millis(30_000),
+        },
+        r#"{"op":"run","id":"1","key":"build:app","reuse":30000}"#,
+    );
+    assert_request_line(
+        Request::Reassert {
+            id: id("1"),
+            key: key("build:app"),
+            token: first_token(),
+            outcome: None,
+            reuse: ReuseWindow::from_millis(1),
+        },
+        r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","reuse":1}"#,
+    );
+}
+
+/// §16.1: a reuse window that is not an integer from 1 to 3 600 000 makes
+/// the line malformed, and the error says what it must be.
+#[test]
+fn request_run_with_a_bad_reuse_window() {
+    for bad in ["0", "3600001", "-5", "1.5", "\"30\"", "null", "1e3"] {
+        let line = format!(r#"{{"op":"run","id":"1","key":"k","reuse":{bad}}}"#);
+        assert_eq!(
+            decode_request(line.as_bytes()),
+            Err(DecodeError::WrongType {
+                field: "reuse",
+                expected: "an integer of milliseconds from 1 to 3600000",
+            }),
+            "{line}"
+        );
+    }
+}
+
+/// §15.1: `detach`, `stop` and `reused`.
+#[test]
+fn detach_stop_and_reused() {
+    assert_request_line(
+        Request::Detach { id: id("3") },
+        r#"{"op":"detach","id":"3"}"#,
+    );
+    assert_response_line(Response::Stop { id: id("3") }, r#"{"op":"stop","id":"3"}"#);
+    assert_response_line(
+        Response::Reused {
+            id: id("4"),
+            flight: first_token(),
+            outcome: ok_value(),
+        },
+        r#"{"op":"reused","id":"4","flight":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
+    );
+    assert_eq!(
+        decode_response(br#"{"op":"reused","id":"4","outcome":{"value":"1"}}"#),
+        Err(DecodeError::MissingField { field: "flight" })
     );
 }
 
@@ -1503,6 +1566,18 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
                 flight,
                 reuse: None
             }),
+        (
+            arbitrary_id(),
+            arbitrary_key(),
+            prop::option::of(arbitrary_token()),
+            arbitrary_reuse(),
+        )
+            .prop_map(|(id, key, flight, reuse)| Request::Run {
+                id,
+                key,
+                flight,
+                reuse: Some(reuse)
+            }),
         (arbitrary_id(), arbitrary_outcome())
             .prop_map(|(id, outcome)| Request::Land { id, outcome }),
         arbitrary_id().prop_map(|id| Request::Cancel { id }),
@@ -1510,17 +1585,26 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
             arbitrary_id(),
             arbitrary_key(),
             arbitrary_token(),
-            prop::option::of(arbitrary_outcome())
+            prop::option::of(arbitrary_outcome()),
+            prop::option::of(arbitrary_reuse()),
         )
-            .prop_map(|(id, key, token, outcome)| Request::Reassert {
+            .prop_map(|(id, key, token, outcome, reuse)| Request::Reassert {
                 id,
                 key,
                 token,
                 outcome,
-                reuse: None
+                reuse
             }),
         arbitrary_id().prop_map(|id| Request::Status { id }),
+        arbitrary_id().prop_map(|id| Request::Detach { id }),
     ]
+}
+
+/// A reuse window at its edges or anywhere between (SPEC.md §16.1).
+fn arbitrary_reuse() -> impl Strategy<Value = ReuseWindow> {
+    let max = u64::from(MAX_REUSE_WINDOW_MS);
+    prop_oneof![Just(1), Just(max), 1..=max]
+        .prop_map(|millis| ReuseWindow::from_millis(millis).unwrap())
 }
 
 /// A `status` answer whose counters are those of [`some_stats`] but with
@@ -1587,6 +1671,14 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
         arbitrary_id().prop_map(|id| Response::Ack { id }),
         arbitrary_id().prop_map(|id| Response::Rejected { id }),
         arbitrary_id().prop_map(|id| Response::Unsupported { id }),
+        arbitrary_id().prop_map(|id| Response::Stop { id }),
+        (arbitrary_id(), arbitrary_token(), arbitrary_outcome()).prop_map(
+            |(id, flight, outcome)| Response::Reused {
+                id,
+                flight,
+                outcome
+            }
+        ),
         (
             arbitrary_id(),
             prop::collection::vec(flight, 0..4),

@@ -2,7 +2,9 @@
 //! effects.
 
 use super::*;
-use crate::protocol::{Epoch, FencingToken, Key, Outcome, Request, RequestId, Response};
+use crate::protocol::{
+    Epoch, FencingToken, Key, Outcome, Request, RequestId, Response, ReuseWindow,
+};
 
 fn id(n: u64) -> RequestId {
     RequestId::new(n.to_string()).unwrap()
@@ -344,5 +346,212 @@ fn odd_answers() {
             call: CallId(1),
             resolution: Resolution::Unsupported
         }]
+    );
+}
+
+fn start_with(client: &mut Client, call: u64, options: CallOptions) -> Vec<Effect> {
+    client.step(Event::CallStarted {
+        call: CallId(call),
+        key: key(),
+        options,
+    })
+}
+
+const DETACHED: CallOptions = CallOptions {
+    detached: true,
+    reuse: None,
+};
+
+/// A connected client whose detached call 1 leads flight 1.
+fn detached_leader() -> Client {
+    let mut client = connected();
+    start_with(&mut client, 1, DETACHED);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client
+}
+
+fn cancelled(client: &mut Client, call: u64) -> Vec<Effect> {
+    client.step(Event::CallCancelled { call: CallId(call) })
+}
+
+/// §15.3: the caller of a detached leader leaves: `detach`, not `cancel`,
+/// and the work runs on; when it finishes, its land goes out as any.
+#[test]
+fn detached_leader_detaches_and_still_lands() {
+    let mut client = detached_leader();
+    assert_eq!(
+        cancelled(&mut client, 1),
+        vec![Effect::Send(Request::Detach { id: id(1) })]
+    );
+    assert!(client.is_detached(CallId(1)));
+    assert_eq!(
+        cancelled(&mut client, 1),
+        vec![],
+        "a second cancel is nothing"
+    );
+    let effects = client.step(Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    });
+    assert_eq!(
+        effects[1],
+        Effect::Send(Request::Land {
+            id: id(1),
+            outcome: value()
+        })
+    );
+}
+
+/// §15.3: `stop` ends a detached call and its work; `unsupported` falls
+/// back to the cancel of before the extension; a refused flight stops too.
+#[test]
+fn detached_leader_stops() {
+    let stop = |why| {
+        vec![Effect::StopWork {
+            call: CallId(1),
+            why,
+        }]
+    };
+    let mut client = detached_leader();
+    cancelled(&mut client, 1);
+    assert_eq!(
+        receive(&mut client, Response::Stop { id: id(1) }),
+        stop(StopReason::NobodyWaits)
+    );
+    assert!(client.is_idle());
+
+    let mut client = detached_leader();
+    cancelled(&mut client, 1);
+    let mut expected = vec![Effect::Send(Request::Cancel { id: id(1) })];
+    expected.extend(stop(StopReason::DetachUnsupported));
+    assert_eq!(
+        receive(&mut client, Response::Unsupported { id: id(1) }),
+        expected
+    );
+
+    let mut client = detached_leader();
+    cancelled(&mut client, 1);
+    assert_eq!(
+        receive(&mut client, Response::Rejected { id: id(1) }),
+        stop(StopReason::FlightLost)
+    );
+}
+
+/// §15.3: a call that is not detached, or that does not lead, cancels as
+/// before.
+#[test]
+fn only_a_detached_leader_detaches() {
+    let mut client = connected();
+    start_with(&mut client, 1, DETACHED);
+    assert_eq!(
+        cancelled(&mut client, 1),
+        vec![Effect::Send(Request::Cancel { id: id(1) })]
+    );
+    start(&mut client, 2);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(2),
+            token: token(1),
+        },
+    );
+    assert_eq!(
+        cancelled(&mut client, 2),
+        vec![Effect::Send(Request::Cancel { id: id(2) })]
+    );
+}
+
+/// §15.3: after a reconnect a detached leader reasserts its flight, then
+/// detaches it again.
+#[test]
+fn detached_leader_replays_reassert_then_detach() {
+    let mut client = detached_leader();
+    cancelled(&mut client, 1);
+    client.step(Event::ConnectionLost);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![
+            Effect::Send(Request::Reassert {
+                id: id(1),
+                key: key(),
+                token: token(1),
+                outcome: None,
+                reuse: None,
+            }),
+            Effect::Send(Request::Detach { id: id(1) }),
+        ]
+    );
+}
+
+/// §16.3: a call with a window sends it on its plain runs (never on a
+/// rejoin), and resolves with a value reused; a call without one never
+/// takes a kept value.
+#[test]
+fn reuse_window_on_the_wire_and_reused_values() {
+    let reuse = ReuseWindow::from_millis(1500);
+    let options = CallOptions {
+        detached: false,
+        reuse,
+    };
+    let mut client = connected();
+    assert_eq!(
+        start_with(&mut client, 1, options),
+        vec![Effect::Send(Request::Run {
+            id: id(1),
+            key: key(),
+            flight: None,
+            reuse,
+        })]
+    );
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Reused {
+                id: id(1),
+                flight: token(3),
+                outcome: value(),
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Reused {
+                flight: token(3),
+                outcome: value()
+            }
+        }]
+    );
+    start(&mut client, 2);
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Reused {
+                id: id(2),
+                flight: token(3),
+                outcome: value(),
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Interrupted
+        }]
+    );
+    start_with(&mut client, 3, options);
+    receive(
+        &mut client,
+        Response::Joined {
+            id: id(3),
+            flight: token(4),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![run(3, Some(token(4)))]
     );
 }

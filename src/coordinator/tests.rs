@@ -6,6 +6,7 @@ use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
 };
 
+mod extensions;
 mod properties;
 
 fn c(n: u64) -> ConnectionId {

@@ -1,0 +1,297 @@
+//! The rules of the protocol's extensions, one test per rule: detached
+//! flights (SPEC.md §15.2) and the reuse window (§16.2, §16.3).
+
+use super::*;
+use crate::protocol::ReuseWindow;
+use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES};
+
+fn detach(connection: u64, i: &str) -> Event {
+    request(c(connection), Request::Detach { id: id(i) })
+}
+
+fn stop(connection: u64, i: &str) -> Effect {
+    send(connection, Response::Stop { id: id(i) })
+}
+
+fn window(millis: u64) -> ReuseWindow {
+    ReuseWindow::from_millis(millis).unwrap()
+}
+
+fn run_reusing(connection: u64, i: &str, k: &str, millis: u64) -> Event {
+    request(
+        c(connection),
+        Request::Run {
+            id: id(i),
+            key: key(k),
+            flight: None,
+            reuse: Some(window(millis)),
+        },
+    )
+}
+
+fn reused(connection: u64, i: &str, t: FencingToken, outcome: Outcome) -> Effect {
+    send(
+        connection,
+        Response::Reused {
+            id: id(i),
+            flight: t,
+            outcome,
+        },
+    )
+}
+
+fn keep_for(k: &str, t: FencingToken, millis: u64) -> Effect {
+    Effect::KeepFor {
+        key: key(k),
+        token: t,
+        window: window(millis),
+    }
+}
+
+/// §15.2: a detached flight with joiners goes on without an answer; new
+/// runs still join it, and its land reaches all of them.
+#[test]
+fn detached_flight_goes_on_while_joined() {
+    let mut co = coordinator(1, Term::First, 3);
+    let t = token(1, 1);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    assert_eq!(co.step(detach(1, "1")), vec![]);
+    assert_eq!(co.step(run(3, "1", "k")), vec![joined(3, "1", t)]);
+    assert_eq!(co.detached().collect::<Vec<_>>(), vec![(&key("k"), t, 2)]);
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![
+            landed(2, "1", value("v")),
+            landed(3, "1", value("v")),
+            ack(1, "1")
+        ]
+    );
+}
+
+/// §15.2: a detach with nobody joined stops the flight at once.
+#[test]
+fn detach_without_joiners_stops() {
+    let mut co = coordinator(1, Term::First, 1);
+    co.step(run(1, "1", "k"));
+    assert_eq!(co.step(detach(1, "1")), vec![stop(1, "1")]);
+    assert_eq!(co.flights().count(), 0);
+    assert_eq!(co.counters().interruptions, 1);
+    // The leader's late land finds no flight.
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![rejected(1, "1")]);
+}
+
+/// §15.2: when the last joiner of a detached flight leaves, by cancel or by
+/// its connection closing, the flight is stopped.
+#[test]
+fn last_joiner_leaving_stops_a_detached_flight() {
+    let mut co = coordinator(1, Term::First, 3);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    co.step(run(3, "1", "k"));
+    co.step(detach(1, "1"));
+    assert_eq!(co.step(cancel(2, "1")), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(3) }),
+        vec![stop(1, "1")]
+    );
+    assert_eq!(co.flights().count(), 0);
+}
+
+/// §15.2: a flight that is not detached goes on when its joiners leave, and
+/// a leader's cancel still interrupts them (§8.6).
+#[test]
+fn flights_not_detached_are_unchanged() {
+    let mut co = coordinator(1, Term::First, 3);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    assert_eq!(co.step(cancel(2, "1")), vec![]);
+    assert_eq!(co.flights().count(), 1);
+    co.step(run(3, "1", "k"));
+    assert_eq!(co.step(cancel(1, "1")), vec![interrupted(3, "1")]);
+}
+
+/// §15.2: `detach` of anything but a leading party is ignored.
+#[test]
+fn detach_of_a_joiner_or_unknown_id_is_ignored() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    assert_eq!(co.step(detach(2, "1")), vec![]);
+    assert_eq!(co.step(detach(2, "9")), vec![]);
+    assert_eq!(co.detached().count(), 0);
+    assert_eq!(co.step(cancel(2, "1")), vec![]);
+    assert_eq!(co.flights().count(), 1);
+}
+
+/// §15.2: a flight detached in the grace window is judged when the window
+/// ends: kept when a rejoin joins it then, stopped when nobody does.
+#[test]
+fn detached_in_grace_is_judged_when_the_window_ends() {
+    let old = token(1, 1);
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    co.step(reassert(1, "1", "k", old));
+    co.step(detach(1, "1"));
+    co.step(rejoin(2, "1", "k", old));
+    assert_eq!(co.step(Event::GraceWindowEnded), vec![joined(2, "1", old)]);
+    assert_eq!(co.detached().collect::<Vec<_>>(), vec![(&key("k"), old, 1)]);
+
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    co.step(reassert(1, "1", "k", old));
+    assert_eq!(co.step(detach(1, "1")), vec![]);
+    assert_eq!(co.step(Event::GraceWindowEnded), vec![stop(1, "1")]);
+}
+
+/// §16.2, §16.3: a leader's value with a reuse window is kept and goes, at
+/// once and with its flight's token, to later runs with a window; a run
+/// without a window leads as before.
+#[test]
+fn kept_value_is_reused_by_runs_with_a_window_only() {
+    let mut co = coordinator(1, Term::First, 3);
+    let t = token(1, 1);
+    assert_eq!(
+        co.step(run_reusing(1, "1", "k", 5000)),
+        vec![lead(1, "1", t)]
+    );
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![ack(1, "1"), keep_for("k", t, 5000)]
+    );
+    assert_eq!(
+        co.step(run_reusing(2, "1", "k", 10)),
+        vec![reused(2, "1", t, value("v"))]
+    );
+    // The party is closed: its id may open another.
+    assert_eq!(
+        co.step(run_reusing(2, "1", "k", 10)),
+        vec![reused(2, "1", t, value("v"))]
+    );
+    assert_eq!(co.step(run(3, "1", "k")), vec![lead(3, "1", token(1, 2))]);
+}
+
+/// §16.2: only a leader with a window has its value kept, and never a
+/// failure.
+#[test]
+fn failures_and_leaders_without_a_window_are_not_kept() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    co.step(land(1, "1", value("v")));
+    co.step(run_reusing(1, "2", "j", 5000));
+    let failure = Outcome::Failure(crate::protocol::Failure {
+        name: "Error".into(),
+        message: "no".into(),
+        code: None,
+    });
+    assert_eq!(co.step(land(1, "2", failure)), vec![ack(1, "2")]);
+    assert_eq!(co.kept().count(), 0);
+    assert_eq!(
+        co.step(run_reusing(2, "1", "k", 10)),
+        vec![lead(2, "1", token(1, 3))]
+    );
+}
+
+/// §16.2: the expiry forgets the value; an expiry of another token
+/// changes nothing.
+#[test]
+fn expiry_forgets_only_its_own_value() {
+    let mut co = coordinator(1, Term::First, 1);
+    let t = token(1, 1);
+    co.step(run_reusing(1, "1", "k", 5000));
+    co.step(land(1, "1", value("v")));
+    let expired = |token| Event::ReuseExpired {
+        key: key("k"),
+        token,
+    };
+    assert_eq!(co.step(expired(token(1, 9))), vec![]);
+    assert_eq!(co.kept().count(), 1);
+    assert_eq!(co.step(expired(t)), vec![]);
+    assert_eq!(co.kept().count(), 0);
+    assert_eq!(
+        co.step(run_reusing(1, "2", "k", 5000)),
+        vec![lead(1, "2", token(1, 2))]
+    );
+}
+
+/// §16.2: a key that lands again replaces its kept value, and the timer of
+/// the value it replaced, when it fires, leaves the new one alone.
+#[test]
+fn a_new_landing_replaces_the_kept_value() {
+    let mut co = coordinator(1, Term::First, 1);
+    co.step(run_reusing(1, "1", "k", 5000));
+    co.step(land(1, "1", value("one")));
+    // A run without a window leads while "one" is kept.
+    co.step(run(1, "2", "k"));
+    co.step(land(1, "2", value("not kept")));
+    co.step(run_reusing(1, "3", "k", 5000));
+    assert_eq!(co.flights().count(), 0, "the run took the kept value");
+    co.step(Event::ReuseExpired {
+        key: key("k"),
+        token: token(1, 1),
+    });
+    co.step(run_reusing(1, "4", "k", 5000));
+    co.step(land(1, "4", value("two")));
+    co.step(Event::ReuseExpired {
+        key: key("k"),
+        token: token(1, 1),
+    });
+    assert_eq!(
+        co.kept().collect::<Vec<_>>(),
+        vec![(&key("k"), token(1, 3), &value("two"))]
+    );
+}
+
+/// §16.2: over `MAX_KEPT_VALUES`, the least recently landed goes first.
+#[test]
+fn kept_values_are_bounded_in_number() {
+    let mut co = coordinator(1, Term::First, 1);
+    for n in 0..=MAX_KEPT_VALUES {
+        let i = n.to_string();
+        co.step(run_reusing(1, &i, &format!("k{n}"), 5000));
+        co.step(land(1, &i, value("v")));
+    }
+    assert_eq!(co.kept().count(), MAX_KEPT_VALUES);
+    assert_eq!(co.kept().next().unwrap().0, &key("k1"));
+}
+
+/// §16.2: over `MAX_KEPT_BYTES`, the least recently landed goes first.
+#[test]
+fn kept_values_are_bounded_in_bytes() {
+    let mut co = coordinator(1, Term::First, 1);
+    let big = "x".repeat(1024 * 1024);
+    let fit = MAX_KEPT_BYTES / (big.len() + r#"{"value":""}"#.len() + 3);
+    for n in 0..=fit {
+        let i = n.to_string();
+        co.step(run_reusing(1, &i, &format!("k{n}"), 5000));
+        co.step(land(1, &i, value(&big)));
+    }
+    assert_eq!(co.kept().count(), fit);
+    assert_eq!(co.kept().next().unwrap().0, &key("k1"));
+}
+
+/// §16.3: in the grace window a run with a window takes a value kept in
+/// this term (a held flight that landed) instead of waiting; a plain run
+/// waits as before.
+#[test]
+fn reuse_in_the_grace_window() {
+    let old = token(1, 1);
+    let mut co = coordinator(2, Term::AfterFailover, 3);
+    co.step(request(
+        c(1),
+        Request::Reassert {
+            id: id("1"),
+            key: key("k"),
+            token: old,
+            outcome: None,
+            reuse: Some(window(5000)),
+        },
+    ));
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![ack(1, "1"), keep_for("k", old, 5000)]
+    );
+    assert_eq!(
+        co.step(run_reusing(2, "1", "k", 10)),
+        vec![reused(2, "1", old, value("v"))]
+    );
+    assert_eq!(co.step(run(3, "1", "k")), vec![]);
+}
