@@ -1,5 +1,6 @@
-//! The blocking API (SPEC.md §9.7) and panicking works (§9.6), with real
-//! processes: the test binary runs itself again as child processes, each a
+//! Calls as users make them, with real processes: the blocking API (SPEC.md
+//! §9.7), panicking works (§9.6), detached calls (§15) and the reuse window
+//! (§16). The test binary runs itself again as child processes, each a
 //! blocking or an async caller, and watches them through the coordinator's
 //! `status` (§3.5).
 //!
@@ -137,6 +138,19 @@ async fn async_child() -> i32 {
             if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
                 call = call.deadline(Duration::from_millis(ms));
             }
+            // `SF_REUSE_MS=<ms>`: a reuse window (§16).
+            if let Ok(ms) = env("SF_REUSE_MS").parse() {
+                call = call.reuse_for(Duration::from_millis(ms));
+            }
+            // `SF_DETACHED=1`: a detached call (§15), whose work runs on the
+            // single-flight thread.
+            if !env("SF_DETACHED").is_empty() {
+                let key = key.clone();
+                return call
+                    .detached()
+                    .run(move |token| async_work(runs, key, token, steps))
+                    .await;
+            }
             call.run(|token| async_work(runs, key.clone(), token, steps))
                 .await
         })
@@ -146,6 +160,14 @@ async fn async_child() -> i32 {
         Err(error) => format!("panicked {}", panic_text(&*error.into_panic())),
     };
     println!("RESULT {line}");
+    // `SF_HOLD=<file>`: the process stays (for a detached work that
+    // outlives its caller) until the test creates the file.
+    let hold = env("SF_HOLD");
+    if !hold.is_empty() {
+        while !runs.join(&hold).exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     let after = env("SF_AFTER");
     if !after.is_empty() {
         let result = flights
@@ -163,10 +185,10 @@ async fn async_child() -> i32 {
 fn describe(result: Result<Landed<String>, RunError<std::io::Error>>) -> String {
     match result {
         Ok(landed) => {
-            let role = if landed.role == Role::Led {
-                "led"
-            } else {
-                "joined"
+            let role = match landed.role {
+                Role::Led => "led",
+                Role::Joined => "joined",
+                Role::Reused => "reused",
             };
             format!("{role} {} {}", landed.token, landed.value)
         }
@@ -230,6 +252,8 @@ async fn async_work(
     steps: String,
 ) -> Result<String, std::io::Error> {
     record_run(&runs, &key, token)?;
+    // Marks `<key>.dropped` if the work is dropped before it ends (§15.3).
+    let mut dropped = DropMark(Some(runs.join(format!("{key}.dropped"))));
     for step in steps.split(',') {
         if let Some(release) = step.strip_prefix("wait:") {
             while !runs.join(release).exists() {
@@ -241,10 +265,24 @@ async fn async_work(
             std::panic::panic_any(7_u32);
         }
         if step == "fail" {
+            dropped.0 = None;
             return Err(std::io::Error::other("the disk is on fire"));
         }
     }
+    dropped.0 = None;
     Ok(format!("value-of-{key}-from-{}", std::process::id()))
+}
+
+/// Writes its file when dropped while it still holds one: an async work
+/// dropped before its end.
+struct DropMark(Option<PathBuf>);
+
+impl Drop for DropMark {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::write(path, b"");
+        }
+    }
 }
 
 fn record_run(runs: &Path, key: &str, token: FencingToken) -> std::io::Result<()> {
@@ -797,4 +835,108 @@ fn a_blocking_cluster_opens_without_a_runtime() {
         second.value
     );
     flights.close();
+}
+
+/// §15.3: the caller of a detached leader leaves (its deadline passes)
+/// while callers in two other processes wait: the work goes on, runs once,
+/// and both get its value; the leader's caller got its deadline error.
+#[test]
+fn a_detached_leaders_work_outlives_its_caller_for_its_joiners() {
+    let mut scene = Scene::new("detached-joined");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "async",
+            &[
+                ("SF_DETACHED", "1"),
+                ("SF_DEADLINE_MS", "300"),
+                ("SF_WORK", "wait:go"),
+                ("SF_HOLD", "exit"),
+            ],
+        ),
+        "k",
+        &["async", "blocking"],
+    );
+    assert_eq!(scene.result(leader), "deadline");
+    // The flight is still in progress, with both joiners.
+    assert!(status(&scene.dir).is_some_and(|flights| joiners(&flights, "k") == Some(2)));
+    scene.release("go");
+    for joiner in joining {
+        let result = scene.result(joiner);
+        assert!(
+            result.starts_with("joined ") && result.contains("value-of-k-from-"),
+            "{result}"
+        );
+        scene.exit(joiner);
+    }
+    assert_eq!(executions(&scene.runs, "k"), 1);
+    assert!(!scene.runs.join("k.dropped").exists());
+    scene.release("exit");
+    scene.exit(leader);
+}
+
+/// §15.2, §15.3: when everyone has left a detached flight (the leader's
+/// caller, then its one joiner), the coordinator stops it: the leader's
+/// process drops the work, and the next call leads a new flight.
+#[test]
+fn a_detached_flight_that_nobody_waits_for_is_dropped() {
+    let mut scene = Scene::new("detached-dropped");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "async",
+            &[
+                ("SF_DETACHED", "1"),
+                ("SF_DEADLINE_MS", "300"),
+                ("SF_WORK", "wait:go"),
+                ("SF_HOLD", "exit"),
+            ],
+        ),
+        "k",
+        &["async"],
+    );
+    assert_eq!(scene.result(leader), "deadline");
+    // The joiner leaves: it is killed, its connection closes.
+    let joiner = joining[0];
+    scene.children[joiner].0.kill().unwrap();
+    scene.wait(joiner);
+    let start = Instant::now();
+    while !scene.runs.join("k.dropped").exists() {
+        assert!(start.elapsed() < PATIENCE, "the work was never dropped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    scene.until("the flight's end", |flights| {
+        joiners(flights, "k").is_none()
+    });
+    let next = scene.spawn("async", &[("SF_KEY", "k")]);
+    assert!(scene.result(next).starts_with("led "));
+    scene.exit(next);
+    scene.release("exit");
+    scene.exit(leader);
+}
+
+/// §16: a call with a reuse window that comes after a flight with one
+/// landed takes its value, with its token, and nothing runs; a call without
+/// a window runs the work again.
+#[test]
+fn a_reuse_window_serves_a_late_caller() {
+    let mut scene = Scene::new("reuse");
+    // A coordinator that outlives the callers: kept values live as long as
+    // its term (§16.2).
+    let coordinator = scene.spawn("blocking", &[("SF_IDLE", "1")]);
+    scene.line(coordinator, "READY");
+    let window = [("SF_KEY", "k"), ("SF_REUSE_MS", "600000")];
+    let first = scene.spawn("async", &window);
+    let led = scene.result(first);
+    assert!(led.starts_with("led "), "{led}");
+    scene.exit(first);
+    let second = scene.spawn("async", &window);
+    let reused = scene.result(second);
+    assert_eq!(reused.strip_prefix("reused "), led.strip_prefix("led "));
+    scene.exit(second);
+    assert_eq!(executions(&scene.runs, "k"), 1);
+    let third = scene.spawn("async", &[("SF_KEY", "k")]);
+    assert!(scene.result(third).starts_with("led "));
+    scene.exit(third);
+    assert_eq!(executions(&scene.runs, "k"), 2);
 }
