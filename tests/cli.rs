@@ -1007,3 +1007,116 @@ fn another_users_coordinator_is_refused_both_ways() {
     );
     drop(server);
 }
+
+/// Starts `single-flight run` with `flags` before `--key k -- sh -c SCRIPT`.
+fn start_run_with(scene: &mut Scene, flags: &[&str], script: &str) -> usize {
+    let script = format!("{PRELUDE}{script}");
+    let dir = scene.dir_arg().to_owned();
+    let mut args = vec!["run", "--dir", &dir];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["--key", "k", "--", "sh", "-c", &script]);
+    scene.start(&args)
+}
+
+/// §16.4: `--reuse` runs after a landing within the window print the
+/// leader's bytes and exit with its status without running COMMAND; once
+/// the window is over it runs again.
+#[test]
+fn reuse_prints_the_kept_output_without_running() {
+    let mut scene = Scene::new("reuse");
+    let dir = scene.dir_arg().to_owned();
+    // Kept outputs live as long as the coordinator's term (§16.2).
+    let server = scene.start(&["serve", "--dir", &dir]);
+    let pid = scene.pid(server);
+    scene.until("serve to coordinate", |scene| {
+        scene.status().is_some_and(|status| status.pid == pid)
+    });
+    let script = "echo ran >> runs; echo out; echo err >&2; exit 3";
+    let first = start_run_with(&mut scene, &["--reuse", "30"], script);
+    let first = scene.end(first);
+    assert_eq!(first.code, Some(3), "{}", first.stderr_text());
+    let second = start_run_with(&mut scene, &["--reuse", "30", "--verbose"], script);
+    let second = scene.end(second);
+    assert_eq!(second.code, Some(3));
+    assert_eq!(second.stdout, first.stdout);
+    let said = second.stderr_text();
+    assert!(said.starts_with("err\n"), "{said}");
+    assert!(said.contains("reused"), "{said}");
+    assert_eq!(scene.note("runs"), "ran", "COMMAND ran once");
+    // Without --reuse it runs.
+    let third = start_run_with(&mut scene, &[], script);
+    assert_eq!(scene.end(third).code, Some(3));
+    assert_eq!(scene.note("runs"), "ran\nran");
+    // After a window of 0.2 s, a run with --reuse runs again, sooner or
+    // later (the expiry is the coordinator's timer; no time is judged).
+    let start = Instant::now();
+    loop {
+        let again = start_run_with(&mut scene, &["--reuse", "0.2"], script);
+        assert_eq!(scene.end(again).code, Some(3));
+        if scene.note("runs").lines().count() == 4 {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the reused output never expired"
+        );
+    }
+    scene.signal(server, Signal::TERM);
+    scene.end(server);
+}
+
+/// §16.4: `--reuse` outside 0 < SECS <= 3600 is a usage error.
+#[test]
+fn reuse_out_of_range_is_a_usage_error() {
+    let mut scene = Scene::new("reuse-range");
+    let dir = scene.dir_arg().to_owned();
+    for bad in ["0", "3601", "x"] {
+        let ended = scene.run(&[
+            "run", "--dir", &dir, "--reuse", bad, "--key", "k", "--", "true",
+        ]);
+        assert_eq!(ended.code, Some(125), "{bad}: {}", ended.stderr_text());
+    }
+}
+
+/// §15.4: SIGTERM to a `--detach` leader while another run waits: COMMAND
+/// goes on, the joiner gets all of its output, the leader stops printing
+/// it and exits 143 once COMMAND has ended; COMMAND ran once.
+#[test]
+fn a_detached_leader_keeps_its_command_for_its_joiner() {
+    let mut scene = Scene::new("detach-joined");
+    let script = "echo ran >> runs; echo $PPID > leader; echo before; wait_for go; echo after";
+    let first = start_run_with(&mut scene, &["--detach"], script);
+    scene.note("leader");
+    let joiner = start_run_with(&mut scene, &["--detach"], script);
+    scene.until_joiners("k", 1);
+    assert_eq!(scene.index_of_pid_in("leader"), first);
+    scene.signal(first, Signal::TERM);
+    // The leader goes on while its command runs; the flight too.
+    scene.until_joiners("k", 1);
+    scene.release("go");
+    let joined = scene.end(joiner);
+    assert_eq!(joined.code, Some(0), "{}", joined.stderr_text());
+    assert_eq!(joined.stdout, b"before\nafter\n");
+    let led = scene.end(first);
+    assert_eq!(led.code, Some(143), "{}", led.stderr_text());
+    assert!(
+        !String::from_utf8_lossy(&led.stdout).contains("after"),
+        "the leader printed after it was stopped"
+    );
+    assert_eq!(scene.note("runs"), "ran");
+}
+
+/// §15.4: SIGTERM to a `--detach` leader that nobody waits for stops its
+/// command (SIGTERM to its group) and exits 143.
+#[test]
+fn a_detached_leader_nobody_waits_for_stops() {
+    let mut scene = Scene::new("detach-alone");
+    let script =
+        "trap 'echo stopped > stopped; exit 1' TERM; echo $PPID > leader; wait_for go & wait";
+    let leader = start_run_with(&mut scene, &["--detach"], script);
+    scene.note("leader");
+    scene.signal(leader, Signal::TERM);
+    let ended = scene.end(leader);
+    assert_eq!(ended.code, Some(143), "{}", ended.stderr_text());
+    assert_eq!(scene.note("stopped"), "stopped");
+}

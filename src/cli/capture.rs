@@ -59,6 +59,13 @@ pub struct Control {
     /// Set once the process stops the call: a command not started yet must
     /// not start any more.
     pub stopping: Arc<AtomicBool>,
+    /// Set when a detached leader's caller has left (SPEC.md §15.4): COMMAND
+    /// runs on for the joiners, but its output no longer reaches this
+    /// process's stdout and stderr.
+    pub muted: Arc<AtomicBool>,
+    /// Told when a detached leader's work was dropped before COMMAND ended:
+    /// nobody waits for it any more (§15.4), and COMMAND must be stopped.
+    pub dropped: Arc<tokio::sync::Notify>,
     pub progress: watch::Sender<Progress>,
 }
 
@@ -66,6 +73,8 @@ impl Control {
     pub fn new() -> Control {
         Control {
             stopping: Arc::new(AtomicBool::new(false)),
+            muted: Arc::new(AtomicBool::new(false)),
+            dropped: Arc::new(tokio::sync::Notify::new()),
             progress: watch::Sender::new(Progress::NotStarted),
         }
     }
@@ -132,6 +141,7 @@ pub async fn lead(
         own_stream(io::stdout().as_fd()),
         own_stream(io::stderr().as_fd()),
         &mut capture,
+        &control.muted,
     )
     .await;
     let status = child.wait().await.map_err(|error| Failure {
@@ -227,6 +237,7 @@ async fn forward(
     stdout: Option<impl AsyncWrite + Unpin>,
     stderr: Option<impl AsyncWrite + Unpin>,
     capture: &mut Capture,
+    muted: &AtomicBool,
 ) {
     let mut stdout = LiveSink { writer: stdout };
     let mut stderr = LiveSink { writer: stderr };
@@ -238,14 +249,18 @@ async fn forward(
             read = command_stdout.read(&mut out_buffer), if out_open => match read {
                 Ok(0) | Err(_) => out_open = false,
                 Ok(read) => {
-                    stdout.write(&out_buffer[..read]).await;
+                    if !muted.load(Ordering::SeqCst) {
+                        stdout.write(&out_buffer[..read]).await;
+                    }
                     capture.push(Stream::Stdout, &out_buffer[..read]);
                 }
             },
             read = command_stderr.read(&mut err_buffer), if err_open => match read {
                 Ok(0) | Err(_) => err_open = false,
                 Ok(read) => {
-                    stderr.write(&err_buffer[..read]).await;
+                    if !muted.load(Ordering::SeqCst) {
+                        stderr.write(&err_buffer[..read]).await;
+                    }
                     capture.push(Stream::Stderr, &err_buffer[..read]);
                 }
             },

@@ -83,6 +83,29 @@ struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     timeout: Option<Duration>,
 
+    /// Keep COMMAND running for the runs that joined it when this one gives up.
+    ///
+    /// A leader that gets SIGINT, SIGTERM or SIGHUP, or reaches --timeout,
+    /// stops writing COMMAND's output but lets it run while any run of the
+    /// key, in any process, waits for it; they get its output. It exits
+    /// 128+N (124 at --timeout) once COMMAND ends, or once nobody waits any
+    /// more (then COMMAND is stopped). A second signal stops COMMAND at once
+    /// (SPEC.md §15.4).
+    #[arg(long)]
+    detach: bool,
+
+    /// Reuse an output of the key that landed less than SECS seconds ago.
+    ///
+    /// A run with --reuse whose key has an output kept by the coordinator
+    /// prints it and exits with its status at once, without running
+    /// COMMAND. If this run leads, its output and exit status, whatever the
+    /// status, are kept for SECS for the runs with --reuse that come after;
+    /// a COMMAND that could not start is not. 0 < SECS <= 3600. The
+    /// coordinator keeps outputs in memory for its term only (SPEC.md
+    /// §16.4).
+    #[arg(long, value_name = "SECS", value_parser = parse_reuse)]
+    reuse: Option<Duration>,
+
     /// Say on stderr whether this run led or joined, and the fencing token.
     ///
     /// One line after the output: "led" (this process ran COMMAND) or
@@ -215,6 +238,16 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
         return Err("the timeout must be more than 0 seconds".into());
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text} seconds is too long"))
+}
+
+/// A reuse window in seconds (decimals allowed), within SPEC.md §16.1.
+fn parse_reuse(text: &str) -> Result<Duration, String> {
+    let window = parse_seconds(text)?;
+    let most = single_flight::protocol::limits::MAX_REUSE_WINDOW_MS / 1000;
+    if single_flight::protocol::ReuseWindow::from_duration(window).is_none() {
+        return Err(format!("the reuse window must be at most {most} seconds"));
+    }
+    Ok(window)
 }
 
 /// Parses the command line and runs the subcommand; the exit code follows

@@ -101,12 +101,57 @@ pub async fn run(args: RunArgs) -> u8 {
     };
 
     let control = Control::new();
-    let ending = call(&flights, &args, spill.as_ref(), &control, &mut signals).await;
+    let mut ending = call(
+        &flights,
+        &args,
+        spill.as_ref(),
+        &control,
+        &mut signals,
+        args.reuse,
+    )
+    .await;
+    if let Ending::Returned(Ok(Landed {
+        role: Role::Reused,
+        value,
+        token,
+    })) = &ending
+        && matches!(value.output, Output::Spilled { .. })
+        && spill
+            .as_ref()
+            .is_none_or(|spill| !spill.path(*token).exists())
+    {
+        // §16.4: the kept output's spill file was swept once nobody was
+        // interested in it; the value is of no use, so the call is made
+        // again as if without --reuse.
+        say(format_args!(
+            "the reused output of {:?} (token {token}) was in a spill file that is gone; running the call again without --reuse",
+            args.key
+        ));
+        ending = call(
+            &flights,
+            &args,
+            spill.as_ref(),
+            &control,
+            &mut signals,
+            None,
+        )
+        .await;
+    }
     let code = match ending {
         Ending::Returned(result) => tokio::select! {
             code = finish(result, &args, spill.as_ref()) => code,
             received = signals.recv() => received.exit_code(),
         },
+        Ending::Signalled(received) if args.detach && leading(&control) => {
+            let left = format!("stopped by {}", received.name());
+            outlive(&control, &left, received.signal(), &mut signals, &args).await;
+            received.exit_code()
+        }
+        Ending::TimedOut(timeout) if args.detach && leading(&control) => {
+            let left = format!("no outcome within {timeout:?} (--timeout)");
+            outlive(&control, &left, Signal::TERM, &mut signals, &args).await;
+            exit::TIMED_OUT
+        }
         Ending::Signalled(received) => {
             stop_command(&control, received.signal(), &mut signals).await;
             if args.verbose {
@@ -143,6 +188,7 @@ pub async fn run(args: RunArgs) -> u8 {
 }
 
 /// Where the spill files of this run's key go (SPEC.md §13.2).
+#[derive(Clone)]
 struct Spill {
     directory: PathBuf,
     tag: String,
@@ -154,15 +200,74 @@ impl Spill {
     }
 }
 
+/// Whether this process's COMMAND runs: it leads the flight.
+fn leading(control: &Control) -> bool {
+    matches!(*control.progress.borrow(), Progress::Running { .. })
+}
+
+/// A detached leader's caller left (SPEC.md §15.4): COMMAND's output stops
+/// reaching this process's stdout and stderr, and COMMAND runs on while
+/// anyone waits for the flight. Returns once COMMAND has ended (its output
+/// is landed for the joiners), or has been stopped because nobody waits any
+/// more or because a second stop request came.
+async fn outlive(
+    control: &Control,
+    why: &str,
+    signal: Signal,
+    signals: &mut Signals,
+    args: &RunArgs,
+) {
+    control.muted.store(true, Ordering::SeqCst);
+    if args.verbose {
+        say(format_args!(
+            "{why}; the command of {:?} goes on for the runs that joined it (--detach)",
+            args.key
+        ));
+    }
+    let mut progress = control.progress.subscribe();
+    tokio::select! {
+        _ = progress.wait_for(|now| *now == Progress::Finished) => {
+            if args.verbose {
+                say(format_args!("the command of {:?} ended; its output goes to the runs that joined it", args.key));
+            }
+        }
+        () = control.dropped.notified() => {
+            if args.verbose {
+                say(format_args!("nobody waits for the flight of {:?} any more; stopping its command", args.key));
+            }
+            stop_command(control, signal, signals).await;
+        }
+        _ = signals.recv() => {
+            stop_command(control, signal, signals).await;
+        }
+    }
+}
+
+/// Tells `control` when a detached leader's work is dropped before its end
+/// (SPEC.md §15.4).
+struct Dropped {
+    control: Option<Control>,
+}
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if let Some(control) = self.control.take() {
+            control.dropped.notify_one();
+        }
+    }
+}
+
 /// Makes the call and waits for it, a stop request or the timeout. On a
 /// stop or the timeout the call is withdrawn: a leader's joiners are
-/// interrupted at once (SPEC.md §8.6), while its COMMAND is still stopping.
+/// interrupted at once (SPEC.md §8.6), while its COMMAND is still stopping;
+/// with `--detach`, a leader's flight goes on for them (§15.4).
 async fn call(
     flights: &SingleFlight,
     args: &RunArgs,
     spill: Option<&Spill>,
     control: &Control,
     signals: &mut Signals,
+    reuse: Option<Duration>,
 ) -> Ending {
     let command = CommandLine {
         program: args.command[0].clone(),
@@ -170,23 +275,37 @@ async fn call(
     };
     let work = {
         let (key, control) = (args.key.clone(), control.clone());
-        let spill_path = move |token| spill.map(|spill| spill.path(token));
+        // Owned: a detached work runs on the single-flight thread.
+        let spill = spill.cloned();
         move |token: FencingToken| async move {
-            let spill_path = spill_path(token);
+            let spill_path = spill.map(|spill| spill.path(token));
+            let mut dropped = Dropped {
+                control: Some(control.clone()),
+            };
             // A task of its own, so that COMMAND is still watched (and its
             // output still forwarded) while it stops after the call was
             // withdrawn.
             let leading = tokio::spawn(capture::lead(command, key, token, spill_path, control));
-            leading.await.unwrap_or_else(|error| {
+            let ran = leading.await.unwrap_or_else(|error| {
                 Err(Failure {
                     name: "LeaderFailed".into(),
                     message: format!("the leader's task ended abnormally: {error}"),
                     code: None,
                 })
-            })
+            });
+            dropped.control = None;
+            ran
         }
     };
-    let running = flights.call(&args.key).codec(RanCodec).run(work);
+    let mut call = flights.call(&args.key).codec(RanCodec);
+    if let Some(window) = reuse {
+        call = call.reuse_for(window);
+    }
+    let running: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = if args.detach {
+        Box::pin(call.detached().run(work))
+    } else {
+        Box::pin(call.run(work))
+    };
     let timeout = async {
         match args.timeout {
             Some(timeout) => {
