@@ -1043,10 +1043,14 @@ fn reuse_prints_the_kept_output_without_running() {
     assert!(said.starts_with("err\n"), "{said}");
     assert!(said.contains("reused"), "{said}");
     assert_eq!(scene.note("runs"), "ran", "COMMAND ran once");
-    // Without --reuse it runs.
+    // Without --reuse it runs, and its landing replaces the kept output
+    // with nothing (§16.2): the next run with --reuse runs too.
     let third = start_run_with(&mut scene, &[], script);
     assert_eq!(scene.end(third).code, Some(3));
     assert_eq!(scene.note("runs"), "ran\nran");
+    let fourth = start_run_with(&mut scene, &["--reuse", "0.2"], script);
+    assert_eq!(scene.end(fourth).code, Some(3));
+    assert_eq!(scene.note("runs").lines().count(), 3);
     // After a window of 0.2 s, a run with --reuse runs again, sooner or
     // later (the expiry is the coordinator's timer; no time is judged).
     let start = Instant::now();

@@ -675,6 +675,10 @@ impl Coordinator {
         if self.end_flight(&key, token, Some(outcome)) {
             self.count_land(value);
             self.send(connection, answer(id));
+            // §16.2: what is kept is the key's latest landing or nothing: a
+            // caller must not reuse an older value than one that landed
+            // since.
+            self.forget_kept(|kept| kept.key == key);
             if let Some((window, outcome)) = keep {
                 self.keep(key, token, outcome, window);
             }
@@ -881,11 +885,10 @@ impl Coordinator {
         true
     }
 
-    /// §16.2: keeps the value that the flight `token` of `key` landed, in
-    /// place of any older one of the key, and evicts the least recently
+    /// §16.2: keeps the value that the flight `token` of `key` landed (the
+    /// key's older one is forgotten already), and evicts the least recently
     /// landed while over the bounds; the shell reports its expiry.
     fn keep(&mut self, key: Key, token: FencingToken, outcome: Outcome, window: ReuseWindow) {
-        self.forget_kept(|kept| kept.key == key);
         let bytes = key.as_str().len() + outcome.encoded_len();
         self.kept.push(Kept {
             key: key.clone(),
