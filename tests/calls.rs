@@ -97,6 +97,9 @@ fn blocking_child() -> i32 {
     if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
         call = call.deadline(Duration::from_millis(ms));
     }
+    if !env("SF_DETACHED").is_empty() {
+        call = call.detached();
+    }
     let steps = env("SF_WORK");
     let running = AssertUnwindSafe(|| call.run(|token| blocking_work(&runs, &key, token, &steps)));
     // `SF_UNCAUGHT=1`: a panic the call resumes ends this process, as it
@@ -456,6 +459,14 @@ fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
         Response::Status { flights, .. } => Some(flights),
         _ => None,
     }
+}
+
+/// The joiners of `key`'s flight when it is detached (§15.2).
+fn detached(flights: &[FlightStatus], key: &str) -> Option<u64> {
+    flights
+        .iter()
+        .find(|flight| flight.key.as_str() == key && flight.detached)
+        .map(|flight| flight.joiners)
 }
 
 fn joiners(flights: &[FlightStatus], key: &str) -> Option<u64> {
@@ -858,8 +869,10 @@ fn a_detached_leaders_work_outlives_its_caller_for_its_joiners() {
         &["async", "blocking"],
     );
     assert_eq!(scene.result(leader), "deadline");
-    // The flight is still in progress, with both joiners.
-    assert!(status(&scene.dir).is_some_and(|flights| joiners(&flights, "k") == Some(2)));
+    // The flight is still in progress, detached, with both joiners.
+    scene.until("the detached flight", |flights| {
+        detached(flights, "k") == Some(2)
+    });
     scene.release("go");
     for joiner in joining {
         let result = scene.result(joiner);
@@ -939,4 +952,38 @@ fn a_reuse_window_serves_a_late_caller() {
     assert!(scene.result(third).starts_with("led "));
     scene.exit(third);
     assert_eq!(executions(&scene.runs, "k"), 2);
+}
+
+/// §15.3: a blocking detached leader's deadline passes while its work runs
+/// on its thread: the flight goes on, detached, for its joiners in other
+/// processes; the work lands for them, then the leader's call ends with
+/// its deadline error.
+#[test]
+fn a_blocking_detached_leaders_deadline_leaves_its_joiners_their_value() {
+    let mut scene = Scene::new("blocking-detached");
+    let (leader, joining) = stampede(
+        &mut scene,
+        (
+            "blocking",
+            &[
+                ("SF_DETACHED", "1"),
+                ("SF_DEADLINE_MS", "300"),
+                ("SF_WORK", "wait:go"),
+            ],
+        ),
+        "k",
+        &["async", "async"],
+    );
+    scene.until("the detached flight", |flights| {
+        detached(flights, "k") == Some(2)
+    });
+    scene.release("go");
+    for joiner in joining {
+        let result = scene.result(joiner);
+        assert!(result.starts_with("joined "), "{result}");
+        scene.exit(joiner);
+    }
+    assert_eq!(scene.result(leader), "deadline");
+    scene.exit(leader);
+    assert_eq!(executions(&scene.runs, "k"), 1);
 }

@@ -142,6 +142,36 @@ fn request_run_with_a_bad_reuse_window() {
     }
 }
 
+/// §3.5, §15.2: a detached flight in a `status` answer says so; the member
+/// is absent otherwise, and must be a boolean when present.
+#[test]
+fn status_marks_detached_flights() {
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: vec![FlightStatus {
+                key: key("k"),
+                token: first_token(),
+                joiners: 2,
+                detached: true,
+            }],
+            waiting: None,
+            omitted: None,
+            stats: None,
+        },
+        r#"{"op":"status","id":"9","flights":[{"key":"k","token":"4294967297","joiners":2,"detached":true}]}"#,
+    );
+    assert_eq!(
+        decode_response(
+            br#"{"op":"status","id":"9","flights":[{"key":"k","token":"4294967297","joiners":2,"detached":1}]}"#
+        ),
+        Err(DecodeError::WrongType {
+            field: "detached",
+            expected: "true or false",
+        })
+    );
+}
+
 /// §15.1: `detach`, `stop` and `reused`.
 #[test]
 fn detach_stop_and_reused() {
@@ -371,6 +401,7 @@ fn response_status() {
                 key: key("build:app"),
                 token: first_token(),
                 joiners: 3,
+                detached: false,
             }],
             waiting: None,
             omitted: None,
@@ -405,6 +436,7 @@ fn response_status_with_flights_left_out() {
                 key: key("build:app"),
                 token: first_token(),
                 joiners: 3,
+                detached: false,
             }],
             waiting: None,
             omitted: Some(2048),
@@ -1653,13 +1685,17 @@ fn arbitrary_stats() -> impl Strategy<Value = CoordinatorStats> {
 }
 
 fn arbitrary_response() -> impl Strategy<Value = Response> {
-    let flight =
-        (arbitrary_key(), arbitrary_token(), any::<u64>()).prop_map(|(key, token, joiners)| {
-            FlightStatus {
-                key,
-                token,
-                joiners,
-            }
+    let flight = (
+        arbitrary_key(),
+        arbitrary_token(),
+        any::<u64>(),
+        any::<bool>(),
+    )
+        .prop_map(|(key, token, joiners, detached)| FlightStatus {
+            key,
+            token,
+            joiners,
+            detached,
         });
     prop_oneof![
         (arbitrary_id(), arbitrary_token()).prop_map(|(id, token)| Response::Lead { id, token }),

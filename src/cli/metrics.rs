@@ -242,6 +242,7 @@ mod tests {
                 key: Key::new("k").unwrap(),
                 token: FencingToken::new(Epoch::new(7).unwrap(), 1).unwrap(),
                 joiners: 2,
+                detached: false,
             }],
             omitted: 3,
             waiting_in_grace: Some(5),

@@ -125,6 +125,9 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         key: &'a str,
         token: String,
         joiners: u64,
+        /// Only for a detached flight (SPEC.md §15.2).
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        detached: bool,
     }
     let report = Report {
         directory: place
@@ -153,6 +156,7 @@ fn json(place: &Place, status: Option<&Status>) -> String {
                         key: flight.key.as_str(),
                         token: flight.token.to_string(),
                         joiners: flight.joiners,
+                        detached: flight.detached,
                     })
                     .collect()
             })
@@ -211,8 +215,10 @@ fn text(place: &Place, status: &Status) -> String {
         "KEY", "TOKEN", "JOINERS"
     ));
     for (key, flight) in keys.iter().zip(&status.flights) {
+        // §15.2: its leader's caller left; it goes on for its joiners.
+        let detached = if flight.detached { "  detached" } else { "" };
         text.push_str(&format!(
-            "  {key:width$}  {:>20}  {:>7}\n",
+            "  {key:width$}  {:>20}  {:>7}{detached}\n",
             flight.token.to_string(),
             flight.joiners
         ));
@@ -277,6 +283,7 @@ mod tests {
                 key: Key::new("a\nb").unwrap(),
                 token: FencingToken::new(Epoch::FIRST, 7).unwrap(),
                 joiners: 0,
+                detached: false,
             }],
             omitted: 0,
             waiting_in_grace,

@@ -358,6 +358,7 @@ impl Coordinator {
                 key: key.clone(),
                 token: flight.token,
                 joiners: flight.joiners.len() as u64,
+                detached: flight.detached,
             };
             // Its JSON and the comma before the next one.
             let Some(left) = room.checked_sub(encoded_len(&status) + 1) else {

@@ -460,11 +460,13 @@ fn status_lists_flights() {
             key: key("a"),
             token: token(1, 2),
             joiners: 0,
+            detached: false,
         },
         crate::protocol::FlightStatus {
             key: key("b"),
             token: token(1, 1),
             joiners: 1,
+            detached: false,
         },
     ];
     assert_eq!(
@@ -502,6 +504,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
         key: key("a"),
         token: token(1, 3),
         joiners: 0,
+        detached: false,
     }];
     assert_eq!(
         status(&mut co),
@@ -527,6 +530,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
         key: key("a"),
         token: token(1, 3),
         joiners: 2,
+        detached: false,
     }];
     assert_eq!(
         status(&mut co),

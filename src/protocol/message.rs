@@ -309,6 +309,11 @@ pub struct FlightStatus {
     pub token: FencingToken,
     /// How many callers wait for this flight's outcome besides its leader.
     pub joiners: u64,
+    /// Its leader's caller left, and it goes on for its joiners (SPEC.md
+    /// §3.5, §15.2). On the wire only when true; absent from coordinators
+    /// older than the field.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub detached: bool,
 }
 
 /// What a coordinator counted in its term, as `status` reports it (SPEC.md
@@ -572,9 +577,10 @@ enum Json<'a, F = Skipped, I = Skipped> {
     Text(Cow<'a, str>),
     Unsigned(u64),
     Signed(i64),
+    Bool(bool),
     Object(F),
     Array(I),
-    /// `null`, `true`, `false`, or a number that serde_json reads as a float
+    /// `null`, or a number that serde_json reads as a float
     /// (with a fraction or an exponent, or beyond 64 bits).
     Other,
 }
@@ -655,8 +661,8 @@ impl<'a, F: Fields<'a>, I: Items<'a>> Visitor<'a> for Place<'_, Json<'a, F, I>> 
         formatter.write_str("any JSON value")
     }
 
-    fn visit_bool<Error>(self, _: bool) -> Result<(), Error> {
-        *self.0 = Json::Other;
+    fn visit_bool<Error>(self, value: bool) -> Result<(), Error> {
+        *self.0 = Json::Bool(value);
         Ok(())
     }
 
@@ -851,6 +857,7 @@ struct FlightFields<'a> {
     key: Option<Json<'a>>,
     token: Option<Json<'a>>,
     joiners: Option<Json<'a>>,
+    detached: Option<Json<'a>>,
 }
 
 impl<'a> Fields<'a> for FlightFields<'a> {
@@ -859,6 +866,7 @@ impl<'a> Fields<'a> for FlightFields<'a> {
             "key" => member(map, &mut self.key),
             "token" => member(map, &mut self.token),
             "joiners" => member(map, &mut self.joiners),
+            "detached" => member(map, &mut self.detached),
             _ => skip(map),
         }
     }
@@ -1041,10 +1049,21 @@ fn flight(item: Json<'_, FlightFields<'_>>) -> Result<FlightStatus, DecodeError>
         });
     };
     let joiners = count(required(flight.joiners, "joiners")?, "joiners")?;
+    let detached = match flight.detached {
+        None => false,
+        Some(Json::Bool(detached)) => detached,
+        Some(_) => {
+            return Err(DecodeError::WrongType {
+                field: "detached",
+                expected: "true or false",
+            });
+        }
+    };
     Ok(FlightStatus {
         key: key(flight.key)?,
         token: token(flight.token, "token")?,
         joiners,
+        detached,
     })
 }
 
