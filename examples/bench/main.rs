@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, fanout,
-//! contended, failover, cluster-uncontended, cluster-contended,
+//! contended, failover, staggered, cluster-uncontended, cluster-contended,
 //! cluster-failover), `--redis auto|off|HOST:PORT` (`auto` starts
 //! `redis-server` from PATH on a free loopback port, or skips the baseline
 //! with a message), `--work-us N` (the contended work), `--duration-ms N`
@@ -38,6 +38,7 @@ mod fanout;
 mod floor;
 mod process;
 mod redis;
+mod staggered;
 mod stats;
 mod uncontended;
 
@@ -82,6 +83,7 @@ struct Config {
     contended: contended::Shape,
     failover: failover::Shape,
     failover_rounds: usize,
+    staggered: staggered::Shape,
     cluster: ClusterFailover,
 }
 
@@ -96,6 +98,10 @@ struct ClusterFailover {
     /// Kills per round.
     kills: usize,
 }
+
+/// The staggered stampede's name, for `--only`: counted, not timed, and
+/// reported apart from the local items' table.
+const STAGGERED: &str = "staggered";
 
 /// The local benchmarks' names, for `--only`.
 const LOCAL_ITEMS: [&str; 5] = ["floor", "uncontended", "fanout", "contended", "failover"];
@@ -134,6 +140,14 @@ impl Config {
                 kills: 12,
             },
             failover_rounds: 3,
+            // The issue's shape: callers every 100 ms for 5 s against a 1 s
+            // command.
+            staggered: staggered::Shape {
+                callers: 50,
+                every: Duration::from_millis(100),
+                work: Duration::from_secs(1),
+                reuse: Duration::from_secs(30),
+            },
             // The defaults a cluster gets (a 5 s lease, a 2 s window): a
             // kill costs about 8 s.
             cluster: ClusterFailover {
@@ -169,6 +183,12 @@ impl Config {
                 kills: 2,
             },
             failover_rounds: 1,
+            staggered: staggered::Shape {
+                callers: 8,
+                every: Duration::from_millis(100),
+                work: Duration::from_millis(300),
+                reuse: Duration::from_secs(30),
+            },
             // etcd's shortest lease (SPEC.md §14.2) and a short window: one
             // kill in about 3 s.
             cluster: ClusterFailover {
@@ -218,10 +238,12 @@ fn main() {
             "--only" => {
                 config.only = value().split(',').map(str::to_owned).collect();
                 if let Some(unknown) = config.only.iter().find(|name| {
-                    !LOCAL_ITEMS.contains(&name.as_str()) && !CLUSTER_ITEMS.contains(&name.as_str())
+                    !LOCAL_ITEMS.contains(&name.as_str())
+                        && !CLUSTER_ITEMS.contains(&name.as_str())
+                        && name.as_str() != STAGGERED
                 }) {
                     eprintln!(
-                        "unknown benchmark {unknown:?} in --only: use {} or {}",
+                        "unknown benchmark {unknown:?} in --only: use {}, {STAGGERED} or {}",
                         LOCAL_ITEMS.join(", "),
                         CLUSTER_ITEMS.join(", ")
                     );
@@ -269,6 +291,7 @@ fn worker(args: &[String]) {
         ["flock-caller", dir] => fanout::flock_caller(dir),
         ["contend", ..] => contended::worker(&args[1..]),
         ["load", ..] => failover::worker(&args[1..]),
+        ["stagger-call", dir, work, reuse] => staggered::caller(dir, work, reuse),
         #[cfg(feature = "cluster")]
         ["tls-echo", address, certs] => tls_floor::echo(address, certs),
         #[cfg(feature = "cluster")]
@@ -379,6 +402,9 @@ fn run(config: &Config) {
         println!("- load average after: {}", load_average());
     }
     drop(redis);
+    if config.runs(STAGGERED) {
+        staggered::run(config.staggered);
+    }
     #[cfg(feature = "cluster")]
     cluster::run(config);
     #[cfg(not(feature = "cluster"))]
