@@ -987,3 +987,66 @@ fn a_blocking_detached_leaders_deadline_leaves_its_joiners_their_value() {
     scene.exit(leader);
     assert_eq!(executions(&scene.runs, "k"), 1);
 }
+
+/// §15.3: a coordinator older than detached calls answers `detach` with
+/// `unsupported` (§3.6); the client then cancels as before the extension
+/// and drops the work. The coordinator here is a script on the socket.
+#[test]
+fn a_coordinator_without_detach_gets_the_cancel_of_before() {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::net::UnixListener;
+
+    let scene = Scene::new("old-coordinator");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&scene.dir)
+        .unwrap();
+    let listener = UnixListener::bind(scene.dir.join("flight.sock")).unwrap();
+    let script = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let mut lines = BufReader::new(stream).lines();
+        let mut next = move || lines.next().unwrap().unwrap();
+        assert!(next().contains("\"protocol\":\"single-flight\""));
+        writer
+            .write_all(
+                b"{\"protocol\":\"single-flight\",\"version\":1,\"epoch\":\"1\",\"pid\":1}\n",
+            )
+            .unwrap();
+        let run = next();
+        assert!(run.contains("\"op\":\"run\""), "{run}");
+        writer
+            .write_all(b"{\"op\":\"lead\",\"id\":\"1\",\"token\":\"4294967297\"}\n")
+            .unwrap();
+        let detach = next();
+        assert_eq!(detach, r#"{"op":"detach","id":"1"}"#);
+        writer
+            .write_all(b"{\"op\":\"unsupported\",\"id\":\"1\"}\n")
+            .unwrap();
+        next()
+    });
+    let runs = scene.runs.clone();
+    let dir = scene.dir.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(async move {
+        let flights = SingleFlight::open(&dir).await.unwrap();
+        let result = flights
+            .call("k")
+            .detached()
+            .deadline(Duration::from_millis(200))
+            .run(move |token| async_work(runs, "k".into(), token, "wait:never".into()))
+            .await;
+        describe(result)
+    });
+    assert_eq!(result, "deadline");
+    assert_eq!(script.join().unwrap(), r#"{"op":"cancel","id":"1"}"#);
+    let start = Instant::now();
+    while !scene.runs.join("k.dropped").exists() {
+        assert!(start.elapsed() < PATIENCE, "the work was never dropped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
