@@ -113,15 +113,17 @@ fn request_run_with_reuse() {
         },
         r#"{"op":"run","id":"1","key":"build:app","reuse":30000}"#,
     );
-    assert_request_line(
-        Request::Reassert {
+    // A reassert carries none (§16.2): the member is read and ignored.
+    assert_eq!(
+        decode_request(
+            br#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","reuse":1}"#
+        ),
+        Ok(Incoming::Request(Request::Reassert {
             id: id("1"),
             key: key("build:app"),
             token: first_token(),
             outcome: None,
-            reuse: ReuseWindow::from_millis(1),
-        },
-        r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","reuse":1}"#,
+        }))
     );
 }
 
@@ -184,7 +186,7 @@ fn detach_stop_and_reused() {
         Response::Reused {
             id: id("4"),
             flight: first_token(),
-            outcome: ok_value(),
+            outcome: Box::new(ok_value()),
         },
         r#"{"op":"reused","id":"4","flight":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
     );
@@ -276,7 +278,6 @@ fn request_reassert() {
             key: key("build:app"),
             token: first_token(),
             outcome: None,
-            reuse: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297"}"#,
     );
@@ -291,7 +292,6 @@ fn request_reassert_with_outcome() {
             key: key("build:app"),
             token: first_token(),
             outcome: Some(Outcome::Value("{\"ok\":true}".into())),
-            reuse: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
     );
@@ -632,7 +632,6 @@ fn an_outcome_at_the_limit_fits_in_every_line_that_carries_it() {
         key: longest_key,
         token: largest_token,
         outcome: Some(outcome.clone()),
-        reuse: None,
     });
     let land = encode(&Request::Land {
         id: longest_id.clone(),
@@ -1618,14 +1617,12 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
             arbitrary_key(),
             arbitrary_token(),
             prop::option::of(arbitrary_outcome()),
-            prop::option::of(arbitrary_reuse()),
         )
-            .prop_map(|(id, key, token, outcome, reuse)| Request::Reassert {
+            .prop_map(|(id, key, token, outcome)| Request::Reassert {
                 id,
                 key,
                 token,
                 outcome,
-                reuse
             }),
         arbitrary_id().prop_map(|id| Request::Status { id }),
         arbitrary_id().prop_map(|id| Request::Detach { id }),
@@ -1712,7 +1709,7 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
             |(id, flight, outcome)| Response::Reused {
                 id,
                 flight,
-                outcome
+                outcome: Box::new(outcome)
             }
         ),
         (

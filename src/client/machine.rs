@@ -140,7 +140,10 @@ impl Client {
                 Response::Reused {
                     flight, outcome, ..
                 },
-            ) if entry.options.reuse.is_some() => Resolution::Reused { flight, outcome },
+            ) if entry.options.reuse.is_some() => Resolution::Reused {
+                flight,
+                outcome: *outcome,
+            },
             (CallState::Asked, Response::Reused { .. }) => Resolution::Interrupted,
             // §15.3: nobody waits for the detached flight any more. A land
             // on the way is refused; there is nobody to hand it to.
@@ -276,7 +279,6 @@ impl Client {
         for (&call, entry) in &self.calls {
             let id = request_id(call);
             let key = entry.key.clone();
-            let reuse = entry.options.reuse;
             match &entry.state {
                 CallState::Asked => effects.push(Effect::Send(entry.run(call, None))),
                 CallState::Joined { flight } => {
@@ -288,7 +290,6 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
-                        reuse,
                     }));
                 }
                 // §15.3: the flight comes back, then is detached again; the
@@ -299,7 +300,6 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
-                        reuse,
                     }));
                     effects.push(Effect::Send(Request::Detach { id }));
                 }
@@ -312,7 +312,6 @@ impl Client {
                         key,
                         token: *token,
                         outcome: Some(outcome.clone()),
-                        reuse: None,
                     }));
                 }
                 CallState::Orphaned { .. } => {}

@@ -197,14 +197,12 @@ fn replay_after_lost_connection() {
                 key: key(),
                 token: token(1),
                 outcome: None,
-                reuse: None,
             }),
             Effect::Send(Request::Reassert {
                 id: id(2),
                 key: key(),
                 token: token(2),
                 outcome: Some(value()),
-                reuse: None,
             }),
             run(3, Some(token(7))),
             run(4, None),
@@ -482,7 +480,6 @@ fn detached_leader_replays_reassert_then_detach() {
                 key: key(),
                 token: token(1),
                 outcome: None,
-                reuse: None,
             }),
             Effect::Send(Request::Detach { id: id(1) }),
         ]
@@ -515,7 +512,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
             Response::Reused {
                 id: id(1),
                 flight: token(3),
-                outcome: value(),
+                outcome: Box::new(value()),
             }
         ),
         vec![Effect::Resolve {
@@ -533,7 +530,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
             Response::Reused {
                 id: id(2),
                 flight: token(3),
-                outcome: value(),
+                outcome: Box::new(value()),
             }
         ),
         vec![Effect::Resolve {

@@ -322,7 +322,7 @@ impl Coordinator {
             } => {
                 if self.open(connection, &id, &key, reuse) {
                     match flight {
-                        None => self.run((connection, id), key),
+                        None => self.run((connection, id), key, reuse),
                         Some(token) => {
                             self.counters.0.rejoins += 1;
                             self.rejoin((connection, id), key, token)
@@ -337,9 +337,8 @@ impl Coordinator {
                 key,
                 token,
                 outcome,
-                reuse,
             } => {
-                if self.open(connection, &id, &key, reuse) {
+                if self.open(connection, &id, &key, None) {
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
@@ -436,19 +435,21 @@ impl Coordinator {
     }
 
     /// §8.2: a plain run leads or joins; during the grace window it waits.
-    /// A run with a reuse window takes a kept value first (§16.3).
-    fn run(&mut self, party: PartyRef, key: Key) {
+    /// A run with a reuse window takes a kept value first (§16.3); none is
+    /// kept in the window, as no flight has been led in the term yet.
+    fn run(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
         if self.in_grace && !self.mutant(Mutant::GraceLetsRunsLead) {
-            if !self.reuse(&party, &key) {
-                self.waiting.push(party);
-            }
+            self.waiting.push(party);
         } else {
-            self.lead_or_join(party, key);
+            self.lead_or_join(party, key, reuse);
         }
     }
 
-    fn lead_or_join(&mut self, party: PartyRef, key: Key) {
-        if self.reuse(&party, &key) {
+    /// `reuse`: the run's window, which its party also holds; passed along
+    /// so that a run costs no lookup of its own party (BENCHMARKS.md,
+    /// "Detached calls and the reuse window").
+    fn lead_or_join(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
+        if self.reuse(&party, &key, reuse) {
             return;
         }
         match self.flights.get(&key) {
@@ -456,11 +457,12 @@ impl Coordinator {
                 let token = flight.token;
                 self.join(party, &key, token);
             }
-            _ => self.lead(party, key),
+            _ => self.lead(party, key, reuse),
         }
     }
 
-    fn lead(&mut self, party: PartyRef, key: Key) {
+    /// `keep`: the leader's reuse window, the flight's once it lands (§16.2).
+    fn lead(&mut self, party: PartyRef, key: Key, keep: Option<ReuseWindow>) {
         let Some(token) = self.mint() else {
             // §8.9: the term has no tokens left. The party stays waiting; the
             // shell closes every connection and the next term takes over.
@@ -473,7 +475,7 @@ impl Coordinator {
             token,
             leader: party.clone(),
             joiners: BTreeSet::new(),
-            keep: self.party(&party).and_then(|party| party.reuse),
+            keep,
             detached: false,
         };
         self.flights.insert(key, flight);
@@ -524,7 +526,7 @@ impl Coordinator {
             return self.waiting.push(party);
         }
         if self.mutant(Mutant::RejoinMayLead) && !self.flights.contains_key(&key) {
-            return self.lead(party, key);
+            return self.lead(party, key, None);
         }
         self.finish(&party, None);
     }
@@ -578,11 +580,13 @@ impl Coordinator {
     /// run has joined it to be interrupted.
     fn lead_again(&mut self, party: PartyRef, key: Key, token: FencingToken) {
         self.set_role(&party, Role::Leading { token });
+        // A reasserted flight keeps no value (§16.2): its window was its
+        // own term's, and a failover loses kept values anyway.
         let flight = Flight {
             token,
-            keep: self.party(&party).and_then(|party| party.reuse),
             leader: party,
             joiners: BTreeSet::new(),
+            keep: None,
             detached: false,
         };
         self.flights.insert(key.clone(), flight);
@@ -664,23 +668,17 @@ impl Coordinator {
         };
         let (outcome, answer) = shareable(outcome);
         let value = matches!(outcome, Outcome::Value(_));
-        // §16.2: a value of a flight whose leader has a reuse window is kept;
-        // a failure never is (it is worth calling again at once).
-        let keep = self
-            .flights
-            .get(&key)
-            .filter(|flight| flight.token == token)
-            .and_then(|flight| flight.keep)
-            .filter(|_| value || self.mutant(Mutant::KeepsFailures))
-            .map(|window| (window, outcome.clone()));
-        if self.end_flight(&key, token, Some(outcome)) {
+        if let Some((flight, outcome)) = self.end_flight(&key, token, Some(outcome)) {
             self.count_land(value);
             self.send(connection, answer(id));
             // §16.2: what is kept is the key's latest landing or nothing: a
             // caller must not reuse an older value than one that landed
-            // since.
+            // since. A value of a flight whose leader has a reuse window is
+            // kept; a failure never is (it is worth calling again at once).
             self.forget_kept(|kept| kept.key == key);
-            if let Some((window, outcome)) = keep {
+            if let (Some(window), Some(outcome)) = (flight.keep, outcome)
+                && (value || self.mutant(Mutant::KeepsFailures))
+            {
                 self.keep(key, token, outcome, window);
             }
         } else {
@@ -708,7 +706,8 @@ impl Coordinator {
             Role::Joining { token } => {
                 if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
                     flight.joiners.remove(party);
-                    if !self.mutant(Mutant::KeepsUnwantedFlights) {
+                    let unwanted = flight.detached && flight.joiners.is_empty();
+                    if unwanted && !self.mutant(Mutant::KeepsUnwantedFlights) {
                         self.stop_if_unwanted(&key);
                     }
                 }
@@ -736,14 +735,18 @@ impl Coordinator {
 
     /// Ends the flight `token` of `key`, if it is in progress: every joiner is
     /// answered with the outcome (`None`: interrupted) and the leader's party
-    /// is closed. Returns whether the flight was in progress.
-    fn end_flight(&mut self, key: &Key, token: FencingToken, outcome: Option<Outcome>) -> bool {
+    /// is closed. Returns the flight and the outcome when it was in
+    /// progress.
+    fn end_flight(
+        &mut self,
+        key: &Key,
+        token: FencingToken,
+        mut outcome: Option<Outcome>,
+    ) -> Option<(Flight, Option<Outcome>)> {
         if self.flights.get(key).is_none_or(|f| f.token != token) {
-            return false;
+            return None;
         }
-        let Some(flight) = self.flights.remove(key) else {
-            return false;
-        };
+        let flight = self.flights.remove(key)?;
         if outcome.is_none() {
             self.counters.0.interruptions += 1;
         }
@@ -761,11 +764,13 @@ impl Coordinator {
                 _ => Settle::Wait,
             });
             if !self.mutant(Mutant::ForgetsLandingsInGrace) {
-                self.ended_in_grace.insert(flight.token, outcome);
+                // Moved, not copied: a held flight keeps no value (§16.2),
+                // so nobody needs it back.
+                self.ended_in_grace.insert(flight.token, outcome.take());
             }
         }
         self.remove_party(&flight.leader);
-        true
+        Some((flight, outcome))
     }
 
     /// §8.4: the held flights become ordinary ones; waiting plain runs lead
@@ -783,8 +788,8 @@ impl Coordinator {
                 Some(Party {
                     key,
                     role: Role::Waiting { flight: None },
-                    ..
-                }) => self.lead_or_join(waiting, key),
+                    reuse,
+                }) => self.lead_or_join(waiting, key, reuse),
                 Some(Party {
                     key,
                     role:
@@ -864,15 +869,14 @@ impl Coordinator {
     /// §16.3: a run with a reuse window whose key has a kept value receives
     /// it, and its party is closed. `false` when it does not (no window, or
     /// nothing kept).
-    fn reuse(&mut self, party: &PartyRef, key: &Key) -> bool {
-        let window = self.party(party).and_then(|party| party.reuse);
-        if window.is_none() && !self.mutant(Mutant::ReusesWithoutWindow) {
+    fn reuse(&mut self, party: &PartyRef, key: &Key, window: Option<ReuseWindow>) -> bool {
+        if self.kept.is_empty() || window.is_none() && !self.mutant(Mutant::ReusesWithoutWindow) {
             return false;
         }
         let Some(kept) = self.kept.iter().find(|kept| kept.key == *key) else {
             return false;
         };
-        let (flight, outcome) = (kept.token, kept.outcome.clone());
+        let (flight, outcome) = (kept.token, Box::new(kept.outcome.clone()));
         self.remove_party(party);
         let (connection, id) = party.clone();
         self.send(

@@ -76,7 +76,6 @@ fn reassert(connection: u64, i: &str, k: &str, t: FencingToken) -> Event {
             key: key(k),
             token: t,
             outcome: None,
-            reuse: None,
         },
     )
 }
@@ -574,7 +573,6 @@ fn counters_count_what_the_term_decided() {
             key: key("b"),
             token: token(1, 5),
             outcome: Some(value("v")),
-            reuse: None,
         },
     );
     assert_eq!(co.step(landed_before), vec![ack(2, "2")]);
@@ -690,7 +688,6 @@ fn reassert_landed(connection: u64, i: &str, k: &str, t: FencingToken, outcome: 
             key: key(k),
             token: t,
             outcome: Some(outcome),
-            reuse: None,
         },
     )
 }

@@ -225,9 +225,6 @@ pub enum Request {
         token: FencingToken,
         #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<Outcome>,
-        /// The reuse window of the leader's call (SPEC.md §16.1).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        reuse: Option<ReuseWindow>,
     },
     /// Asks for the coordinator's view of its flights (SPEC.md §3.5, an
     /// extension that older coordinators answer `unsupported`).
@@ -275,7 +272,10 @@ pub enum Response {
     Reused {
         id: RequestId,
         flight: FencingToken,
-        outcome: Outcome,
+        /// Boxed: inline, it would make every `Response` and every
+        /// coordinator effect larger, for an answer most terms never send
+        /// (BENCHMARKS.md, "Detached calls and the reuse window").
+        outcome: Box<Outcome>,
     },
     /// The answer to `status` (SPEC.md §3.5).
     Status {
@@ -493,7 +493,6 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             key: key(message.key.take())?,
             token: token(message.token.take(), "token")?,
             outcome: optional_outcome(message.outcome.take())?,
-            reuse: reuse(message.reuse.take())?,
         },
         "status" => Request::Status { id },
         "detach" => Request::Detach { id },
@@ -536,7 +535,7 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         "reused" => Response::Reused {
             id,
             flight: token(message.flight.take(), "flight")?,
-            outcome: outcome(message.outcome.take())?,
+            outcome: Box::new(outcome(message.outcome.take())?),
         },
         "status" => Response::Status {
             id,
@@ -1002,7 +1001,7 @@ fn outcome(member: Option<Json<'_, OutcomeFields<'_>>>) -> Result<Outcome, Decod
     }))
 }
 
-/// A run's or a reassert's reuse window (SPEC.md §16.1), when it has one.
+/// A run's reuse window (SPEC.md §16.1), when it has one.
 fn reuse(member: Option<Json<'_>>) -> Result<Option<ReuseWindow>, DecodeError> {
     let Some(given) = member else {
         return Ok(None);

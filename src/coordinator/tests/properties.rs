@@ -299,7 +299,6 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     token: t,
                                     outcome: None,
-                                    reuse: None,
                                 },
                             ),
                             Some(t),
