@@ -1035,6 +1035,8 @@ fn reuse_prints_the_kept_output_without_running() {
     let first = start_run_with(&mut scene, &["--reuse", "30"], script);
     let first = scene.end(first);
     assert_eq!(first.code, Some(3), "{}", first.stderr_text());
+    // The shape: the second run a second after the first ended.
+    std::thread::sleep(Duration::from_secs(1));
     let second = start_run_with(&mut scene, &["--reuse", "30", "--verbose"], script);
     let second = scene.end(second);
     assert_eq!(second.code, Some(3));

@@ -93,6 +93,20 @@ pub struct Coordinator {
     kept: Vec<Kept>,
     /// The bytes of `kept`, as [`Kept::bytes`] counts them.
     kept_bytes: usize,
+    /// The detached flights in progress (SPEC.md §15.2), by token.
+    ///
+    /// This and the next two are side tables rather than fields of each
+    /// flight and party: a call that uses neither extension then pays only
+    /// an emptiness check, where fields made every party and flight larger
+    /// and every step measurably slower (BENCHMARKS.md, "Detached calls and
+    /// the reuse window").
+    detached: BTreeSet<FencingToken>,
+    /// The reuse windows of the flights in progress whose leader had one:
+    /// how long their value is kept once they land (SPEC.md §16.2).
+    keeps: BTreeMap<FencingToken, ReuseWindow>,
+    /// The reuse windows of the plain runs that wait for the grace window to
+    /// end (SPEC.md §16.3), for when they lead or join.
+    waiting_reuse: BTreeMap<PartyRef, ReuseWindow>,
     /// Effects of the step in progress; always empty between steps.
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
@@ -156,9 +170,6 @@ impl Hash for Tally {
 struct Party {
     key: Key,
     role: Role,
-    /// The run's reuse window (SPEC.md §16.1): it takes a kept value, and
-    /// the value of a flight it leads is kept this long.
-    reuse: Option<ReuseWindow>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -181,12 +192,6 @@ struct Flight {
     token: FencingToken,
     leader: PartyRef,
     joiners: BTreeSet<PartyRef>,
-    /// How long its value is kept once it lands: its leader's reuse window
-    /// (SPEC.md §16.2).
-    keep: Option<ReuseWindow>,
-    /// Its leader's caller left (SPEC.md §15.2): the flight goes on only
-    /// while someone joins it.
-    detached: bool,
 }
 
 /// A value kept for reuse (SPEC.md §16.2).
@@ -216,6 +221,9 @@ impl Coordinator {
             reasserted: BTreeMap::new(),
             kept: Vec::new(),
             kept_bytes: 0,
+            detached: BTreeSet::new(),
+            keeps: BTreeMap::new(),
+            waiting_reuse: BTreeMap::new(),
             effects: Vec::new(),
             counters: Tally(Counters {
                 grace_windows: u64::from(in_grace),
@@ -267,7 +275,7 @@ impl Coordinator {
     pub fn detached(&self) -> impl Iterator<Item = (&Key, FencingToken, usize)> {
         self.flights
             .iter()
-            .filter(|(_, flight)| flight.detached)
+            .filter(|(_, flight)| self.detached.contains(&flight.token))
             .map(|(key, flight)| (key, flight.token, flight.joiners.len()))
     }
 
@@ -320,7 +328,7 @@ impl Coordinator {
                 flight,
                 reuse,
             } => {
-                if self.open(connection, &id, &key, reuse) {
+                if self.open(connection, &id, &key) {
                     match flight {
                         None => self.run((connection, id), key, reuse),
                         Some(token) => {
@@ -338,7 +346,7 @@ impl Coordinator {
                 token,
                 outcome,
             } => {
-                if self.open(connection, &id, &key, None) {
+                if self.open(connection, &id, &key) {
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
@@ -357,7 +365,7 @@ impl Coordinator {
                 key: key.clone(),
                 token: flight.token,
                 joiners: flight.joiners.len() as u64,
-                detached: flight.detached,
+                detached: self.is_detached(flight.token),
             };
             // Its JSON and the comma before the next one.
             let Some(left) = room.checked_sub(encoded_len(&status) + 1) else {
@@ -404,13 +412,7 @@ impl Coordinator {
     /// Opens a party for `id` in the role `Waiting`; `false` when the id is
     /// already open (§8.8: ignored) or the connection is over its limit
     /// (§8.9: closed).
-    fn open(
-        &mut self,
-        connection: ConnectionId,
-        id: &RequestId,
-        key: &Key,
-        reuse: Option<ReuseWindow>,
-    ) -> bool {
+    fn open(&mut self, connection: ConnectionId, id: &RequestId, key: &Key) -> bool {
         let Some(parties) = self.connections.get_mut(&connection) else {
             return false;
         };
@@ -428,7 +430,6 @@ impl Coordinator {
         let party = Party {
             key: key.clone(),
             role: Role::Waiting { flight: None },
-            reuse,
         };
         parties.insert(id.clone(), party);
         true
@@ -439,15 +440,16 @@ impl Coordinator {
     /// kept in the window, as no flight has been led in the term yet.
     fn run(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
         if self.in_grace && !self.mutant(Mutant::GraceLetsRunsLead) {
+            if let Some(window) = reuse {
+                self.waiting_reuse.insert(party.clone(), window);
+            }
             self.waiting.push(party);
         } else {
             self.lead_or_join(party, key, reuse);
         }
     }
 
-    /// `reuse`: the run's window, which its party also holds; passed along
-    /// so that a run costs no lookup of its own party (BENCHMARKS.md,
-    /// "Detached calls and the reuse window").
+    /// `reuse`: the run's window (§16.3).
     fn lead_or_join(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
         if self.reuse(&party, &key, reuse) {
             return;
@@ -475,10 +477,11 @@ impl Coordinator {
             token,
             leader: party.clone(),
             joiners: BTreeSet::new(),
-            keep,
-            detached: false,
         };
         self.flights.insert(key, flight);
+        if let Some(window) = keep {
+            self.keeps.insert(token, window);
+        }
         self.counters.0.flights_led += 1;
         let (connection, id) = party;
         self.send(connection, Response::Lead { id, token });
@@ -586,8 +589,6 @@ impl Coordinator {
             token,
             leader: party,
             joiners: BTreeSet::new(),
-            keep: None,
-            detached: false,
         };
         self.flights.insert(key.clone(), flight);
         let joins_at_once = self.mutant(Mutant::JoinsHeldFlights);
@@ -637,7 +638,11 @@ impl Coordinator {
                     continue;
                 }
             };
-            match rule(flight) {
+            let settled = rule(flight);
+            if !matches!(settled, Settle::Wait) {
+                self.forget_waiting_reuse(&waiting);
+            }
+            match settled {
                 Settle::Join(token) => self.join(waiting, key, token),
                 Settle::JoinLanded(token, outcome) => {
                     self.join(waiting.clone(), key, token);
@@ -668,7 +673,7 @@ impl Coordinator {
         };
         let (outcome, answer) = shareable(outcome);
         let value = matches!(outcome, Outcome::Value(_));
-        if let Some((flight, outcome)) = self.end_flight(&key, token, Some(outcome)) {
+        if let Some((keep, outcome)) = self.end_flight(&key, token, Some(outcome)) {
             self.count_land(value);
             self.send(connection, answer(id));
             // §16.2: what is kept is the key's latest landing or nothing: a
@@ -676,7 +681,7 @@ impl Coordinator {
             // since. A value of a flight whose leader has a reuse window is
             // kept; a failure never is (it is worth calling again at once).
             self.forget_kept(|kept| kept.key == key);
-            if let (Some(window), Some(outcome)) = (flight.keep, outcome)
+            if let (Some(window), Some(outcome)) = (keep, outcome)
                 && (value || self.mutant(Mutant::KeepsFailures))
             {
                 self.keep(key, token, outcome, window);
@@ -702,11 +707,14 @@ impl Coordinator {
     /// Undoes what `party`, already removed from its connection, was doing.
     fn withdrawn(&mut self, party: &PartyRef, Party { key, role, .. }: Party, why: Withdrawal) {
         match role {
-            Role::Waiting { .. } => self.waiting.retain(|waiting| waiting != party),
+            Role::Waiting { .. } => {
+                self.waiting.retain(|waiting| waiting != party);
+                self.forget_waiting_reuse(party);
+            }
             Role::Joining { token } => {
                 if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
                     flight.joiners.remove(party);
-                    let unwanted = flight.detached && flight.joiners.is_empty();
+                    let unwanted = flight.joiners.is_empty() && self.is_detached(token);
                     if unwanted && !self.mutant(Mutant::KeepsUnwantedFlights) {
                         self.stop_if_unwanted(&key);
                     }
@@ -735,18 +743,26 @@ impl Coordinator {
 
     /// Ends the flight `token` of `key`, if it is in progress: every joiner is
     /// answered with the outcome (`None`: interrupted) and the leader's party
-    /// is closed. Returns the flight and the outcome when it was in
-    /// progress.
+    /// is closed. When it was in progress, returns its reuse window (§16.2)
+    /// and the outcome.
     fn end_flight(
         &mut self,
         key: &Key,
         token: FencingToken,
         mut outcome: Option<Outcome>,
-    ) -> Option<(Flight, Option<Outcome>)> {
+    ) -> Option<(Option<ReuseWindow>, Option<Outcome>)> {
         if self.flights.get(key).is_none_or(|f| f.token != token) {
             return None;
         }
         let flight = self.flights.remove(key)?;
+        if !self.detached.is_empty() {
+            self.detached.remove(&token);
+        }
+        let keep = if self.keeps.is_empty() {
+            None
+        } else {
+            self.keeps.remove(&token)
+        };
         if outcome.is_none() {
             self.counters.0.interruptions += 1;
         }
@@ -770,7 +786,7 @@ impl Coordinator {
             }
         }
         self.remove_party(&flight.leader);
-        Some((flight, outcome))
+        Some((keep, outcome))
     }
 
     /// §8.4: the held flights become ordinary ones; waiting plain runs lead
@@ -788,8 +804,10 @@ impl Coordinator {
                 Some(Party {
                     key,
                     role: Role::Waiting { flight: None },
-                    reuse,
-                }) => self.lead_or_join(waiting, key, reuse),
+                }) => {
+                    let reuse = self.forget_waiting_reuse(&waiting);
+                    self.lead_or_join(waiting, key, reuse);
+                }
                 Some(Party {
                     key,
                     role:
@@ -811,10 +829,24 @@ impl Coordinator {
             }
         }
         // §15.2: a detached flight that nobody rejoined is stopped now.
-        let keys: Vec<Key> = self.flights.keys().cloned().collect();
-        for key in keys {
-            self.stop_if_unwanted(&key);
+        if !self.detached.is_empty() {
+            let keys: Vec<Key> = self.flights.keys().cloned().collect();
+            for key in keys {
+                self.stop_if_unwanted(&key);
+            }
         }
+    }
+
+    fn is_detached(&self, token: FencingToken) -> bool {
+        !self.detached.is_empty() && self.detached.contains(&token)
+    }
+
+    /// The reuse window of a run that waited, which it no longer does.
+    fn forget_waiting_reuse(&mut self, party: &PartyRef) -> Option<ReuseWindow> {
+        if self.waiting_reuse.is_empty() {
+            return None;
+        }
+        self.waiting_reuse.remove(party)
     }
 
     /// §15.2: the caller of the leading party `party` left. Its flight goes
@@ -825,15 +857,14 @@ impl Coordinator {
         let Some(Party {
             key,
             role: Role::Leading { token },
-            ..
         }) = self.party(&party).cloned()
         else {
             return;
         };
-        let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) else {
+        if self.flights.get(&key).is_none_or(|f| f.token != token) {
             return;
-        };
-        flight.detached = true;
+        }
+        self.detached.insert(token);
         if self.mutant(Mutant::DetachStopsWaitedFlights) {
             return self.stop(&key);
         }
@@ -848,7 +879,7 @@ impl Coordinator {
         let unwanted = self
             .flights
             .get(key)
-            .is_some_and(|flight| flight.detached && flight.joiners.is_empty());
+            .is_some_and(|flight| flight.joiners.is_empty() && self.is_detached(flight.token));
         if unwanted && !self.in_grace {
             self.stop(key);
         }
@@ -918,6 +949,9 @@ impl Coordinator {
     }
 
     fn forget_kept(&mut self, which: impl Fn(&Kept) -> bool) {
+        if self.kept.is_empty() {
+            return;
+        }
         let bytes = &mut self.kept_bytes;
         self.kept.retain(|kept| {
             let forget = which(kept);

@@ -166,17 +166,19 @@ pub const VALUE_TOO_LARGE: &str = "ValueTooLarge";
 /// integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
-pub struct ReuseWindow(u32);
+pub struct ReuseWindow(std::num::NonZeroU32);
 
 impl ReuseWindow {
     /// The window of `millis` milliseconds; `None` outside 1 to
     /// [`MAX_REUSE_WINDOW_MS`].
-    pub const fn from_millis(millis: u64) -> Option<ReuseWindow> {
-        if millis >= 1 && millis <= MAX_REUSE_WINDOW_MS as u64 {
-            Some(ReuseWindow(millis as u32))
-        } else {
-            None
+    pub fn from_millis(millis: u64) -> Option<ReuseWindow> {
+        let millis = u32::try_from(millis).ok()?;
+        if millis > MAX_REUSE_WINDOW_MS {
+            return None;
         }
+        // Non-zero, so that an `Option<ReuseWindow>` in a party or a
+        // flight takes four bytes, not eight.
+        std::num::NonZeroU32::new(millis).map(ReuseWindow)
     }
 
     /// The window for `duration`, rounded up to a whole millisecond; `None`
@@ -187,11 +189,11 @@ impl ReuseWindow {
     }
 
     pub const fn as_millis(self) -> u32 {
-        self.0
+        self.0.get()
     }
 
     pub fn as_duration(self) -> std::time::Duration {
-        std::time::Duration::from_millis(u64::from(self.0))
+        std::time::Duration::from_millis(u64::from(self.0.get()))
     }
 }
 
