@@ -76,7 +76,7 @@ mod directory;
 pub mod properties;
 mod state;
 
-pub use directory::{Action, Directory, Ending, KEY_NAMES};
+pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
 pub use state::{
     CallRecord, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
 };

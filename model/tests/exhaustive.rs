@@ -17,6 +17,17 @@ const TWO_KEYS_UNIQUE_STATES: usize = 612_761;
 /// Unique states of [`Directory::disconnect`] after symmetry reduction.
 const DISCONNECT_UNIQUE_STATES: usize = 323_857;
 
+/// Unique states of [`Directory::detach`] after symmetry reduction: every
+/// call detached, two cancels (a leader's caller, then its last joiner).
+/// New with detached calls (SPEC.md §15); the configurations above have
+/// none, and kept their counts.
+const DETACH_UNIQUE_STATES: usize = 668_550;
+
+/// Unique states of [`Directory::reuse`] after symmetry reduction: each
+/// call with a reuse window or not, and every pending window expiring at
+/// any moment. New with the reuse window (SPEC.md §16).
+const REUSE_UNIQUE_STATES: usize = 238_308;
+
 /// Unique states of [`Directory::large`] after symmetry reduction.
 const LARGE_UNIQUE_STATES: usize = 15_074_471;
 
@@ -45,6 +56,22 @@ fn two_keys_keep_every_property() {
 #[test]
 fn a_broken_connection_keeps_every_property() {
     keeps_every_property(Directory::disconnect(), DISCONNECT_UNIQUE_STATES);
+}
+
+/// A detached leader's caller leaves, its joiners stay or leave, a
+/// failover replays its reassert and detach (SPEC.md §15): the flight runs
+/// on exactly while somebody waits for it.
+#[test]
+fn detached_calls_keep_every_property() {
+    keeps_every_property(Directory::detach(), DETACH_UNIQUE_STATES);
+}
+
+/// Values kept for calls with a reuse window, handed to later ones, expiring
+/// at any moment, forgotten at the failover (SPEC.md §16): only kept values
+/// of this term are reused, and only by calls that asked.
+#[test]
+fn reuse_windows_keep_every_property() {
+    keeps_every_property(Directory::reuse(), REUSE_UNIQUE_STATES);
 }
 
 #[test]
