@@ -218,6 +218,19 @@ impl Directory {
         }
     }
 
+    /// Run on request (SPEC.md §12.1): detached calls with reuse windows
+    /// together, so that a detached flight that lands is kept and one that
+    /// is stopped is not. A cancel lets a leader's caller leave or its last
+    /// joiner; the two options' own rules are checked in CI by
+    /// [`Directory::detach`] and [`Directory::reuse`].
+    pub fn detach_and_reuse() -> Directory {
+        Directory {
+            cancels: 1,
+            detached: Choice::Always,
+            ..Directory::reuse()
+        }
+    }
+
     /// The larger configuration, run on request (SPEC.md §12.1): three
     /// processes, two keys, two failovers.
     pub fn large() -> Directory {
@@ -238,17 +251,17 @@ impl Directory {
     }
 
     /// Checked in CI (SPEC.md §12.1): detached calls (SPEC.md §15). Every
-    /// call is detached, and two cancels let a leader's caller leave and
-    /// then its last joiner, with a failover that replays a detached
-    /// flight's reassert and detach. Calls that are not detached are the
-    /// other configurations'.
+    /// call is detached (calls that are not are the other configurations'),
+    /// and two cancels let a leader's caller leave and then its last
+    /// joiner. A process death takes a detached flight's leader or its last
+    /// joiner; a failover replays a detached flight's reassert and detach.
     pub fn detach() -> Directory {
         Directory {
             processes: 2,
             keys: 1,
             calls: 3,
             cancels: 2,
-            process_deaths: 0,
+            process_deaths: 1,
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 1,
