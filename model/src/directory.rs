@@ -253,15 +253,16 @@ impl Directory {
     /// Checked in CI (SPEC.md §12.1): detached calls (SPEC.md §15). Every
     /// call is detached (calls that are not are the other configurations'),
     /// and two cancels let a leader's caller leave and then its last
-    /// joiner. A process death takes a detached flight's leader or its last
     /// joiner; a failover replays a detached flight's reassert and detach.
+    /// A closed connection under a detached flight has a configuration of
+    /// its own (a process death here would make it 1.6 times larger).
     pub fn detach() -> Directory {
         Directory {
             processes: 2,
             keys: 1,
             calls: 3,
             cancels: 2,
-            process_deaths: 1,
+            process_deaths: 0,
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 1,

@@ -20,10 +20,10 @@ const DISCONNECT_UNIQUE_STATES: usize = 323_857;
 /// Unique states of [`Directory::detach`] after symmetry reduction. New
 /// with detached calls (SPEC.md §15); the configurations above have none,
 /// and their counts did not change when they came in.
-const DETACH_UNIQUE_STATES: usize = 1_083_130;
+const DETACH_UNIQUE_STATES: usize = 668_550;
 
 /// Unique states of [`Directory::detach`] with two calls and a broken
-/// connection instead of three calls and a process death.
+/// connection.
 const DETACH_DISCONNECT_UNIQUE_STATES: usize = 298_583;
 
 /// Unique states of [`Directory::reuse`] after symmetry reduction. New with
@@ -64,10 +64,10 @@ fn a_broken_connection_keeps_every_property() {
     keeps_every_property(Directory::disconnect(), DISCONNECT_UNIQUE_STATES);
 }
 
-/// A detached leader's caller leaves, its joiners stay or leave, a process
-/// dies, a failover replays the leader's reassert and detach (SPEC.md §15):
-/// the flight runs on exactly while somebody waits for it, and its joiners
-/// receive its outcome.
+/// A detached leader's caller leaves, its joiners stay or leave, a failover
+/// replays the leader's reassert and detach (SPEC.md §15): the flight runs
+/// on exactly while somebody waits for it, and its joiners receive its
+/// outcome.
 #[test]
 fn detached_calls_keep_every_property() {
     keeps_every_property(Directory::detach(), DETACH_UNIQUE_STATES);
@@ -75,9 +75,9 @@ fn detached_calls_keep_every_property() {
 
 /// A connection breaks under a detached flight (SPEC.md §15): its leader's,
 /// which interrupts it, or its last joiner's, which stops it, and the
-/// joiner's rejoin on the new connection. Two calls keep it small; a
-/// broken connection multiplies the states of [`Directory::detach`] by
-/// eight.
+/// joiner's rejoin on the new connection. A broken connection in
+/// [`Directory::detach`] itself gives 8.9 million states (three minutes);
+/// two calls are enough for a leader and a joiner.
 #[test]
 fn detached_calls_with_a_broken_connection_keep_every_property() {
     let directory = Directory {
