@@ -218,38 +218,6 @@ impl Directory {
         }
     }
 
-    /// Run on request (SPEC.md §12.1): detached calls with reuse windows
-    /// together, so that a detached flight that lands is kept and one that
-    /// is stopped is not. A cancel lets a leader's caller leave or its last
-    /// joiner; the two options' own rules are checked in CI by
-    /// [`Directory::detach`] and [`Directory::reuse`].
-    pub fn detach_and_reuse() -> Directory {
-        Directory {
-            cancels: 1,
-            detached: Choice::Always,
-            ..Directory::reuse()
-        }
-    }
-
-    /// The larger configuration, run on request (SPEC.md §12.1): three
-    /// processes, two keys, two failovers.
-    pub fn large() -> Directory {
-        Directory {
-            processes: 3,
-            keys: 2,
-            calls: 3,
-            cancels: 0,
-            process_deaths: 0,
-            restarts: false,
-            disconnects: 0,
-            coordinator_deaths: 2,
-            failures: false,
-            detached: Choice::Never,
-            reuse: Choice::Never,
-            mutant: None,
-        }
-    }
-
     /// Checked in CI (SPEC.md §12.1): detached calls (SPEC.md §15). Every
     /// call is detached (calls that are not are the other configurations'),
     /// and two cancels let a leader's caller leave and then its last
@@ -291,6 +259,38 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::PerCall,
+            mutant: None,
+        }
+    }
+
+    /// Run on request (SPEC.md §12.1): detached calls with reuse windows
+    /// together, so that a detached flight that lands is kept and one that
+    /// is stopped is not. A cancel lets a leader's caller leave or its last
+    /// joiner; the two options' own rules are checked in CI by
+    /// [`Directory::detach`] and [`Directory::reuse`].
+    pub fn detach_and_reuse() -> Directory {
+        Directory {
+            cancels: 1,
+            detached: Choice::Always,
+            ..Directory::reuse()
+        }
+    }
+
+    /// The larger configuration, run on request (SPEC.md §12.1): three
+    /// processes, two keys, two failovers.
+    pub fn large() -> Directory {
+        Directory {
+            processes: 3,
+            keys: 2,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 2,
+            failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
             mutant: None,
         }
     }

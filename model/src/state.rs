@@ -51,7 +51,8 @@ pub struct Process {
     /// The connection to the current coordinator, once the client connected.
     pub link: Option<Link>,
     /// The work that runs for a leading call, under its token. Ends when it
-    /// finishes, or when its caller cancels (the shell drops it).
+    /// finishes, when its caller cancels (the shell drops it), or, for a
+    /// detached call whose caller left, when the client says `StopWork`.
     pub work: BTreeMap<CallId, FencingToken>,
     /// Every call this process started, numbered from 1 in start order.
     pub calls: BTreeMap<CallId, CallRecord>,
