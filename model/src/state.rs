@@ -180,8 +180,8 @@ pub enum Violation {
     LandedFlightResumed,
     /// A call resolved twice.
     ResolvedTwice,
-    /// A call got an answer after `landed` or `interrupted` on the same
-    /// connection.
+    /// A call got an answer after `landed`, `interrupted` or `reused` on
+    /// the same connection, or one other than `rejected` after `stop`.
     AnsweredAfterFinal,
     /// Something was sent on a connection that is not open.
     SentOnClosed,
