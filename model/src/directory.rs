@@ -1007,6 +1007,9 @@ impl Step<'_> {
                 Response::Stop { .. } => {
                     record.stopped = true;
                     facts.witness(Witness::StopSent);
+                    if !record.cancelled {
+                        facts.violate(Violation::StoppedForWaitingCaller);
+                    }
                     if let Some(token) = record.token {
                         sends.stopped.insert(token);
                     }
@@ -1088,6 +1091,9 @@ impl Step<'_> {
                     process.work.remove(&call);
                     if let Some(record) = process.calls.get_mut(&call) {
                         record.holds_lead = false;
+                        if !record.cancelled {
+                            facts.violate(Violation::StoppedForWaitingCaller);
+                        }
                     }
                 }
                 client::Effect::StartWork { call, token } => {

@@ -66,7 +66,10 @@
 //! that waited there, which the later flight's reassert then interrupted;
 //! reasserted flights are now held until the window ends (§8.3, §8.4), and
 //! the property "a reassert interrupts only rejoins" checks it.
-//! [`properties::KNOWN_VIOLATIONS`] is empty.
+//! [`properties::KNOWN_VIOLATIONS`] is empty. In detached calls and reuse
+//! windows it found no core bug; `tests/scenarios.rs` plays their main
+//! paths, among them why a joiner of a detached flight may be interrupted
+//! after a failover (SPEC.md §12.2).
 //!
 //! # The seeded bugs
 //!

@@ -108,6 +108,7 @@ pub fn all() -> Vec<Property<Directory>> {
         }),
         Property::<Directory>::always(STOPPED_ONLY_UNWANTED, |_, state: &State| {
             !state.last_step.has(Violation::StoppedWhileJoined)
+                && !state.last_step.has(Violation::StoppedForWaitingCaller)
         }),
         // SPEC.md §15.2: outside the grace window, a detached flight ends
         // in the step that takes its last joiner (in the window, its rejoins
@@ -184,7 +185,7 @@ fn no_call_waiting(state: &State) -> bool {
 
 /// The flags of a step, in words, for a printed path.
 pub fn describe(facts: &StepFacts) -> String {
-    const VIOLATIONS: [Violation; 17] = [
+    const VIOLATIONS: [Violation; 18] = [
         Violation::SecondFlight,
         Violation::TokenNotIncreasing,
         Violation::EpochNotIncreasing,
@@ -199,6 +200,7 @@ pub fn describe(facts: &StepFacts) -> String {
         Violation::RejoinMissedOutcome,
         Violation::SupersededRunInterrupted,
         Violation::StoppedWhileJoined,
+        Violation::StoppedForWaitingCaller,
         Violation::DetachedJoinerInterrupted,
         Violation::ReusedNotKept,
         Violation::ReusedWithoutWindow,

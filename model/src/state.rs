@@ -199,6 +199,9 @@ pub enum Violation {
     /// A `stop` was sent for a detached flight in the step that interrupted
     /// one of its joiners: somebody still waited for it.
     StoppedWhileJoined,
+    /// A `stop` was sent for a call, or its work stopped, although its
+    /// caller had not left.
+    StoppedForWaitingCaller,
     /// A joiner of a detached flight whose leader's caller left was answered
     /// `interrupted`, although its leader kept its connection and its
     /// coordinator lived.
