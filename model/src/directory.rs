@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use single_flight::client::{self, CallId, Resolution};
 use single_flight::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
-use single_flight::protocol::{Failure, Incoming, Key, Outcome, Request, RequestId, Response};
+use single_flight::protocol::{
+    Failure, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
+};
 use single_flight::{Epoch, FencingToken};
 use stateright::{Model, Property};
 
@@ -46,9 +48,43 @@ pub struct Directory {
     /// never looks inside an outcome, and choosing for every flight would
     /// triple the states.
     pub failures: bool,
+    /// Which calls are detached (SPEC.md §15): a leading call whose caller
+    /// cancels lets its work run on for the flight's joiners.
+    pub detached: Choice,
+    /// Which calls have a reuse window (SPEC.md §16). With any, the pending
+    /// windows expire at arbitrary moments ([`Action::ReuseExpires`]).
+    pub reuse: Choice,
     /// A seeded bug of the coordinator (SPEC.md §12.3), or none.
     pub mutant: Option<Mutant>,
 }
+
+/// Whether calls have an option (detached, a reuse window): none, all, or
+/// each call either way (a branch of every call start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Never,
+    Always,
+    PerCall,
+}
+
+impl Choice {
+    /// The values a call start may give the option.
+    fn values(self) -> &'static [bool] {
+        match self {
+            Choice::Never => &[false],
+            Choice::Always => &[true],
+            Choice::PerCall => &[false, true],
+        }
+    }
+}
+
+/// The reuse window of every call that has one. Time is not modelled: the
+/// window ends when the model delivers its expiry, so its length is only a
+/// valid value.
+const REUSE_WINDOW: ReuseWindow = match ReuseWindow::from_millis(1000) {
+    Some(window) => window,
+    None => panic!("one second is a valid reuse window"),
+};
 
 /// The names of the keys, in the order the model uses them.
 pub const KEY_NAMES: [&str; 3] = ["a", "b", "c"];
@@ -56,8 +92,14 @@ pub const KEY_NAMES: [&str; 3] = ["a", "b", "c"];
 /// One thing that may happen next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Action {
-    /// A caller of `process` starts a call for the `key`-th key.
-    CallStarts { process: usize, key: usize },
+    /// A caller of `process` starts a call for the `key`-th key, detached
+    /// or not, with a reuse window or not.
+    CallStarts {
+        process: usize,
+        key: usize,
+        detached: bool,
+        reuse: bool,
+    },
     /// `process` connects to the current coordinator; the handshake is not
     /// modelled (SPEC.md §4.2): the coordinator learns the connection
     /// opened, then the client that it is ready.
@@ -87,6 +129,10 @@ pub enum Action {
     CoordinatorDies,
     /// The grace window of the current term ends (SPEC.md §8.4).
     GraceWindowEnds,
+    /// The reuse window of the value that flight `token` of `key` landed
+    /// ends: its timer, started by a `KeepFor` of this term, fires (SPEC.md
+    /// §16.2). Any pending timer may fire next, however long its window.
+    ReuseExpires { key: Key, token: FencingToken },
 }
 
 /// How work ends.
@@ -124,6 +170,8 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
             mutant: None,
         }
     }
@@ -142,6 +190,8 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
             mutant: None,
         }
     }
@@ -162,7 +212,67 @@ impl Directory {
             disconnects: 1,
             coordinator_deaths: 1,
             failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
             mutant: None,
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.1): detached calls (SPEC.md §15). Every
+    /// call is detached (calls that are not are the other configurations'),
+    /// and two cancels let a leader's caller leave and then its last
+    /// joiner; a failover replays a detached flight's reassert and detach.
+    /// A closed connection under a detached flight has a configuration of
+    /// its own (a process death here would make it 1.6 times larger).
+    pub fn detach() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 2,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            failures: false,
+            detached: Choice::Always,
+            reuse: Choice::Never,
+            mutant: None,
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.1): reuse windows (SPEC.md §16). Each
+    /// call has a window or not, so that a value kept for one reaches
+    /// another, never a call without one; three calls are the fewest in
+    /// which a failure (the even second flight) lands with a window and a
+    /// third call asks for it. The failover forgets kept values.
+    pub fn reuse() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            failures: false,
+            detached: Choice::Never,
+            reuse: Choice::PerCall,
+            mutant: None,
+        }
+    }
+
+    /// Run on request (SPEC.md §12.1): detached calls with reuse windows
+    /// together, so that a detached flight that lands is kept and one that
+    /// is stopped is not. A cancel lets a leader's caller leave or its last
+    /// joiner; the two options' own rules are checked in CI by
+    /// [`Directory::detach`] and [`Directory::reuse`].
+    pub fn detach_and_reuse() -> Directory {
+        Directory {
+            cancels: 1,
+            detached: Choice::Always,
+            ..Directory::reuse()
         }
     }
 
@@ -179,6 +289,8 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 2,
             failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
             mutant: None,
         }
     }
@@ -250,6 +362,7 @@ impl Model for Directory {
             coordinator,
             durable_epoch: Epoch::FIRST,
             next_connection: self.processes as u64,
+            reuse_timers: BTreeSet::new(),
             used: Used::default(),
             history: History::default(),
             last_step: StepFacts::default(),
@@ -263,10 +376,16 @@ impl Model for Directory {
             let Some(process) = process else { continue };
             if state.used.calls < self.calls {
                 for key in 0..self.keys {
-                    actions.push(Action::CallStarts {
-                        process: index,
-                        key,
-                    });
+                    for &detached in self.detached.values() {
+                        for &reuse in self.reuse.values() {
+                            actions.push(Action::CallStarts {
+                                process: index,
+                                key,
+                                detached,
+                                reuse,
+                            });
+                        }
+                    }
                 }
             }
             match &process.link {
@@ -329,6 +448,12 @@ impl Model for Directory {
         if state.coordinator.in_grace() {
             actions.push(Action::GraceWindowEnds);
         }
+        for (key, token) in &state.reuse_timers {
+            actions.push(Action::ReuseExpires {
+                key: key.clone(),
+                token: *token,
+            });
+        }
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
@@ -342,7 +467,7 @@ impl Model for Directory {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties::all()
+        properties::of(self)
     }
 }
 
@@ -356,7 +481,12 @@ struct Step<'a> {
 impl Step<'_> {
     fn act(&mut self, action: &Action) {
         match *action {
-            Action::CallStarts { process, key } => self.call_starts(process, key),
+            Action::CallStarts {
+                process,
+                key,
+                detached,
+                reuse,
+            } => self.call_starts(process, key, detached, reuse),
             Action::Connects { process } => self.connects(process),
             Action::RequestArrives { process } => self.request_arrives(process),
             Action::ResponseArrives { process } => self.response_arrives(process),
@@ -387,19 +517,32 @@ impl Step<'_> {
                 // Flights not taken back in the window are over (§8.4).
                 self.state.history.reassertable.clear();
             }
+            Action::ReuseExpires { ref key, token } => {
+                self.state.reuse_timers.remove(&(key.clone(), token));
+                self.state.history.reusable.remove(&(key.clone(), token));
+                self.coordinator(coordinator::Event::ReuseExpired {
+                    key: key.clone(),
+                    token,
+                });
+            }
         }
     }
 
-    fn call_starts(&mut self, index: usize, key: usize) {
+    fn call_starts(&mut self, index: usize, key: usize, detached: bool, reuse: bool) {
         self.state.used.calls += 1;
         let key = self.model.key(key);
         let process = self.process(index);
         let call = CallId(process.calls.len() as u64 + 1);
-        process.calls.insert(call, CallRecord::new(key.clone()));
+        process
+            .calls
+            .insert(call, CallRecord::new(key.clone(), detached, reuse));
         let effects = process.client.step(client::Event::CallStarted {
             call,
             key,
-            options: client::CallOptions::default(),
+            options: client::CallOptions {
+                detached,
+                reuse: reuse.then_some(REUSE_WINDOW),
+            },
         });
         self.client_effects(index, effects);
     }
@@ -450,6 +593,7 @@ impl Step<'_> {
                     ..
                 }
         );
+        let land = matches!(request, Request::Land { .. });
         let reassert = match &request {
             Request::Reassert {
                 key,
@@ -470,6 +614,9 @@ impl Step<'_> {
         };
         if answered_by_outcome && answer(|response| matches!(response, Response::Rejected { .. })) {
             self.state.last_step.witness(Witness::StaleLandRejected);
+        }
+        if land && answer(|response| matches!(response, Response::Ack { .. })) {
+            self.landed_in_term(index, &id);
         }
         // SPEC.md §8.3: a reassert may supersede a flight, which interrupts
         // that flight's rejoins, but never a plain run of this term: a
@@ -518,6 +665,25 @@ impl Step<'_> {
         }
     }
 
+    /// The `land` of call `id` of `index` was acknowledged: the flight
+    /// landed in this term. A value of a leader with a reuse window may be
+    /// handed out as `reused` until its expiry event (SPEC.md §16.2).
+    fn landed_in_term(&mut self, index: usize, id: &RequestId) {
+        let history = &mut self.state.history;
+        let Some(record) = self.state.processes[index]
+            .as_ref()
+            .and_then(|process| call_of(id).and_then(|call| process.calls.get(&call)))
+        else {
+            return;
+        };
+        if let Some(token) = record.token
+            && record.reuse
+            && matches!(history.outcomes.get(&token), Some(Outcome::Value(_)))
+        {
+            history.reusable.insert((record.key.clone(), token));
+        }
+    }
+
     /// Whether `id` on `connection` is a call whose request in this term
     /// was a plain run (not a rejoin).
     fn plain_run(&self, connection: ConnectionId, id: &RequestId) -> bool {
@@ -554,7 +720,10 @@ impl Step<'_> {
                 // `ack` settles a land; `rejected` takes the flight from a
                 // leader whose reassert came too late (SPEC.md §9.3). Either
                 // way the client no longer holds the lead.
-                Response::Ack { .. } | Response::Rejected { .. } => record.holds_lead = false,
+                // `stop` ends a detached call's work (SPEC.md §15.3).
+                Response::Ack { .. } | Response::Rejected { .. } | Response::Stop { .. } => {
+                    record.holds_lead = false
+                }
                 _ => {}
             }
         }
@@ -591,21 +760,33 @@ impl Step<'_> {
 
     fn caller_cancels(&mut self, index: usize, call: CallId) {
         self.state.used.cancels += 1;
-        let process = self.process(index);
+        let process = self.state.processes[index]
+            .as_mut()
+            .expect("actions name live processes only");
+        let effects = process.client.step(client::Event::CallCancelled { call });
+        let detached = process.client.is_detached(call);
         let record = process
             .calls
             .get_mut(&call)
             .expect("enabled only for a started call");
         record.cancelled = true;
-        record.holds_lead = false;
-        // The shell drops the work of a cancelled call.
-        process.work.remove(&call);
-        let effects = process.client.step(client::Event::CallCancelled { call });
+        if detached {
+            // SPEC.md §15.3: the caller of a detached leading call left; its
+            // work runs on for the flight's joiners.
+            if let Some(token) = record.token {
+                self.state.history.caller_left.insert(token);
+            }
+        } else {
+            // The shell drops the work of a cancelled call.
+            record.holds_lead = false;
+            process.work.remove(&call);
+        }
         self.client_effects(index, effects);
     }
 
     fn process_dies(&mut self, index: usize, restarts: bool) {
         self.state.used.process_deaths += 1;
+        self.leader_disconnected(index);
         let process = self.state.processes[index]
             .take()
             .expect("enabled only for a live process");
@@ -637,12 +818,17 @@ impl Step<'_> {
         self.state.history.reassertable = reassertable;
         self.state.history.reasserted.clear();
         self.state.history.landed.clear();
+        // Kept values and their timers die with the coordinator (SPEC.md
+        // §16.2).
+        self.state.history.reusable.clear();
+        self.state.reuse_timers.clear();
         for index in 0..self.state.processes.len() {
             let Some(process) = self.state.processes[index].as_mut() else {
                 continue;
             };
             for record in process.calls.values_mut() {
                 record.answered_for_good = false;
+                record.stopped = false;
                 record.rejoin = None;
             }
             if process.link.take().is_some() {
@@ -665,6 +851,22 @@ impl Step<'_> {
         ));
     }
 
+    /// The connection of process `index` closes: the flights its detached
+    /// calls lead are interrupted (SPEC.md §8.7), and their joiners with
+    /// them.
+    fn leader_disconnected(&mut self, index: usize) {
+        let Some(process) = self.state.processes[index].as_ref() else {
+            return;
+        };
+        let tokens: Vec<FencingToken> = process
+            .calls
+            .values()
+            .filter(|record| record.detached)
+            .filter_map(|record| record.token)
+            .collect();
+        self.state.history.leader_disconnected.extend(tokens);
+    }
+
     /// Feeds `event` to the coordinator, carries out its effects, and checks
     /// what it did. Returns the responses it sent.
     fn coordinator(&mut self, event: coordinator::Event) -> Vec<(ConnectionId, Response)> {
@@ -676,7 +878,7 @@ impl Step<'_> {
             .collect();
         let effects = self.state.coordinator.step(event);
         let mut sent = Vec::new();
-        let mut led = BTreeSet::new();
+        let mut sends = Sends::default();
         let mut term_ended = false;
         for effect in effects {
             match effect {
@@ -684,18 +886,26 @@ impl Step<'_> {
                     connection,
                     response,
                 } => {
-                    self.send(connection, response.clone(), &before, &mut led);
+                    self.send(connection, response.clone(), &before, &mut sends);
                     sent.push((connection, response));
                 }
                 coordinator::Effect::Close { connection, .. } => self.close(connection),
                 coordinator::Effect::EndTerm => term_ended = true,
-                // Only a leader with a reuse window keeps a value (SPEC.md
-                // §16.2); no call of this model has one.
-                coordinator::Effect::KeepFor { .. } => {}
+                // The shell starts the timer that reports the expiry
+                // (SPEC.md §16.2); the model fires it at any later moment.
+                coordinator::Effect::KeepFor { key, token, .. } => {
+                    self.note(format_args!("coordinator keeps {key:?} of {token:?}"));
+                    self.state.reuse_timers.insert((key, token));
+                }
             }
         }
-        if !led.is_empty() && self.state.coordinator.in_grace() {
+        if !sends.led.is_empty() && self.state.coordinator.in_grace() {
             self.state.last_step.violate(Violation::LeadInGrace);
+        }
+        // SPEC.md §15.2: a flight stopped while somebody joined it
+        // interrupts that joiner in the same step (§8.6).
+        if !sends.stopped.is_disjoint(&sends.interrupted) {
+            self.state.last_step.violate(Violation::StoppedWhileJoined);
         }
         if term_ended {
             // SPEC.md §8.9: the shell resigns and the processes fail over.
@@ -713,7 +923,7 @@ impl Step<'_> {
         connection: ConnectionId,
         response: Response,
         flights_before: &BTreeMap<Key, FencingToken>,
-        led: &mut BTreeSet<Key>,
+        sends: &mut Sends,
     ) {
         self.note(format_args!(
             "coordinator sends {response:?} on {connection:?}"
@@ -734,7 +944,11 @@ impl Step<'_> {
             .as_mut()
             .expect("found among the live processes");
         if let Some(record) = call_of(response.id()).and_then(|call| process.calls.get_mut(&call)) {
-            if record.answered_for_good {
+            // A land that crossed a `stop` is answered `rejected` (§8.5):
+            // the flight is over.
+            if record.answered_for_good
+                || (record.stopped && !matches!(response, Response::Rejected { .. }))
+            {
                 facts.violate(Violation::AnsweredAfterFinal);
             }
             match &response {
@@ -742,7 +956,9 @@ impl Step<'_> {
                     if record.joined {
                         facts.violate(Violation::JoinedLeads);
                     }
-                    if flights_before.contains_key(&record.key) || !led.insert(record.key.clone()) {
+                    if flights_before.contains_key(&record.key)
+                        || !sends.led.insert(record.key.clone())
+                    {
                         facts.violate(Violation::SecondFlight);
                     }
                     if history.last_minted.is_some_and(|last| *token <= last)
@@ -763,6 +979,52 @@ impl Step<'_> {
                         {
                             facts.violate(Violation::RejoinMissedOutcome);
                         }
+                    }
+                    // The flight it waited for: a rejoin names it; a plain
+                    // run is only ever interrupted as a joiner of its key's
+                    // flight in progress (§8.6).
+                    let flight = match record.rejoin {
+                        Some(rejoin) => Some(rejoin.flight),
+                        None => flights_before.get(&record.key).copied(),
+                    };
+                    if let Some(flight) = flight {
+                        sends.interrupted.insert(flight);
+                        // §15.2: a detached flight whose caller left goes on
+                        // for its joiners. Excused: its leader's connection
+                        // closed (§8.7), a coordinator died since it was led
+                        // (an earlier epoch: the new term may not take it
+                        // back), or the rejoin arrived after the flight had
+                        // ended (the joiner's own connection closed, and its
+                        // withdrawal may have left nobody waiting).
+                        let excused = history.leader_disconnected.contains(&flight)
+                            || flight.epoch() < coordinator_epoch
+                            || record.rejoin.is_some_and(|rejoin| !rejoin.answerable);
+                        if history.caller_left.contains(&flight) && !excused {
+                            facts.violate(Violation::DetachedJoinerInterrupted);
+                        }
+                    }
+                }
+                Response::Stop { .. } => {
+                    record.stopped = true;
+                    facts.witness(Witness::StopSent);
+                    if !record.cancelled {
+                        facts.violate(Violation::StoppedForWaitingCaller);
+                    }
+                    if let Some(token) = record.token {
+                        sends.stopped.insert(token);
+                    }
+                }
+                Response::Reused {
+                    flight, outcome, ..
+                } => {
+                    record.answered_for_good = true;
+                    if !record.reuse {
+                        facts.violate(Violation::ReusedWithoutWindow);
+                    }
+                    if !history.reusable.contains(&(record.key.clone(), *flight))
+                        || history.outcomes.get(flight) != Some(outcome)
+                    {
+                        facts.violate(Violation::ReusedNotKept);
                     }
                 }
                 Response::Ack { .. } => {
@@ -794,10 +1056,12 @@ impl Step<'_> {
                 .is_some_and(|link| link.connection == connection)
         });
         if let Some(index) = found {
+            self.leader_disconnected(index);
             let process = self.process(index);
             process.link = None;
             for record in process.calls.values_mut() {
                 record.answered_for_good = false;
+                record.stopped = false;
                 record.rejoin = None;
             }
             let effects = process.client.step(client::Event::ConnectionLost);
@@ -821,10 +1085,16 @@ impl Step<'_> {
                     Some(link) => link.requests.push_back(request),
                     None => facts.violate(Violation::SentOnClosed),
                 },
-                // Only a detached call's work is stopped (SPEC.md §15.3); no
-                // call of this model is detached.
+                // A detached call's caller left; the shell drops its work
+                // (SPEC.md §15.3).
                 client::Effect::StopWork { call, .. } => {
                     process.work.remove(&call);
+                    if let Some(record) = process.calls.get_mut(&call) {
+                        record.holds_lead = false;
+                        if !record.cancelled {
+                            facts.violate(Violation::StoppedForWaitingCaller);
+                        }
+                    }
                 }
                 client::Effect::StartWork { call, token } => {
                     process.work.insert(call, token);
@@ -844,15 +1114,27 @@ impl Step<'_> {
                         facts.violate(Violation::ResolvedTwice);
                     }
                     record.resolved = true;
-                    if let Resolution::Joined { flight, outcome } = &resolution {
-                        if history.outcomes.get(flight) != Some(outcome) {
-                            facts.violate(Violation::WrongOutcome);
+                    match &resolution {
+                        Resolution::Joined { flight, outcome } => {
+                            if history.outcomes.get(flight) != Some(outcome) {
+                                facts.violate(Violation::WrongOutcome);
+                            }
+                            if flight.epoch() < coordinator_epoch
+                                && matches!(outcome, Outcome::Value(_))
+                            {
+                                facts.witness(Witness::ValueAfterFailover);
+                            }
+                            if history.caller_left.contains(flight) {
+                                facts.witness(Witness::DetachedFlightLanded);
+                            }
                         }
-                        if flight.epoch() < coordinator_epoch
-                            && matches!(outcome, Outcome::Value(_))
-                        {
-                            facts.witness(Witness::ValueAfterFailover);
+                        Resolution::Reused { .. } => {
+                            if !record.reuse {
+                                facts.violate(Violation::ReusedWithoutWindow);
+                            }
+                            facts.witness(Witness::ValueReused);
                         }
+                        _ => {}
                     }
                 }
             }
@@ -870,6 +1152,18 @@ impl Step<'_> {
             let _ = writeln!(log, "       {line}");
         }
     }
+}
+
+/// What one coordinator step sent, for the checks that look at the whole
+/// step.
+#[derive(Default)]
+struct Sends {
+    /// Keys answered `lead`.
+    led: BTreeSet<Key>,
+    /// Flights whose joiners (or rejoins) were answered `interrupted`.
+    interrupted: BTreeSet<FencingToken>,
+    /// Flights whose leader was answered `stop`.
+    stopped: BTreeSet<FencingToken>,
 }
 
 /// The call a request id names: the client's ids are call numbers in

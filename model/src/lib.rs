@@ -1,8 +1,10 @@
 //! The stateright model of single-flight (SPEC.md §12): the model checker
 //! runs the **shipped** coordinator and client state machines through every
-//! interleaving of calls, messages, work, cancels, process deaths,
-//! coordinator failovers, reconnects and grace windows that the bounds allow,
-//! and checks the properties of [`properties`] in every state it reaches.
+//! interleaving of calls (detached or not, with a reuse window or not),
+//! messages, work, cancels, process deaths, coordinator failovers,
+//! reconnects, grace windows and reuse windows' expiries that the bounds
+//! allow, and checks the properties of [`properties`] in every state it
+//! reaches.
 //!
 //! # What is modelled
 //!
@@ -23,8 +25,9 @@
 //! [`Directory::next_state`](stateright::Model::next_state) applies one
 //! [`Action`] by feeding events to the real `step` functions and carrying
 //! out the effects they return, exactly as the shell does: a `Send` goes on
-//! the queue of its connection, `StartWork` starts the work, a coordinator's
-//! `Close` closes the connection at both ends.
+//! the queue of its connection, `StartWork` starts the work and `StopWork`
+//! drops it, a coordinator's `Close` closes the connection at both ends, and
+//! its `KeepFor` starts a timer that a later action fires.
 //!
 //! # Why a plain `Model` and not stateright's `ActorModel`
 //!
@@ -46,9 +49,10 @@
 //! the bounds allow ([`check::check`]). Processes are interchangeable, so
 //! [`State`] implements [`stateright::Representative`] (symmetry reduction,
 //! DFS only). The configurations CI checks are [`Directory::small`],
-//! [`Directory::two_keys`] and [`Directory::disconnect`];
-//! [`Directory::large`] runs on request. The README gives their state
-//! counts and times.
+//! [`Directory::two_keys`], [`Directory::disconnect`], [`Directory::detach`]
+//! and [`Directory::reuse`] (and variants in `tests/exhaustive.rs`);
+//! [`Directory::detach_and_reuse`] and [`Directory::large`] run on request.
+//! The README gives their state counts and times.
 //!
 //! Violations are recorded as flags in the state rather than panics: a panic
 //! inside `next_state` ends the run without a path to show.
@@ -62,7 +66,10 @@
 //! that waited there, which the later flight's reassert then interrupted;
 //! reasserted flights are now held until the window ends (§8.3, §8.4), and
 //! the property "a reassert interrupts only rejoins" checks it.
-//! [`properties::KNOWN_VIOLATIONS`] is empty.
+//! [`properties::KNOWN_VIOLATIONS`] is empty. In detached calls and reuse
+//! windows it found no core bug; `tests/scenarios.rs` plays their main
+//! paths, among them why a joiner of a detached flight may be interrupted
+//! after a failover (SPEC.md §12.2).
 //!
 //! # The seeded bugs
 //!
@@ -76,7 +83,7 @@ mod directory;
 pub mod properties;
 mod state;
 
-pub use directory::{Action, Directory, Ending, KEY_NAMES};
+pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
 pub use state::{
     CallRecord, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
 };

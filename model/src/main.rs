@@ -2,8 +2,9 @@
 //!
 //! - `explore [address]`: stateright's web explorer on the CI configuration,
 //!   for a person to step through the protocol;
-//! - `check [small|two-keys|disconnect|large]`: an exhaustive check of a configuration
-//!   of `Directory`, with its counts and time.
+//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large]`:
+//!   an exhaustive check of a configuration of `Directory`, with its counts
+//!   and time.
 #![forbid(unsafe_code)]
 
 use std::net::TcpListener;
@@ -17,7 +18,8 @@ use stateright::Model;
 const DEFAULT_ADDRESS: &str = "127.0.0.1:3000";
 
 const USAGE: &str = "usage: single-flight-model explore [address]   (default 127.0.0.1:3000)
-       single-flight-model check [small|two-keys|disconnect|large]   (default small)";
+       single-flight-model check [small|two-keys|disconnect|detach|reuse|detach-reuse|large]
+                                 (default small)";
 
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
@@ -28,6 +30,9 @@ fn main() -> ExitCode {
         ["check"] | ["check", "small"] => check(Directory::small()),
         ["check", "two-keys"] => check(Directory::two_keys()),
         ["check", "disconnect"] => check(Directory::disconnect()),
+        ["check", "detach"] => check(Directory::detach()),
+        ["check", "reuse"] => check(Directory::reuse()),
+        ["check", "detach-reuse"] => check(Directory::detach_and_reuse()),
         ["check", "large"] => check(Directory::large()),
         _ => {
             eprintln!("{USAGE}");

@@ -7,7 +7,7 @@
 
 use stateright::Property;
 
-use crate::directory::Directory;
+use crate::directory::{Choice, Directory};
 use crate::state::{State, StepFacts, Violation, Witness};
 
 pub const ONE_FLIGHT_PER_KEY: &str = "the coordinator runs one flight per key";
@@ -22,6 +22,15 @@ pub const NO_LEAD_IN_GRACE: &str = "no flight is led in a grace window";
 pub const REASSERT_IN_GRACE: &str = "a reassert is accepted only in the grace window";
 pub const REJOIN_GETS_REASSERTED_OUTCOME: &str = "a rejoin gets the reasserted flight's outcome";
 pub const NO_CALL_LEFT_WAITING: &str = "no call is left waiting";
+pub const STOPPED_ONLY_UNWANTED: &str =
+    "a detached flight is stopped only when nobody waits for it";
+pub const UNWANTED_IS_STOPPED: &str = "a detached flight that nobody waits for is stopped";
+pub const DETACHED_JOINER_GETS_OUTCOME: &str =
+    "a joiner of a detached flight whose leader's caller left receives the flight's outcome";
+pub const REUSED_WAS_KEPT: &str = "a reused value is one that a flight of that key landed in \
+     this term with a reuse window, and only before its expiry event";
+pub const NO_REUSE_WITHOUT_WINDOW: &str =
+    "a call without a reuse window never receives a kept value";
 
 pub const REASSERT_SUCCEEDS: &str = "sometimes: a flight is reasserted after a failover";
 pub const LANDED_REASSERT_ACKNOWLEDGED: &str =
@@ -29,6 +38,10 @@ pub const LANDED_REASSERT_ACKNOWLEDGED: &str =
 pub const REJOIN_INTERRUPTED: &str = "sometimes: a rejoin is answered interrupted";
 pub const STALE_LAND_REJECTED: &str = "sometimes: a stale land is rejected";
 pub const VALUE_AFTER_FAILOVER: &str = "sometimes: a joiner receives a value after a failover";
+pub const DETACHED_FLIGHT_LANDS: &str =
+    "sometimes: a detached flight lands for its joiners after its caller left";
+pub const STOP_SENT: &str = "sometimes: a stop is sent";
+pub const VALUE_REUSED: &str = "sometimes: a value is reused";
 
 /// Properties the shipped core is known to break: each would be a core bug
 /// the model found, shown step by step by a test that fails once it is
@@ -36,6 +49,22 @@ pub const VALUE_AFTER_FAILOVER: &str = "sometimes: a joiner receives a value aft
 /// them and print their paths, but only require every other property to
 /// hold. None is open (the README tells how the last one was fixed).
 pub const KNOWN_VIOLATIONS: [&str; 0] = [];
+
+/// The properties checked in `directory`: every `always` one, and the
+/// `sometimes` ones it can reach (a configuration without detached calls or
+/// reuse windows cannot witness them).
+pub fn of(directory: &Directory) -> Vec<Property<Directory>> {
+    let detaches = directory.detached != Choice::Never;
+    let reuses = directory.reuse != Choice::Never;
+    all()
+        .into_iter()
+        .filter(|property| match property.name {
+            DETACHED_FLIGHT_LANDS | STOP_SENT => detaches,
+            VALUE_REUSED => reuses,
+            _ => true,
+        })
+        .collect()
+}
 
 /// Every property, `always` ones first.
 pub fn all() -> Vec<Property<Directory>> {
@@ -78,6 +107,29 @@ pub fn all() -> Vec<Property<Directory>> {
         Property::<Directory>::always(NO_CALL_LEFT_WAITING, |_, state: &State| {
             !quiescent(state) || no_call_waiting(state)
         }),
+        Property::<Directory>::always(STOPPED_ONLY_UNWANTED, |_, state: &State| {
+            !state.last_step.has(Violation::StoppedWhileJoined)
+                && !state.last_step.has(Violation::StoppedForWaitingCaller)
+        }),
+        // SPEC.md §15.2: outside the grace window, a detached flight ends
+        // in the step that takes its last joiner (in the window, its rejoins
+        // and the key's waiting runs may still join it when it ends).
+        Property::<Directory>::always(UNWANTED_IS_STOPPED, |_, state: &State| {
+            state.coordinator.in_grace()
+                || state
+                    .coordinator
+                    .detached()
+                    .all(|(_, _, joiners)| joiners > 0)
+        }),
+        Property::<Directory>::always(DETACHED_JOINER_GETS_OUTCOME, |_, state: &State| {
+            !state.last_step.has(Violation::DetachedJoinerInterrupted)
+        }),
+        Property::<Directory>::always(REUSED_WAS_KEPT, |_, state: &State| {
+            !state.last_step.has(Violation::ReusedNotKept)
+        }),
+        Property::<Directory>::always(NO_REUSE_WITHOUT_WINDOW, |_, state: &State| {
+            !state.last_step.has(Violation::ReusedWithoutWindow)
+        }),
         Property::<Directory>::sometimes(REASSERT_SUCCEEDS, |_, state: &State| {
             state.last_step.saw(Witness::ReassertAccepted)
         }),
@@ -92,6 +144,15 @@ pub fn all() -> Vec<Property<Directory>> {
         }),
         Property::<Directory>::sometimes(VALUE_AFTER_FAILOVER, |_, state: &State| {
             state.last_step.saw(Witness::ValueAfterFailover)
+        }),
+        Property::<Directory>::sometimes(DETACHED_FLIGHT_LANDS, |_, state: &State| {
+            state.last_step.saw(Witness::DetachedFlightLanded)
+        }),
+        Property::<Directory>::sometimes(STOP_SENT, |_, state: &State| {
+            state.last_step.saw(Witness::StopSent)
+        }),
+        Property::<Directory>::sometimes(VALUE_REUSED, |_, state: &State| {
+            state.last_step.saw(Witness::ValueReused)
         }),
     ]
 }
@@ -125,7 +186,7 @@ fn no_call_waiting(state: &State) -> bool {
 
 /// The flags of a step, in words, for a printed path.
 pub fn describe(facts: &StepFacts) -> String {
-    const VIOLATIONS: [Violation; 13] = [
+    const VIOLATIONS: [Violation; 18] = [
         Violation::SecondFlight,
         Violation::TokenNotIncreasing,
         Violation::EpochNotIncreasing,
@@ -139,13 +200,21 @@ pub fn describe(facts: &StepFacts) -> String {
         Violation::ReassertOutsideGrace,
         Violation::RejoinMissedOutcome,
         Violation::SupersededRunInterrupted,
+        Violation::StoppedWhileJoined,
+        Violation::StoppedForWaitingCaller,
+        Violation::DetachedJoinerInterrupted,
+        Violation::ReusedNotKept,
+        Violation::ReusedWithoutWindow,
     ];
-    const WITNESSES: [Witness; 5] = [
+    const WITNESSES: [Witness; 8] = [
         Witness::ReassertAccepted,
         Witness::LandedReassertAcknowledged,
         Witness::RejoinInterrupted,
         Witness::StaleLandRejected,
         Witness::ValueAfterFailover,
+        Witness::DetachedFlightLanded,
+        Witness::StopSent,
+        Witness::ValueReused,
     ];
     let mut words: Vec<String> = VIOLATIONS
         .iter()

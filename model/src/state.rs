@@ -28,6 +28,10 @@ pub struct State {
     /// The next connection number of this term: the shell never reuses one
     /// within a term (the coordinator's driving contract).
     pub next_connection: u64,
+    /// The reuse windows whose timers run: a `KeepFor` effect of this term
+    /// starts one, delivering its `ReuseExpired` ends it, and a coordinator
+    /// death drops them all (the shell's timers die with it).
+    pub reuse_timers: BTreeSet<(Key, FencingToken)>,
     /// How much of each bounded action has been used.
     pub used: Used,
     /// Facts about the past that the properties need and no state machine
@@ -47,7 +51,8 @@ pub struct Process {
     /// The connection to the current coordinator, once the client connected.
     pub link: Option<Link>,
     /// The work that runs for a leading call, under its token. Ends when it
-    /// finishes, or when its caller cancels (the shell drops it).
+    /// finishes, when its caller cancels (the shell drops it), or, for a
+    /// detached call whose caller left, when the client says `StopWork`.
     pub work: BTreeMap<CallId, FencingToken>,
     /// Every call this process started, numbered from 1 in start order.
     pub calls: BTreeMap<CallId, CallRecord>,
@@ -69,6 +74,10 @@ pub struct Link {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CallRecord {
     pub key: Key,
+    /// The caller asked for a detached call (SPEC.md §15).
+    pub detached: bool,
+    /// The caller gave the call a reuse window (SPEC.md §16).
+    pub reuse: bool,
     /// The client read a `joined` answer to it at least once.
     pub joined: bool,
     /// The token it leads under, once its work started.
@@ -80,8 +89,12 @@ pub struct CallRecord {
     pub resolved: bool,
     /// Its caller cancelled it.
     pub cancelled: bool,
-    /// It was answered `landed` or `interrupted` on its current connection.
+    /// It was answered `landed`, `interrupted` or `reused` on its current
+    /// connection.
     pub answered_for_good: bool,
+    /// It was answered `stop` on its current connection: only the
+    /// `rejected` of a land that crossed the `stop` may follow.
+    pub stopped: bool,
     /// Its latest request on its current connection was a rejoin.
     pub rejoin: Option<Rejoin>,
 }
@@ -124,13 +137,26 @@ pub struct History {
     pub landed: BTreeSet<FencingToken>,
     /// Flights whose land any term acknowledged.
     pub ever_landed: BTreeSet<FencingToken>,
+    /// Detached flights whose leader's caller left while the work ran
+    /// (SPEC.md §15.2).
+    pub caller_left: BTreeSet<FencingToken>,
+    /// Detached calls' flights whose leader's connection closed (it broke,
+    /// or the process died) while the call led: their joiners may be
+    /// interrupted (§8.7). Only detached calls' flights are recorded, the
+    /// only ones a property asks about.
+    pub leader_disconnected: BTreeSet<FencingToken>,
+    /// Values that a flight of the key landed in the current term (a `land`
+    /// acknowledged) for a leader with a reuse window, whose expiry event
+    /// the coordinator has not received: the only values it may hand out as
+    /// `reused` (SPEC.md §16.2). Emptied when the term ends.
+    pub reusable: BTreeSet<(Key, FencingToken)>,
 }
 
 /// What the last step broke ([`Violation`]) and showed ([`Witness`]), as
 /// bit sets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StepFacts {
-    pub violations: u16,
+    pub violations: u32,
     pub witnessed: u8,
 }
 
@@ -154,8 +180,8 @@ pub enum Violation {
     LandedFlightResumed,
     /// A call resolved twice.
     ResolvedTwice,
-    /// A call got an answer after `landed` or `interrupted` on the same
-    /// connection.
+    /// A call got an answer after `landed`, `interrupted` or `reused` on
+    /// the same connection, or one other than `rejected` after `stop`.
     AnsweredAfterFinal,
     /// Something was sent on a connection that is not open.
     SentOnClosed,
@@ -170,6 +196,23 @@ pub enum Violation {
     /// this term was a plain run, not a rejoin: a flight it superseded had
     /// been serving runs of the new term.
     SupersededRunInterrupted,
+    /// A `stop` was sent for a detached flight in the step that interrupted
+    /// one of its joiners: somebody still waited for it.
+    StoppedWhileJoined,
+    /// A `stop` was sent for a call, or its work stopped, although its
+    /// caller had not left.
+    StoppedForWaitingCaller,
+    /// A joiner of a detached flight whose leader's caller left was answered
+    /// `interrupted`, although its leader kept its connection and its
+    /// coordinator lived.
+    DetachedJoinerInterrupted,
+    /// A `reused` answer carried a value other than one that a flight of the
+    /// call's key landed in this term with a reuse window, before its
+    /// expiry event.
+    ReusedNotKept,
+    /// A call without a reuse window was answered `reused`, or resolved
+    /// with a reused value.
+    ReusedWithoutWindow,
 }
 
 /// Something worth reaching, seen during a step (for `sometimes`
@@ -188,11 +231,18 @@ pub enum Witness {
     StaleLandRejected,
     /// A joiner of an earlier term's flight resolved with its value.
     ValueAfterFailover,
+    /// A joiner of a detached flight resolved with its outcome after the
+    /// leader's caller had left.
+    DetachedFlightLanded,
+    /// A coordinator told a detached flight's leader to `stop`.
+    StopSent,
+    /// A call resolved with a reused value.
+    ValueReused,
 }
 
 impl StepFacts {
     pub fn has(&self, violation: Violation) -> bool {
-        self.violations & (1 << violation as u16) != 0
+        self.violations & (1 << violation as u32) != 0
     }
 
     pub fn saw(&self, witness: Witness) -> bool {
@@ -200,7 +250,7 @@ impl StepFacts {
     }
 
     pub fn violate(&mut self, violation: Violation) {
-        self.violations |= 1 << violation as u16;
+        self.violations |= 1 << violation as u32;
     }
 
     pub fn witness(&mut self, witness: Witness) {
@@ -231,15 +281,18 @@ impl Link {
 }
 
 impl CallRecord {
-    pub fn new(key: Key) -> CallRecord {
+    pub fn new(key: Key, detached: bool, reuse: bool) -> CallRecord {
         CallRecord {
             key,
+            detached,
+            reuse,
             joined: false,
             token: None,
             holds_lead: false,
             resolved: false,
             cancelled: false,
             answered_for_good: false,
+            stopped: false,
             rejoin: None,
         }
     }

@@ -17,6 +17,23 @@ const TWO_KEYS_UNIQUE_STATES: usize = 612_761;
 /// Unique states of [`Directory::disconnect`] after symmetry reduction.
 const DISCONNECT_UNIQUE_STATES: usize = 323_857;
 
+/// Unique states of [`Directory::detach`] after symmetry reduction. New
+/// with detached calls (SPEC.md §15); the configurations above have none,
+/// and their counts did not change when they came in.
+const DETACH_UNIQUE_STATES: usize = 668_550;
+
+/// Unique states of [`Directory::detach`] with two calls and a broken
+/// connection.
+const DETACH_DISCONNECT_UNIQUE_STATES: usize = 298_583;
+
+/// Unique states of [`Directory::reuse`] after symmetry reduction. New with
+/// the reuse window (SPEC.md §16).
+const REUSE_UNIQUE_STATES: usize = 238_308;
+
+/// Unique states of [`Directory::detach_and_reuse`] after symmetry
+/// reduction.
+const DETACH_AND_REUSE_UNIQUE_STATES: usize = 1_850_160;
+
 /// Unique states of [`Directory::large`] after symmetry reduction.
 const LARGE_UNIQUE_STATES: usize = 15_074_471;
 
@@ -45,6 +62,48 @@ fn two_keys_keep_every_property() {
 #[test]
 fn a_broken_connection_keeps_every_property() {
     keeps_every_property(Directory::disconnect(), DISCONNECT_UNIQUE_STATES);
+}
+
+/// A detached leader's caller leaves, its joiners stay or leave, a failover
+/// replays the leader's reassert and detach (SPEC.md §15): the flight runs
+/// on exactly while somebody waits for it, and its joiners receive its
+/// outcome.
+#[test]
+fn detached_calls_keep_every_property() {
+    keeps_every_property(Directory::detach(), DETACH_UNIQUE_STATES);
+}
+
+/// A connection breaks under a detached flight (SPEC.md §15): its leader's,
+/// which interrupts it, or its last joiner's, which stops it, and the
+/// joiner's rejoin on the new connection. A broken connection in
+/// [`Directory::detach`] itself gives 8.9 million states (three minutes);
+/// two calls are enough for a leader and a joiner.
+#[test]
+fn detached_calls_with_a_broken_connection_keep_every_property() {
+    let directory = Directory {
+        calls: 2,
+        process_deaths: 0,
+        disconnects: 1,
+        ..Directory::detach()
+    };
+    keeps_every_property(directory, DETACH_DISCONNECT_UNIQUE_STATES);
+}
+
+/// Values kept for calls with a reuse window, handed to later ones, expiring
+/// at any moment, forgotten at the failover (SPEC.md §16): only kept values
+/// of this term are reused, and only by calls that asked.
+#[test]
+fn reuse_windows_keep_every_property() {
+    keeps_every_property(Directory::reuse(), REUSE_UNIQUE_STATES);
+}
+
+#[test]
+#[ignore = "takes half a minute: cargo test -p single-flight-model --release -- --ignored"]
+fn detached_calls_with_reuse_windows_keep_every_property() {
+    keeps_every_property(
+        Directory::detach_and_reuse(),
+        DETACH_AND_REUSE_UNIQUE_STATES,
+    );
 }
 
 #[test]

@@ -19,6 +19,12 @@ fn every_seeded_bug_is_caught() {
                 processes: 3,
                 ..Directory::disconnect()
             },
+            // The rules of detached calls (SPEC.md §15) and of the reuse
+            // window (§16) are reached in their own configurations.
+            Mutant::DetachStopsWaitedFlights | Mutant::KeepsUnwantedFlights => Directory::detach(),
+            Mutant::ReusesWithoutWindow | Mutant::KeepsFailures | Mutant::ReusesPastExpiry => {
+                Directory::reuse()
+            }
             _ => Directory::small(),
         };
         let report = hunt(directory.with_mutant(Some(mutant)));

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{play_keeping_every_property, token};
+use common::{plain_call, play_keeping_every_property, token};
 use single_flight::client::{CallId, Effect};
 use single_flight_model::{Directory, Ending};
 
@@ -20,7 +20,7 @@ use single_flight_model::Action::*;
 fn a_landed_flight_no_longer_displaces_the_flight_in_progress() {
     let directory = Directory::small();
     let actions = [
-        CallStarts { process: 0, key: 0 },
+        plain_call(0),
         RequestArrives { process: 0 },
         ResponseArrives { process: 0 },
         WorkFinishes {
@@ -29,7 +29,7 @@ fn a_landed_flight_no_longer_displaces_the_flight_in_progress() {
             ending: Ending::Value,
         },
         RequestArrives { process: 0 },
-        CallStarts { process: 1, key: 0 },
+        plain_call(1),
         RequestArrives { process: 1 },
         ResponseArrives { process: 1 },
         CoordinatorDies,
@@ -54,7 +54,7 @@ fn a_landed_flight_no_longer_displaces_the_flight_in_progress() {
 fn a_later_call_no_longer_gets_an_earlier_flights_outcome() {
     let directory = Directory::small();
     let actions = [
-        CallStarts { process: 0, key: 0 },
+        plain_call(0),
         RequestArrives { process: 0 },
         ResponseArrives { process: 0 },
         WorkFinishes {
@@ -63,7 +63,7 @@ fn a_later_call_no_longer_gets_an_earlier_flights_outcome() {
             ending: Ending::Value,
         },
         RequestArrives { process: 0 },
-        CallStarts { process: 1, key: 0 },
+        plain_call(1),
         CoordinatorDies,
         Connects { process: 1 },
         RequestArrives { process: 1 },
@@ -100,18 +100,18 @@ fn a_superseded_flight_no_longer_interrupts_the_runs_that_waited() {
         ..Directory::disconnect()
     };
     let actions = [
-        CallStarts { process: 1, key: 0 },
+        plain_call(1),
         RequestArrives { process: 1 },
         ResponseArrives { process: 1 },
         ConnectionBreaks { process: 1 },
         Connects { process: 1 },
         // The reassert is rejected; the answer waits to be read.
         RequestArrives { process: 1 },
-        CallStarts { process: 0, key: 0 },
+        plain_call(0),
         RequestArrives { process: 0 },
         ResponseArrives { process: 0 },
         CoordinatorDies,
-        CallStarts { process: 2, key: 0 },
+        plain_call(2),
         Connects { process: 2 },
         RequestArrives { process: 2 },
         Connects { process: 1 },
@@ -152,12 +152,12 @@ fn a_flight_that_missed_a_window_gives_way_to_the_later_one() {
         ..Directory::small()
     };
     let actions = [
-        CallStarts { process: 0, key: 0 },
+        plain_call(0),
         RequestArrives { process: 0 },
         ResponseArrives { process: 0 },
         CoordinatorDies,
         GraceWindowEnds,
-        CallStarts { process: 1, key: 0 },
+        plain_call(1),
         Connects { process: 1 },
         RequestArrives { process: 1 },
         ResponseArrives { process: 1 },

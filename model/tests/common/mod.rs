@@ -55,3 +55,14 @@ pub fn broken_always(directory: &Directory, state: &State) -> Vec<&'static str> 
 pub fn token(epoch: u64, sequence: u32) -> FencingToken {
     FencingToken::new(Epoch::new(epoch).unwrap(), sequence).unwrap()
 }
+
+/// A caller of `process` starts a call for the first key, neither detached
+/// nor with a reuse window.
+pub fn plain_call(process: usize) -> Action {
+    Action::CallStarts {
+        process,
+        key: 0,
+        detached: false,
+        reuse: false,
+    }
+}
