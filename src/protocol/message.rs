@@ -171,14 +171,16 @@ pub struct ReuseWindow(std::num::NonZeroU32);
 impl ReuseWindow {
     /// The window of `millis` milliseconds; `None` outside 1 to
     /// [`MAX_REUSE_WINDOW_MS`].
-    pub fn from_millis(millis: u64) -> Option<ReuseWindow> {
-        let millis = u32::try_from(millis).ok()?;
-        if millis > MAX_REUSE_WINDOW_MS {
+    pub const fn from_millis(millis: u64) -> Option<ReuseWindow> {
+        if millis > MAX_REUSE_WINDOW_MS as u64 {
             return None;
         }
-        // Non-zero, so that an `Option<ReuseWindow>` in a party or a
-        // flight takes four bytes, not eight.
-        std::num::NonZeroU32::new(millis).map(ReuseWindow)
+        // Non-zero, so that an `Option<ReuseWindow>` takes four bytes, not
+        // eight. The cast is exact: the window is at most an hour.
+        match std::num::NonZeroU32::new(millis as u32) {
+            Some(millis) => Some(ReuseWindow(millis)),
+            None => None,
+        }
     }
 
     /// The window for `duration`, rounded up to a whole millisecond; `None`
