@@ -666,8 +666,10 @@ impl Step<'_> {
     }
 
     /// The `land` of call `id` of `index` was acknowledged: the flight
-    /// landed in this term. A value of a leader with a reuse window may be
-    /// handed out as `reused` until its expiry event (SPEC.md §16.2).
+    /// landed in this term. It is its key's latest landing, so no older
+    /// value of the key may be reused any more; its own value, of a leader
+    /// with a reuse window, may be handed out as `reused` until its expiry
+    /// event (SPEC.md §16.2).
     fn landed_in_term(&mut self, index: usize, id: &RequestId) {
         let history = &mut self.state.history;
         let Some(record) = self.state.processes[index]
@@ -676,6 +678,9 @@ impl Step<'_> {
         else {
             return;
         };
+        if record.token.is_some() {
+            history.reusable.retain(|(key, _)| *key != record.key);
+        }
         if let Some(token) = record.token
             && record.reuse
             && matches!(history.outcomes.get(&token), Some(Outcome::Value(_)))

@@ -27,8 +27,8 @@ pub const STOPPED_ONLY_UNWANTED: &str =
 pub const UNWANTED_IS_STOPPED: &str = "a detached flight that nobody waits for is stopped";
 pub const DETACHED_JOINER_GETS_OUTCOME: &str =
     "a joiner of a detached flight whose leader's caller left receives the flight's outcome";
-pub const REUSED_WAS_KEPT: &str = "a reused value is one that a flight of that key landed in \
-     this term with a reuse window, and only before its expiry event";
+pub const REUSED_WAS_KEPT: &str = "a reused value is the latest that a flight of that key \
+     landed in this term, with a reuse window, and only before its expiry event";
 pub const NO_REUSE_WITHOUT_WINDOW: &str =
     "a call without a reuse window never receives a kept value";
 

@@ -30,14 +30,14 @@ const DETACH_DISCONNECT_UNIQUE_STATES: usize = 298_583;
 /// the reuse window (SPEC.md §16). It was 238 308 when a landing without a
 /// window left the key's older kept value in place and every party held
 /// its run's window; a landing now forgets it (§16.2: what is kept is the
-/// key's latest landing), and only waiting runs hold a window, so fewer
-/// states differ.
-const REUSE_UNIQUE_STATES: usize = 232_756;
+/// key's latest landing), only waiting runs hold a window, and the model
+/// forgets what a landing makes unreusable, so fewer states differ.
+const REUSE_UNIQUE_STATES: usize = 231_340;
 
 /// Unique states of [`Directory::detach_and_reuse`] after symmetry
 /// reduction; 1 850 160 before a landing forgot its key's older kept value
 /// (see [`REUSE_UNIQUE_STATES`]).
-const DETACH_AND_REUSE_UNIQUE_STATES: usize = 1_808_508;
+const DETACH_AND_REUSE_UNIQUE_STATES: usize = 1_800_319;
 
 /// Unique states of [`Directory::large`] after symmetry reduction.
 const LARGE_UNIQUE_STATES: usize = 15_074_471;

@@ -22,9 +22,10 @@ fn every_seeded_bug_is_caught() {
             // The rules of detached calls (SPEC.md §15) and of the reuse
             // window (§16) are reached in their own configurations.
             Mutant::DetachStopsWaitedFlights | Mutant::KeepsUnwantedFlights => Directory::detach(),
-            Mutant::ReusesWithoutWindow | Mutant::KeepsFailures | Mutant::ReusesPastExpiry => {
-                Directory::reuse()
-            }
+            Mutant::ReusesWithoutWindow
+            | Mutant::KeepsFailures
+            | Mutant::ReusesPastExpiry
+            | Mutant::ReusesOlderValues => Directory::reuse(),
             _ => Directory::small(),
         };
         let report = hunt(directory.with_mutant(Some(mutant)));

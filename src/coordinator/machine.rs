@@ -680,7 +680,9 @@ impl Coordinator {
             // caller must not reuse an older value than one that landed
             // since. A value of a flight whose leader has a reuse window is
             // kept; a failure never is (it is worth calling again at once).
-            self.forget_kept(|kept| kept.key == key);
+            if !self.mutant(Mutant::ReusesOlderValues) {
+                self.forget_kept(|kept| kept.key == key);
+            }
             if let (Some(window), Some(outcome)) = (keep, outcome)
                 && (value || self.mutant(Mutant::KeepsFailures))
             {
@@ -1085,4 +1087,5 @@ enum Mutant {
     ReusesWithoutWindow,
     KeepsFailures,
     ReusesPastExpiry,
+    ReusesOlderValues,
 }

@@ -38,10 +38,13 @@ pub enum Mutant {
     KeepsFailures,
     /// §16.2: a kept value outlives its reuse window.
     ReusesPastExpiry,
+    /// §16.2: a landing without a window leaves its key's older kept value
+    /// in place, so a later call reuses a value older than the latest.
+    ReusesOlderValues,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -55,5 +58,6 @@ impl Mutant {
         Mutant::ReusesWithoutWindow,
         Mutant::KeepsFailures,
         Mutant::ReusesPastExpiry,
+        Mutant::ReusesOlderValues,
     ];
 }
