@@ -30,6 +30,9 @@
 //!
 //! - [`SingleFlight::call`] sets a deadline or another [`Codec`] for one
 //!   call; values cross processes as JSON by default.
+//! - [`Call::detached`] lets a leader's work outlive its caller while other
+//!   callers wait for it (SPEC.md §15); [`Call::reuse_for`] hands callers
+//!   that come just after a landing its value, as [`Role::Reused`] (§16).
 //! - A call ends with [`Landed`] (its value, whether it [`Role::Led`] or
 //!   [`Role::Joined`], and the flight's token) or a [`RunError`]: its own
 //!   work's error (`Work`), the leader's failure (`FlightFailed`), a flight
