@@ -275,7 +275,7 @@ async fn call(
     };
     let work = {
         let (key, control) = (args.key.clone(), control.clone());
-        // Owned: a detached work runs on the single-flight thread.
+        // Owned: a detached work runs on a thread of its own (SPEC.md §15.3).
         let spill = spill.cloned();
         move |token: FencingToken| async move {
             let spill_path = spill.map(|spill| spill.path(token));

@@ -91,6 +91,57 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     /// This process's calls by outcome, and its failovers (SPEC.md §9.8).
     counters: Arc<Counters>,
+    /// Where detached works run (SPEC.md §15.3), started at the first one.
+    works: std::sync::OnceLock<Works>,
+}
+
+/// The runtime of the detached works (SPEC.md §15.3): one thread of its
+/// own, not the single-flight thread, whose current-thread runtime serves
+/// the coordinator's sockets for every process, and which a work that
+/// computes or blocks would stall; not the caller's task, which the work
+/// outlives. Shut down, dropping the works still running, when the last
+/// handle of the `SingleFlight` goes.
+struct Works(Option<tokio::runtime::Runtime>);
+
+/// The thread count of [`Works`]: one worker, as the single-flight thread
+/// has. Detached leaders are the few callers that left; a work that needs
+/// threads of its own spawns them (or uses `spawn_blocking`, which this
+/// runtime has).
+const WORK_THREADS: usize = 1;
+
+impl Drop for Works {
+    fn drop(&mut self) {
+        // Not a plain drop: the last handle may go inside an async task,
+        // where dropping a runtime (which waits for its threads) panics.
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Shared {
+    /// The runtime of the detached works; the single-flight thread's when
+    /// this machine cannot start a thread for them (which it says).
+    fn works(&self) -> tokio::runtime::Handle {
+        let works = self.works.get_or_init(|| {
+            let built = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(WORK_THREADS)
+                .thread_name("single-flight-work")
+                .enable_all()
+                .build();
+            match built {
+                Ok(runtime) => Works(Some(runtime)),
+                Err(error) => {
+                    warn!(%error, "cannot start the thread of detached works; they run on the single-flight thread (SPEC.md §15.3)");
+                    Works(None)
+                }
+            }
+        });
+        match &works.0 {
+            Some(runtime) => runtime.handle().clone(),
+            None => self.runtime.clone(),
+        }
+    }
 }
 
 /// Configures a [`SingleFlight`] before it opens.
@@ -256,6 +307,7 @@ where
             next_call: AtomicU64::new(1),
             runtime: handle,
             counters,
+            works: std::sync::OnceLock::new(),
         }),
     };
     Ok((flights, opened))
@@ -405,7 +457,8 @@ impl<'a, C> Call<'a, C> {
 
     /// Makes the call detached (SPEC.md §15): when this caller leaves while
     /// the call leads (the future is dropped or its deadline passes), the
-    /// work goes on, on the process's single-flight thread, for as long as
+    /// work goes on, on a thread of detached works that the `SingleFlight`
+    /// starts for them (not the thread that serves the coordinator), for as long as
     /// any caller of the key, in any process, waits for the flight, and its
     /// outcome reaches them; when nobody waits any more, the work is dropped
     /// and the flight ends interrupted. The work must therefore be `Send`
@@ -810,7 +863,8 @@ impl<'a, C> Detached<'a, C> {
     }
 
     /// Runs the call; see [`SingleFlight::run`]. A leader's work runs on the
-    /// process's single-flight thread, so that it outlives its caller.
+    /// thread of detached works (SPEC.md §15.3), so that it outlives its
+    /// caller.
     pub async fn run<T, E, F, Fut>(self, work: F) -> Result<Landed<T>, RunError<E>>
     where
         C: Codec<T> + 'static,
@@ -851,7 +905,7 @@ impl<C> Call<'_, C> {
         let mut events = std::mem::replace(&mut leading.events, mpsc::unbounded_channel().1);
         let key = self.key;
         let (done, on_done) = oneshot::channel();
-        self.flights.shared.runtime.spawn(async move {
+        self.flights.shared.works().spawn(async move {
             let work = catch_panic(work, token);
             tokio::pin!(work);
             let result = loop {
