@@ -63,6 +63,11 @@ pub struct Control {
     /// runs on for the joiners, but its output no longer reaches this
     /// process's stdout and stderr.
     pub muted: Arc<AtomicBool>,
+    /// Held while COMMAND is started (the `stopping` check, the spawn and
+    /// `Progress::Running`) and while the process decides to stop, so that
+    /// neither sees the other half done: a detached leader's COMMAND starts
+    /// on another thread than the one that handles signals (SPEC.md §15.3).
+    pub gate: Arc<std::sync::Mutex<()>>,
     /// Told when a detached leader's work was dropped before COMMAND ended:
     /// nobody waits for it any more (§15.4), and COMMAND must be stopped.
     pub dropped: Arc<tokio::sync::Notify>,
@@ -75,6 +80,7 @@ impl Control {
             stopping: Arc::new(AtomicBool::new(false)),
             muted: Arc::new(AtomicBool::new(false)),
             dropped: Arc::new(tokio::sync::Notify::new()),
+            gate: Arc::new(std::sync::Mutex::new(())),
             progress: watch::Sender::new(Progress::NotStarted),
         }
     }
@@ -92,9 +98,13 @@ pub async fn lead(
     spill_path: Option<PathBuf>,
     control: Control,
 ) -> Result<Ran, Failure> {
-    // The check and the spawn happen without an `await` between them, so a
-    // stop that the process decided cannot slip in between (its runtime runs
-    // one task at a time).
+    // The check, the spawn and `Running` happen under the gate, so that a
+    // stop that the process decides cannot slip in between, on this thread
+    // or another. No `await` while it is held.
+    let gate = control
+        .gate
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     if control.stopping.load(Ordering::SeqCst) {
         return Err(Failure {
             name: "Stopped".into(),
@@ -131,6 +141,7 @@ pub async fn lead(
         .expect("a child that was just spawned has a process id");
     let mut guard = GroupGuard { group, armed: true };
     control.progress.send_replace(Progress::Running { group });
+    drop(gate);
 
     let mut capture = Capture::new(spill_path);
     let stdout = child.stdout.take().expect("stdout is piped");

@@ -200,9 +200,23 @@ impl Spill {
     }
 }
 
-/// Whether this process's COMMAND runs: it leads the flight.
+/// Stops COMMAND from starting, if it has not, and says how far it has
+/// come, under the gate that its start holds (`capture::lead`), so that a
+/// COMMAND starting on another thread is either running here or never
+/// starts.
+fn stop_starting(control: &Control) -> Progress {
+    let _gate = control
+        .gate
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    control.stopping.store(true, Ordering::SeqCst);
+    *control.progress.borrow()
+}
+
+/// Whether this process's COMMAND runs: it leads the flight. From now on a
+/// COMMAND that had not started never does.
 fn leading(control: &Control) -> bool {
-    matches!(*control.progress.borrow(), Progress::Running { .. })
+    matches!(stop_starting(control), Progress::Running { .. })
 }
 
 /// A detached leader's caller left (SPEC.md §15.4): COMMAND's output stops
@@ -327,9 +341,8 @@ async fn call(
 /// [`KILL_GRACE`] later or at the next stop request. Returns whether this
 /// process was leading.
 async fn stop_command(control: &Control, signal: Signal, signals: &mut Signals) -> bool {
-    control.stopping.store(true, Ordering::SeqCst);
     let mut progress = control.progress.subscribe();
-    let group = match *progress.borrow_and_update() {
+    let group = match stop_starting(control) {
         Progress::NotStarted => return false,
         Progress::Finished => return true,
         Progress::Running { group } => group,
