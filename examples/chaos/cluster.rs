@@ -29,12 +29,14 @@ use single_flight::{Cluster, SingleFlight};
 
 use crate::certs_support;
 use crate::etcd_support::{self, Etcd};
+use crate::hostile::{self, Target};
 use crate::hosts_support::Hosts;
 use crate::nemesis::Injected;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
 use crate::run::{self, Launch, Paths, RunConfig, Seen, Shared};
-use crate::schedule::{ClusterFault, Schedule, cluster_fault_name};
+use crate::schedule::{ClusterFault, Hostile, Schedule, TLS_HOSTILES, cluster_fault_name};
+use crate::tls::TlsClients;
 
 /// Hosts that run workers; etcd's members get `ETCD_MEMBERS` more.
 pub const WORKER_HOSTS: usize = 3;
@@ -77,6 +79,11 @@ pub const STEP_DOWN_MARGIN_MS: u64 = 1000;
 /// first coordinator: etcd elections and TLS on a loaded machine.
 const FIRST_TERM_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How often a hostile client of the calm phase is tried again when its
+/// verdict was inconclusive (a failover under way, etcd's quorum back but
+/// no term yet).
+const CALM_RETRIES: u64 = 3;
+
 /// The final probe's deadline: an etcd read, a campaign and a TLS
 /// handshake after the last workers closed, on a loaded machine.
 const PROBE_DEADLINE: Duration = Duration::from_secs(30);
@@ -98,6 +105,9 @@ pub struct Scene {
     cuts: Mutex<Vec<(usize, usize)>>,
     /// The coordinator as the poller last read it: (epoch, worker).
     coordinator: Mutex<Option<(u32, u32)>>,
+    /// The address in the coordinator key and the worker it names, for the
+    /// hostile clients over TLS.
+    advertised: Arc<Mutex<Option<(String, u32)>>>,
 }
 
 impl Scene {
@@ -231,6 +241,7 @@ fn set_up(paths: &Paths) -> Scene {
         partitioned: Mutex::new(Vec::new()),
         cuts: Mutex::new(Vec::new()),
         coordinator: Mutex::new(None),
+        advertised: Arc::new(Mutex::new(None)),
     }
 }
 
@@ -290,12 +301,43 @@ async fn orchestrate(
         config.deadline_ms,
         config.seconds
     );
+    let clients = TlsClients::new(&scene.certs, scene.advertised.clone(), &paths.stderr)
+        .unwrap_or_else(|error| panic!("the certificates that set_up made do not load: {error}"));
+    let target = Arc::new(Target::Tls(Arc::new(clients)));
     let until = Instant::now() + Duration::from_secs(config.seconds);
-    let lane = tokio::spawn(nemesis(shared.clone(), scene.clone(), schedule, until));
+    let lane = tokio::spawn(nemesis(
+        shared.clone(),
+        scene.clone(),
+        schedule.clone(),
+        until,
+    ));
+    let hostile_lane = tokio::spawn(hostile::run(
+        shared.clone(),
+        target.clone(),
+        schedule.tls_hostiles(),
+        until,
+    ));
     let _ = lane.await;
+    for task in hostile_lane.await.unwrap_or_default() {
+        let _ = task.await;
+    }
     // Whatever a fault left (a lane that ended early) is undone first.
     scene.heal_all();
     tokio::time::sleep(run::CALM_AFTER_FAULTS).await;
+    // The calm phase: every hostile client once, with no other fault. A
+    // failover that a fault of the lane started may still be under way:
+    // an inconclusive client waits for one (TTL + grace window) and tries
+    // again.
+    let kinds: Vec<Hostile> = TLS_HOSTILES.iter().map(|&(kind, _)| kind).collect();
+    hostile::calm(
+        shared.clone(),
+        target,
+        &kinds,
+        Rng::fork(config.seed, 6).next_u64(),
+        CALM_RETRIES,
+        Duration::from_millis(config.ttl_ms + config.grace_ms),
+    )
+    .await;
 
     let hung = run::stop_workers(&shared, supervisors).await;
     // One call from the harness's own namespace after every worker has
@@ -400,6 +442,7 @@ async fn poll_coordinator(shared: Arc<Shared>, scene: Arc<Scene>, watching: Arc<
             continue;
         }
         *scene.coordinator.lock().expect("coordinator lock") = now;
+        *scene.advertised.lock().expect("advertised lock") = address.zip(worker);
         if let Some((epoch, worker)) = now
             && let Some(pid) = shared.pid_of(worker)
         {
@@ -516,6 +559,9 @@ fn pick_host(rng: &mut Rng, coordinator_host: Option<usize>, percent: u64) -> us
 /// Logs the outages of cutting `host` off for `[from, to]`: its own, and
 /// everyone's when it holds the coordinator (its term ends or goes silent).
 fn log_outage(shared: &Shared, from: u64, to: u64, host: usize, coordinator: bool, what: &str) {
+    if coordinator {
+        shared.disturb(from, to + DISTURBANCE_SLACK_US);
+    }
     shared.log(Record::Outage {
         from,
         to,
@@ -533,6 +579,7 @@ fn log_outage(shared: &Shared, from: u64, to: u64, host: usize, coordinator: boo
 }
 
 fn log_global_outage(shared: &Shared, from: u64, to: u64, what: &str) {
+    shared.disturb(from, to + DISTURBANCE_SLACK_US);
     shared.log(Record::Outage {
         from,
         to,
@@ -540,6 +587,12 @@ fn log_global_outage(shared: &Shared, from: u64, to: u64, what: &str) {
         what: what.to_owned(),
     });
 }
+
+/// How long after an outage ends the coordinator still counts as disturbed
+/// for the hostile clients' verdicts: a term that ended during it is
+/// followed by a campaign and a grace window, and a healed link by the
+/// retransmissions that were waiting.
+const DISTURBANCE_SLACK_US: u64 = 1_000_000;
 
 /// How long past a failover (TTL + grace window) a fault waits for its
 /// target (a coordinator, a leader in its work, a joiner) before it is
