@@ -336,6 +336,7 @@ async fn orchestrate(
         Rng::fork(config.seed, 6).next_u64(),
         CALM_RETRIES,
         Duration::from_millis(config.ttl_ms + config.grace_ms),
+        true,
     )
     .await;
 
@@ -716,12 +717,22 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::PauseLeaderLongFailover => {
-            let (epoch, _, coordinator_pid, _) = current.ok_or("no coordinator runs")?;
-            // The stale leader must still have its write ahead of it.
-            let chosen = leaders(shared, coordinator_worker)
+            current.ok_or("no coordinator runs")?;
+            // The stale leader must still have its write ahead of it. A
+            // coordinator just found may be in its grace window, where
+            // nobody leads yet: wait for a leader as `kill_leader` does.
+            let chosen = soon(patience, || leaders(shared, coordinator_worker))
+                .await
                 .into_iter()
                 .max_by_key(|l| l.remaining_ms)
                 .ok_or("no leader in the middle of its work outside the coordinator")?;
+            // The coordinator, read again after the wait: the one to kill,
+            // which must not be the leader's own process.
+            let (epoch, worker, coordinator_pid, _) =
+                coordinator(shared, scene).ok_or("no coordinator runs")?;
+            if worker == chosen.worker {
+                return Err("the leader found became the coordinator".into());
+            }
             // Past the dead coordinator's lease and the next term's grace
             // window, with time for a newer flight of its key to write.
             let pause = rng.range(ttl + grace + 800, ttl + grace + 2000);

@@ -110,10 +110,14 @@ pub async fn run(
     tasks
 }
 
-/// After the lanes: every hostile client of `kinds` once, one at a time,
-/// while no other fault runs, so that each gets a conclusive verdict in
-/// every run. An inconclusive one (a lingering fault) is tried again
-/// `retries` times, `retry` apart.
+/// After the lanes: every hostile client of `kinds` once, while no other
+/// fault runs, so that each gets a conclusive verdict in every run. An
+/// inconclusive one (a lingering fault) is tried again `retries` times,
+/// `retry` apart. One at a time, or with `together` as the lane runs them:
+/// the heavy clients one at a time first, then the light ones
+/// `LIGHT_AT_ONCE` at a time (the cluster form, whose retries wait for a
+/// failover and whose every client costs TLS handshakes, so that the calm
+/// phase stays short enough for CI).
 pub async fn calm(
     shared: Arc<Shared>,
     target: Arc<Target>,
@@ -121,17 +125,57 @@ pub async fn calm(
     draw: u64,
     retries: u64,
     retry: Duration,
+    together: bool,
 ) {
-    let mut rng = Rng::new(draw);
-    for (number, &kind) in kinds.iter().enumerate() {
-        for attempt in 0..=retries {
-            let number = CALM_NUMBERS + number as u64 * (retries + 1) + attempt;
-            if judge(&shared, &target, kind, rng.next_u64(), number).await != Verdict::Inconclusive
-            {
-                break;
+    if !together {
+        let mut rng = Rng::new(draw);
+        for (number, &kind) in kinds.iter().enumerate() {
+            for attempt in 0..=retries {
+                let number = CALM_NUMBERS + number as u64 * (retries + 1) + attempt;
+                if judge(&shared, &target, kind, rng.next_u64(), number).await
+                    != Verdict::Inconclusive
+                {
+                    break;
+                }
+                tokio::time::sleep(retry).await;
             }
-            tokio::time::sleep(retry).await;
         }
+        return;
+    }
+    let one = |index: usize, kind: Hostile| {
+        let (shared, target) = (shared.clone(), target.clone());
+        async move {
+            let mut rng = Rng::fork(draw, index as u64);
+            for attempt in 0..=retries {
+                let number = CALM_NUMBERS + index as u64 * (retries + 1) + attempt;
+                if judge(&shared, &target, kind, rng.next_u64(), number).await
+                    != Verdict::Inconclusive
+                {
+                    break;
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }
+    };
+    for (index, &kind) in kinds.iter().enumerate() {
+        if heavy_kind(kind) {
+            one(index, kind).await;
+        }
+    }
+    let light = Arc::new(Semaphore::new(LIGHT_AT_ONCE));
+    let mut tasks = Vec::new();
+    for (index, &kind) in kinds.iter().enumerate() {
+        if !heavy_kind(kind) {
+            let permit = light.clone().acquire_owned().await;
+            let client = one(index, kind);
+            tasks.push(tokio::spawn(async move {
+                client.await;
+                drop(permit);
+            }));
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
     }
 }
 

@@ -506,6 +506,7 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
         crate::rng::Rng::fork(config.seed, 3).next_u64(),
         1,
         hostile::CALM_RETRY,
+        false,
     )
     .await;
 
