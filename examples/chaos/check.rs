@@ -1012,14 +1012,13 @@ pub fn check(paths: &Paths) -> Report {
         crashes,
         panics,
         hostile_row,
-        epoch_row,
-        temps,
-        hung,
-        leftover_processes,
-        harness,
-        enough,
-        exercised,
     ];
+    // The cluster form has no flight directory: no epoch file to damage and
+    // no temporary files to leave, so these rows are the local form's.
+    if !cluster_form {
+        rows.extend([epoch_row, temps]);
+    }
+    rows.extend([hung, leftover_processes, harness, enough, exercised]);
     rows.extend(cluster.map(|c| c.rows).into_iter().flatten());
     let _ = writeln!(text, "must be zero:");
     let mut failed = false;
