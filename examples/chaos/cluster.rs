@@ -887,8 +887,19 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
                 let epoch = current.filter(|&(_, w, _, _)| w == worker).map(|(e, ..)| e);
                 shared.kill(pid, epoch);
             }
-            // Anything else in the namespace goes too, as with a host.
-            scene.hosts.kill_all(host);
+            // Anything else in the namespace goes too, as with a host: a
+            // worker that its supervisor is starting at this moment among
+            // them. Each is marked killed before its signal, so that its
+            // exit counts as the nemesis's (`kill_all` alone killed a worker
+            // spawned after the list above, whose death then counted as a
+            // crash); one that starts after this listing lives, as if it
+            // started after the host died.
+            for pid in scene.hosts.pids(host) {
+                if !victims.iter().any(|&(victim, _)| victim == pid) {
+                    shared.procs.lock().expect("procs lock").killed.insert(pid);
+                    run::signal(pid, Signal::KILL);
+                }
+            }
             Ok((
                 None,
                 format!(

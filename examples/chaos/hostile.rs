@@ -334,12 +334,22 @@ async fn open(shared: &Shared, target: &Target) -> Result<Connection, Miss> {
     }
 }
 
+/// Writes `bytes` and flushes them: over TLS, `write_all` ends once the
+/// session has taken the bytes, and the last records stay in its buffer
+/// until a flush when the socket was full (the coordinator would then wait
+/// for the rest of a line that never comes).
 async fn send(connection: &mut Connection, bytes: &[u8]) -> Result<(), Miss> {
-    connection
-        .writer
-        .write_all(bytes)
+    write_flushed(&mut connection.writer, bytes)
         .await
         .map_err(|e| Miss::Unreachable(format!("write: {e}")))
+}
+
+async fn write_flushed<W: AsyncWrite + Unpin + ?Sized>(
+    writer: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
 }
 
 enum Read {
@@ -470,7 +480,7 @@ async fn attack(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numb
                 let chunk = vec![b'a'; CHUNK];
                 let mut written = 0;
                 while written < total {
-                    if writer.write_all(&chunk).await.is_err() {
+                    if write_flushed(&mut writer, &chunk).await.is_err() {
                         break;
                     }
                     written += CHUNK;
@@ -846,7 +856,7 @@ async fn flood_connection(shared: &Shared, target: &Target, i: usize) -> Option<
                 .ok()?
                 .ok()?;
             if i % 2 == 0 {
-                let _ = stream.write_all(HELLO).await;
+                let _ = write_flushed(&mut stream, HELLO).await;
             }
             Some(Box::new(stream))
         }
@@ -854,7 +864,7 @@ async fn flood_connection(shared: &Shared, target: &Target, i: usize) -> Option<
         Target::Tls(clients) => {
             if i % FLOOD_TLS_EVERY == 0 {
                 let (mut stream, _) = clients.connect(Identity::Cluster).await.ok()?;
-                let _ = stream.write_all(HELLO).await;
+                let _ = write_flushed(&mut stream, HELLO).await;
                 Some(Box::new(stream))
             } else {
                 let (stream, _) = clients.tcp(FLOOD_CONNECT).await.ok()?;
@@ -881,7 +891,7 @@ async fn no_read(shared: &Shared, target: &Target, rng: &mut Rng) -> Attack {
     let sent_bytes = batch.len();
     let writing = tokio::spawn(async move {
         let mut writer = writer;
-        let result = writer.write_all(&batch).await;
+        let result = write_flushed(&mut writer, &batch).await;
         (writer, result.is_ok())
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -948,7 +958,7 @@ async fn refused_identity(shared: &Shared, target: &Target, kind: Hostile) -> At
             // TLS 1.3: the client's handshake ends before the coordinator
             // has checked its certificate; the refusal comes on the first
             // read (SPEC.md §11.4).
-            let _ = stream.write_all(HELLO).await;
+            let _ = write_flushed(&mut stream, HELLO).await;
             let mut received = Vec::new();
             let read = tokio::time::timeout(ANSWER_WAIT, stream.read_to_end(&mut received));
             match read.await {
@@ -1022,7 +1032,7 @@ async fn not_tls(shared: &Shared, target: &Target, kind: Hostile) -> Attack {
         .map_err(Miss::Unreachable)?;
     let local = stream.local_addr().ok();
     let what = if kind == Hostile::PlainTcp {
-        let _ = stream.write_all(HELLO).await;
+        let _ = write_flushed(&mut stream, HELLO).await;
         "the protocol's hello without TLS"
     } else {
         "a TCP client that never speaks TLS"
