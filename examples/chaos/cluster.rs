@@ -549,6 +549,28 @@ fn coordinator(shared: &Shared, scene: &Scene) -> Option<(u32, u32, u32, usize)>
     Some((epoch, worker, pid, host))
 }
 
+/// The worker that coordinates now. A fault that waits for its target reads
+/// it again at every look: a failover during the wait makes another worker
+/// the coordinator (excluding the one seen before the wait once let
+/// `kill_leader` kill a new coordinator, unlogged as such).
+fn serving(shared: &Shared, scene: &Scene) -> Option<u32> {
+    coordinator(shared, scene).map(|(_, worker, _, _)| worker)
+}
+
+/// `kill -9` of a worker chosen as a leader or a joiner. Should it be the
+/// coordinator by now (its election won between the choice and the kill),
+/// the kill is logged as a coordinator's, with its failover and outage.
+fn kill_worker(shared: &Shared, scene: &Scene, pid: u32) {
+    match coordinator(shared, scene) {
+        Some((epoch, _, coordinator_pid, _)) if coordinator_pid == pid => {
+            kill_coordinator(shared, epoch, pid);
+        }
+        _ => {
+            shared.kill(pid, None);
+        }
+    }
+}
+
 /// A target host: the coordinator's in `percent` of the draws.
 fn pick_host(rng: &mut Rng, coordinator_host: Option<usize>, percent: u64) -> usize {
     match coordinator_host {
@@ -681,29 +703,32 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::KillLeader => {
-            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || leaders(shared, serving(shared, scene))).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader outside the coordinator")?;
-            shared.kill(chosen.pid, None);
+            kill_worker(shared, scene, chosen.pid);
             Ok((
                 Some(chosen.pid),
                 format!("leader of {} (token {})", chosen.key, chosen.token),
             ))
         }
         ClusterFault::KillJoiner => {
-            let candidates = soon(patience, || joiners(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || joiners(shared, serving(shared, scene))).await;
             let (pid, key) = rng
                 .pick(&candidates)
                 .ok_or("no joiner outside the coordinator")?;
-            shared.kill(*pid, None);
+            kill_worker(shared, scene, *pid);
             Ok((Some(*pid), format!("a joiner of {key}")))
         }
         ClusterFault::PauseLeaderShort => {
-            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || leaders(shared, serving(shared, scene))).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader in the middle of its work outside the coordinator")?;
+            if serving(shared, scene) == Some(chosen.worker) {
+                return Err("the leader found became the coordinator".into());
+            }
             let pause = rng.range(50, grace.saturating_sub(150).max(60));
             shared.stop(chosen.pid);
             sleep_ms(pause).await;
@@ -721,7 +746,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             // The stale leader must still have its write ahead of it. A
             // coordinator just found may be in its grace window, where
             // nobody leads yet: wait for a leader as `kill_leader` does.
-            let chosen = soon(patience, || leaders(shared, coordinator_worker))
+            let chosen = soon(patience, || leaders(shared, serving(shared, scene)))
                 .await
                 .into_iter()
                 .max_by_key(|l| l.remaining_ms)

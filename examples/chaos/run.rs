@@ -323,7 +323,9 @@ impl Shared {
         let t = now_us();
         self.procs.lock().expect("procs lock").killed.insert(pid);
         self.log(Record::Kill { t, pid, epoch });
-        if epoch.is_some() {
+        // A worker killed as a leader may have just become the coordinator
+        // (as the poller saw it): its connections close all the same.
+        if epoch.is_some() || self.seen().is_some_and(|seen| seen.pid == pid) {
             // Every connection to the old term closes; the next term serves
             // within about a hundred milliseconds.
             self.disturb(t, t + 1_000_000);
