@@ -855,14 +855,14 @@ async fn flood_connection(shared: &Shared, target: &Target, i: usize) -> Option<
                 .await
                 .ok()?
                 .ok()?;
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 let _ = write_flushed(&mut stream, HELLO).await;
             }
             Some(Box::new(stream))
         }
         #[cfg(feature = "cluster")]
         Target::Tls(clients) => {
-            if i % FLOOD_TLS_EVERY == 0 {
+            if i.is_multiple_of(FLOOD_TLS_EVERY) {
                 let (mut stream, _) = clients.connect(Identity::Cluster).await.ok()?;
                 let _ = write_flushed(&mut stream, HELLO).await;
                 Some(Box::new(stream))
