@@ -29,12 +29,14 @@ use single_flight::{Cluster, SingleFlight};
 
 use crate::certs_support;
 use crate::etcd_support::{self, Etcd};
+use crate::hostile::{self, Target};
 use crate::hosts_support::Hosts;
 use crate::nemesis::Injected;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
 use crate::run::{self, Launch, Paths, RunConfig, Seen, Shared};
-use crate::schedule::{ClusterFault, Schedule, cluster_fault_name};
+use crate::schedule::{ClusterFault, Hostile, Schedule, TLS_HOSTILES, cluster_fault_name};
+use crate::tls::TlsClients;
 
 /// Hosts that run workers; etcd's members get `ETCD_MEMBERS` more.
 pub const WORKER_HOSTS: usize = 3;
@@ -77,6 +79,11 @@ pub const STEP_DOWN_MARGIN_MS: u64 = 1000;
 /// first coordinator: etcd elections and TLS on a loaded machine.
 const FIRST_TERM_PATIENCE: Duration = Duration::from_secs(60);
 
+/// How often a hostile client of the calm phase is tried again when its
+/// verdict was inconclusive (a failover under way, etcd's quorum back but
+/// no term yet).
+const CALM_RETRIES: u64 = 3;
+
 /// The final probe's deadline: an etcd read, a campaign and a TLS
 /// handshake after the last workers closed, on a loaded machine.
 const PROBE_DEADLINE: Duration = Duration::from_secs(30);
@@ -98,6 +105,9 @@ pub struct Scene {
     cuts: Mutex<Vec<(usize, usize)>>,
     /// The coordinator as the poller last read it: (epoch, worker).
     coordinator: Mutex<Option<(u32, u32)>>,
+    /// The address in the coordinator key and the worker it names, for the
+    /// hostile clients over TLS.
+    advertised: Arc<Mutex<Option<(String, u32)>>>,
 }
 
 impl Scene {
@@ -231,6 +241,7 @@ fn set_up(paths: &Paths) -> Scene {
         partitioned: Mutex::new(Vec::new()),
         cuts: Mutex::new(Vec::new()),
         coordinator: Mutex::new(None),
+        advertised: Arc::new(Mutex::new(None)),
     }
 }
 
@@ -290,12 +301,44 @@ async fn orchestrate(
         config.deadline_ms,
         config.seconds
     );
+    let clients = TlsClients::new(&scene.certs, scene.advertised.clone(), &paths.stderr)
+        .unwrap_or_else(|error| panic!("the certificates that set_up made do not load: {error}"));
+    let target = Arc::new(Target::Tls(Arc::new(clients)));
     let until = Instant::now() + Duration::from_secs(config.seconds);
-    let lane = tokio::spawn(nemesis(shared.clone(), scene.clone(), schedule, until));
+    let lane = tokio::spawn(nemesis(
+        shared.clone(),
+        scene.clone(),
+        schedule.clone(),
+        until,
+    ));
+    let hostile_lane = tokio::spawn(hostile::run(
+        shared.clone(),
+        target.clone(),
+        schedule.tls_hostiles(),
+        until,
+    ));
     let _ = lane.await;
+    for task in hostile_lane.await.unwrap_or_default() {
+        let _ = task.await;
+    }
     // Whatever a fault left (a lane that ended early) is undone first.
     scene.heal_all();
     tokio::time::sleep(run::CALM_AFTER_FAULTS).await;
+    // The calm phase: every hostile client once, with no other fault. A
+    // failover that a fault of the lane started may still be under way:
+    // an inconclusive client waits for one (TTL + grace window) and tries
+    // again.
+    let kinds: Vec<Hostile> = TLS_HOSTILES.iter().map(|&(kind, _)| kind).collect();
+    hostile::calm(
+        shared.clone(),
+        target,
+        &kinds,
+        Rng::fork(config.seed, 6).next_u64(),
+        CALM_RETRIES,
+        Duration::from_millis(config.ttl_ms + config.grace_ms),
+        true,
+    )
+    .await;
 
     let hung = run::stop_workers(&shared, supervisors).await;
     // One call from the harness's own namespace after every worker has
@@ -400,6 +443,7 @@ async fn poll_coordinator(shared: Arc<Shared>, scene: Arc<Scene>, watching: Arc<
             continue;
         }
         *scene.coordinator.lock().expect("coordinator lock") = now;
+        *scene.advertised.lock().expect("advertised lock") = address.zip(worker);
         if let Some((epoch, worker)) = now
             && let Some(pid) = shared.pid_of(worker)
         {
@@ -505,6 +549,28 @@ fn coordinator(shared: &Shared, scene: &Scene) -> Option<(u32, u32, u32, usize)>
     Some((epoch, worker, pid, host))
 }
 
+/// The worker that coordinates now. A fault that waits for its target reads
+/// it again at every look: a failover during the wait makes another worker
+/// the coordinator (excluding the one seen before the wait once let
+/// `kill_leader` kill a new coordinator, unlogged as such).
+fn serving(shared: &Shared, scene: &Scene) -> Option<u32> {
+    coordinator(shared, scene).map(|(_, worker, _, _)| worker)
+}
+
+/// `kill -9` of a worker chosen as a leader or a joiner. Should it be the
+/// coordinator by now (its election won between the choice and the kill),
+/// the kill is logged as a coordinator's, with its failover and outage.
+fn kill_worker(shared: &Shared, scene: &Scene, pid: u32) {
+    match coordinator(shared, scene) {
+        Some((epoch, _, coordinator_pid, _)) if coordinator_pid == pid => {
+            kill_coordinator(shared, epoch, pid);
+        }
+        _ => {
+            shared.kill(pid, None);
+        }
+    }
+}
+
 /// A target host: the coordinator's in `percent` of the draws.
 fn pick_host(rng: &mut Rng, coordinator_host: Option<usize>, percent: u64) -> usize {
     match coordinator_host {
@@ -516,6 +582,9 @@ fn pick_host(rng: &mut Rng, coordinator_host: Option<usize>, percent: u64) -> us
 /// Logs the outages of cutting `host` off for `[from, to]`: its own, and
 /// everyone's when it holds the coordinator (its term ends or goes silent).
 fn log_outage(shared: &Shared, from: u64, to: u64, host: usize, coordinator: bool, what: &str) {
+    if coordinator {
+        shared.disturb(from, to + DISTURBANCE_SLACK_US);
+    }
     shared.log(Record::Outage {
         from,
         to,
@@ -533,6 +602,7 @@ fn log_outage(shared: &Shared, from: u64, to: u64, host: usize, coordinator: boo
 }
 
 fn log_global_outage(shared: &Shared, from: u64, to: u64, what: &str) {
+    shared.disturb(from, to + DISTURBANCE_SLACK_US);
     shared.log(Record::Outage {
         from,
         to,
@@ -540,6 +610,12 @@ fn log_global_outage(shared: &Shared, from: u64, to: u64, what: &str) {
         what: what.to_owned(),
     });
 }
+
+/// How long after an outage ends the coordinator still counts as disturbed
+/// for the hostile clients' verdicts: a term that ended during it is
+/// followed by a campaign and a grace window, and a healed link by the
+/// retransmissions that were waiting.
+const DISTURBANCE_SLACK_US: u64 = 1_000_000;
 
 /// How long past a failover (TTL + grace window) a fault waits for its
 /// target (a coordinator, a leader in its work, a joiner) before it is
@@ -627,29 +703,32 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::KillLeader => {
-            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || leaders(shared, serving(shared, scene))).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader outside the coordinator")?;
-            shared.kill(chosen.pid, None);
+            kill_worker(shared, scene, chosen.pid);
             Ok((
                 Some(chosen.pid),
                 format!("leader of {} (token {})", chosen.key, chosen.token),
             ))
         }
         ClusterFault::KillJoiner => {
-            let candidates = soon(patience, || joiners(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || joiners(shared, serving(shared, scene))).await;
             let (pid, key) = rng
                 .pick(&candidates)
                 .ok_or("no joiner outside the coordinator")?;
-            shared.kill(*pid, None);
+            kill_worker(shared, scene, *pid);
             Ok((Some(*pid), format!("a joiner of {key}")))
         }
         ClusterFault::PauseLeaderShort => {
-            let candidates = soon(patience, || leaders(shared, coordinator_worker)).await;
+            let candidates = soon(patience, || leaders(shared, serving(shared, scene))).await;
             let chosen = rng
                 .pick(&candidates)
                 .ok_or("no leader in the middle of its work outside the coordinator")?;
+            if serving(shared, scene) == Some(chosen.worker) {
+                return Err("the leader found became the coordinator".into());
+            }
             let pause = rng.range(50, grace.saturating_sub(150).max(60));
             shared.stop(chosen.pid);
             sleep_ms(pause).await;
@@ -663,12 +742,22 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             ))
         }
         ClusterFault::PauseLeaderLongFailover => {
-            let (epoch, _, coordinator_pid, _) = current.ok_or("no coordinator runs")?;
-            // The stale leader must still have its write ahead of it.
-            let chosen = leaders(shared, coordinator_worker)
+            current.ok_or("no coordinator runs")?;
+            // The stale leader must still have its write ahead of it. A
+            // coordinator just found may be in its grace window, where
+            // nobody leads yet: wait for a leader as `kill_leader` does.
+            let chosen = soon(patience, || leaders(shared, serving(shared, scene)))
+                .await
                 .into_iter()
                 .max_by_key(|l| l.remaining_ms)
                 .ok_or("no leader in the middle of its work outside the coordinator")?;
+            // The coordinator, read again after the wait: the one to kill,
+            // which must not be the leader's own process.
+            let (epoch, worker, coordinator_pid, _) =
+                coordinator(shared, scene).ok_or("no coordinator runs")?;
+            if worker == chosen.worker {
+                return Err("the leader found became the coordinator".into());
+            }
             // Past the dead coordinator's lease and the next term's grace
             // window, with time for a newer flight of its key to write.
             let pause = rng.range(ttl + grace + 800, ttl + grace + 2000);
@@ -823,8 +912,19 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
                 let epoch = current.filter(|&(_, w, _, _)| w == worker).map(|(e, ..)| e);
                 shared.kill(pid, epoch);
             }
-            // Anything else in the namespace goes too, as with a host.
-            scene.hosts.kill_all(host);
+            // Anything else in the namespace goes too, as with a host: a
+            // worker that its supervisor is starting at this moment among
+            // them. Each is marked killed before its signal, so that its
+            // exit counts as the nemesis's (`kill_all` alone killed a worker
+            // spawned after the list above, whose death then counted as a
+            // crash); one that starts after this listing lives, as if it
+            // started after the host died.
+            for pid in scene.hosts.pids(host) {
+                if !victims.iter().any(|&(victim, _)| victim == pid) {
+                    shared.procs.lock().expect("procs lock").killed.insert(pid);
+                    run::signal(pid, Signal::KILL);
+                }
+            }
             Ok((
                 None,
                 format!(

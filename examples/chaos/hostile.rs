@@ -1,24 +1,37 @@
 //! The second lane of the nemesis: hostile clients that speak to the
-//! coordinator's socket directly (SPEC.md §3.6, §3.7, §4, §8.8, §11.3).
+//! coordinator directly (SPEC.md §3.6, §3.7, §4, §8.8, §11.3): to its socket
+//! in the local form, over TCP with TLS in the cluster form (`Target`),
+//! where clients without a valid certificate join them (§11.4, §14.5).
 //! Each one checks what the coordinator must do, and the verdict is logged:
 //! as specified, a violation, or inconclusive when another fault (a killed
-//! or stopped coordinator, a removed socket) got in the way.
+//! or stopped coordinator, a removed socket, a partition) got in the way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use single_flight::protocol::limits::MAX_FRAME_BYTES;
 use single_flight::protocol::{Response, decode_coordinator_hello, decode_response};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::records::{Record, Verdict, now_us};
 use crate::rng::Rng;
 use crate::run::{Shared, fresh_status};
-use crate::schedule::{Hostile, Schedule, hostile_name};
+use crate::schedule::{Hostile, Planned, hostile_name};
+#[cfg(feature = "cluster")]
+use crate::tls::{Identity, TlsClients};
+
+/// Where the hostile clients speak to the coordinator.
+pub enum Target {
+    /// `flight.sock` in the run's directory (the local form).
+    Socket,
+    /// The address in the cluster's coordinator key, over TLS (the cluster
+    /// form).
+    #[cfg(feature = "cluster")]
+    Tls(Arc<TlsClients>),
+}
 
 const HELLO: &[u8] = b"{\"protocol\":\"single-flight\",\"version\":1}\n";
 
@@ -45,16 +58,36 @@ const WRITE_PATIENCE: Duration = Duration::from_secs(6);
 const CALM_NUMBERS: u64 = 1_000_000;
 
 /// The wait before a calm client is tried again.
-const CALM_RETRY: Duration = Duration::from_secs(2);
+pub const CALM_RETRY: Duration = Duration::from_secs(2);
 
 /// Bytes per write of an oversized line.
 const CHUNK: usize = 64 * 1024;
 
-pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) -> Vec<JoinHandle<()>> {
+/// The bound on one connect of a flood: a coordinator that does not take a
+/// connection that fast is overloaded or gone, and the flood goes on.
+const FLOOD_CONNECT: Duration = Duration::from_millis(500);
+
+/// Connections of a flood refused in a row after which it gives up.
+const FLOOD_GIVE_UP: usize = 20;
+
+/// Over TLS, one connection of a flood in this many completes a handshake
+/// and says hello; the others open TCP and never speak TLS, which the
+/// coordinator must close after its handshake timeout. A full handshake
+/// for each of thousands would spend this 2-core machine's time on
+/// cryptography in both processes rather than on the coordinator's limits.
+#[cfg(feature = "cluster")]
+const FLOOD_TLS_EVERY: usize = 64;
+
+pub async fn run(
+    shared: Arc<Shared>,
+    target: Arc<Target>,
+    plans: impl Iterator<Item = Planned<Hostile>>,
+    until: Instant,
+) -> Vec<JoinHandle<()>> {
     let light = Arc::new(Semaphore::new(LIGHT_AT_ONCE));
     let heavy = Arc::new(Semaphore::new(1));
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();
-    for (number, planned) in schedule.hostiles().enumerate() {
+    for (number, planned) in plans.enumerate() {
         tokio::time::sleep(Duration::from_millis(planned.gap_ms)).await;
         if Instant::now() >= until {
             break;
@@ -67,9 +100,9 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) -> Vec
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        let shared = shared.clone();
+        let (shared, target) = (shared.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
-            judge(&shared, planned.kind, planned.draw, number as u64).await;
+            judge(&shared, &target, planned.kind, planned.draw, number as u64).await;
             drop(permit);
         }));
         tasks.retain(|task| !task.is_finished());
@@ -77,27 +110,80 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) -> Vec
     tasks
 }
 
-/// After the lanes: every hostile client once, one at a time, while no
-/// other fault runs, so that each gets a conclusive verdict in every run.
-/// An inconclusive one (a lingering fault) is tried again once.
-pub async fn calm(shared: Arc<Shared>, draw: u64) {
-    let mut rng = Rng::new(draw);
-    for (number, &kind) in Hostile::ALL.iter().enumerate() {
-        for attempt in 0..2 {
-            let number = CALM_NUMBERS + number as u64 * 2 + attempt;
-            if judge(&shared, kind, rng.next_u64(), number).await != Verdict::Inconclusive {
-                break;
+/// After the lanes: every hostile client of `kinds` once, while no other
+/// fault runs, so that each gets a conclusive verdict in every run. An
+/// inconclusive one (a lingering fault) is tried again `retries` times,
+/// `retry` apart. One at a time, or with `together` as the lane runs them:
+/// the heavy clients one at a time first, then the light ones
+/// `LIGHT_AT_ONCE` at a time (the cluster form, whose retries wait for a
+/// failover and whose every client costs TLS handshakes, so that the calm
+/// phase stays short enough for CI).
+pub async fn calm(
+    shared: Arc<Shared>,
+    target: Arc<Target>,
+    kinds: &[Hostile],
+    draw: u64,
+    retries: u64,
+    retry: Duration,
+    together: bool,
+) {
+    if !together {
+        let mut rng = Rng::new(draw);
+        for (number, &kind) in kinds.iter().enumerate() {
+            for attempt in 0..=retries {
+                let number = CALM_NUMBERS + number as u64 * (retries + 1) + attempt;
+                if judge(&shared, &target, kind, rng.next_u64(), number).await
+                    != Verdict::Inconclusive
+                {
+                    break;
+                }
+                tokio::time::sleep(retry).await;
             }
-            tokio::time::sleep(CALM_RETRY).await;
         }
+        return;
+    }
+    let one = |index: usize, kind: Hostile| {
+        let (shared, target) = (shared.clone(), target.clone());
+        async move {
+            let mut rng = Rng::fork(draw, index as u64);
+            for attempt in 0..=retries {
+                let number = CALM_NUMBERS + index as u64 * (retries + 1) + attempt;
+                if judge(&shared, &target, kind, rng.next_u64(), number).await
+                    != Verdict::Inconclusive
+                {
+                    break;
+                }
+                tokio::time::sleep(retry).await;
+            }
+        }
+    };
+    for (index, &kind) in kinds.iter().enumerate() {
+        if heavy_kind(kind) {
+            one(index, kind).await;
+        }
+    }
+    let light = Arc::new(Semaphore::new(LIGHT_AT_ONCE));
+    let mut tasks = Vec::new();
+    for (index, &kind) in kinds.iter().enumerate() {
+        if !heavy_kind(kind) {
+            let permit = light.clone().acquire_owned().await;
+            let client = one(index, kind);
+            tasks.push(tokio::spawn(async move {
+                client.await;
+                drop(permit);
+            }));
+        }
+    }
+    for task in tasks {
+        let _ = task.await;
     }
 }
 
 /// Runs one hostile client and logs its verdict.
-async fn judge(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Verdict {
+async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, number: u64) -> Verdict {
     let t = now_us();
     let before = shared.seen().map(|s| (s.epoch, s.pid));
-    let outcome = tokio::time::timeout(ATTACK_BOUND, attack(shared, kind, draw, number))
+    let outcome = tokio::time::timeout(ATTACK_BOUND, attack(shared, target, kind, draw, number))
         .await
         .unwrap_or_else(|_| Err(Miss::Wrong(format!("did not end within {ATTACK_BOUND:?}"))));
     let after = shared.seen().map(|s| (s.epoch, s.pid));
@@ -107,7 +193,10 @@ async fn judge(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Verdic
         Ok(detail) if disturbed && closing_kind(kind) => (Verdict::Inconclusive, detail),
         Ok(detail) => (Verdict::AsSpecified, detail),
         Err(Miss::Wrong(detail)) if !disturbed => (Verdict::Violation, detail),
-        Err(Miss::Wrong(detail) | Miss::Unreachable(detail)) => (Verdict::Inconclusive, detail),
+        Err(Miss::Sure(detail)) if before == after => (Verdict::Violation, detail),
+        Err(Miss::Wrong(detail) | Miss::Unreachable(detail) | Miss::Sure(detail)) => {
+            (Verdict::Inconclusive, detail)
+        }
     };
     shared.log(Record::Hostile {
         t,
@@ -131,6 +220,9 @@ fn heavy_kind(kind: Hostile) -> bool {
 }
 
 /// Clients whose success is that the coordinator closes their connection.
+/// The clients refused at the TLS handshake are not among them: their
+/// success is the coordinator's logged refusal naming them, which no other
+/// fault produces.
 fn closing_kind(kind: Hostile) -> bool {
     matches!(
         kind,
@@ -154,31 +246,85 @@ enum Miss {
     Unreachable(String),
     /// The coordinator answered or behaved otherwise than specified.
     Wrong(String),
+    /// The same, where the attack has already checked that no other fault
+    /// coincided: a violation unless the coordinator changed meanwhile.
+    Sure(String),
 }
 
 type Attack = Result<String, Miss>;
 
+/// Either half of a connection, on either transport.
+type ReadHalf = BufReader<Box<dyn AsyncRead + Unpin + Send>>;
+type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
+
 struct Connection {
-    reader: BufReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: ReadHalf,
+    writer: WriteHalf,
 }
 
-async fn connect(shared: &Shared) -> Result<Connection, Miss> {
-    let path = shared.paths.flights.join("flight.sock");
-    let stream = tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(&path))
-        .await
-        .map_err(|_| Miss::Unreachable("connect did not finish".into()))?
-        .map_err(|e| Miss::Unreachable(format!("connect: {e}")))?;
-    let (read, writer) = stream.into_split();
-    Ok(Connection {
-        reader: BufReader::new(read),
-        writer,
-    })
+impl Connection {
+    fn new<S: AsyncRead + AsyncWrite + Send + 'static>(stream: S) -> Connection {
+        let (read, write) = tokio::io::split(stream);
+        Connection {
+            reader: BufReader::new(Box::new(read)),
+            writer: Box::new(write),
+        }
+    }
+}
+
+/// Connects (over TLS with the cluster's certificate in the cluster form).
+async fn connect(shared: &Shared, target: &Target) -> Result<Connection, Miss> {
+    match target {
+        Target::Socket => {
+            let path = shared.paths.flights.join("flight.sock");
+            let stream = tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(&path))
+                .await
+                .map_err(|_| Miss::Unreachable("connect did not finish".into()))?
+                .map_err(|e| Miss::Unreachable(format!("connect: {e}")))?;
+            Ok(Connection::new(stream))
+        }
+        #[cfg(feature = "cluster")]
+        Target::Tls(clients) => match clients.connect(Identity::Cluster).await {
+            Ok((stream, _)) => Ok(Connection::new(stream)),
+            Err(error) => Err(Miss::Unreachable(error.why)),
+        },
+    }
+}
+
+/// The coordinator's status, within a bound, and the pid of the process
+/// that answered: `None` when nobody answers (no coordinator, a stopped one,
+/// one cut off).
+async fn status_pid(shared: &Shared, target: &Target) -> Option<u32> {
+    match target {
+        Target::Socket => fresh_status(&shared.paths.flights).await.map(|s| s.pid),
+        #[cfg(feature = "cluster")]
+        Target::Tls(_) => {
+            let asked = async {
+                let mut connection = connect(shared, target).await.ok()?;
+                send(&mut connection, HELLO).await.ok()?;
+                let Read::Line(line) = read_line(&mut connection, ANSWER_WAIT).await else {
+                    return None;
+                };
+                let hello = decode_coordinator_hello(&line).ok()?;
+                send(&mut connection, b"{\"op\":\"status\",\"id\":\"s\"}\n")
+                    .await
+                    .ok()?;
+                match response(read_line(&mut connection, ANSWER_WAIT).await) {
+                    Ok(Response::Status { .. }) => Some(hello.pid),
+                    _ => None,
+                }
+            };
+            tokio::time::timeout(Duration::from_millis(2500), asked)
+                .await
+                .ok()
+                .flatten()
+        }
+    }
 }
 
 /// Connects and completes the handshake (SPEC.md §4.2).
-async fn open(shared: &Shared) -> Result<Connection, Miss> {
-    let mut connection = connect(shared).await?;
+async fn open(shared: &Shared, target: &Target) -> Result<Connection, Miss> {
+    let mut connection = connect(shared, target).await?;
     send(&mut connection, HELLO).await?;
     match read_line(&mut connection, ANSWER_WAIT).await {
         Read::Line(line) => decode_coordinator_hello(&line)
@@ -188,12 +334,22 @@ async fn open(shared: &Shared) -> Result<Connection, Miss> {
     }
 }
 
+/// Writes `bytes` and flushes them: over TLS, `write_all` ends once the
+/// session has taken the bytes, and the last records stay in its buffer
+/// until a flush when the socket was full (the coordinator would then wait
+/// for the rest of a line that never comes).
 async fn send(connection: &mut Connection, bytes: &[u8]) -> Result<(), Miss> {
-    connection
-        .writer
-        .write_all(bytes)
+    write_flushed(&mut connection.writer, bytes)
         .await
         .map_err(|e| Miss::Unreachable(format!("write: {e}")))
+}
+
+async fn write_flushed<W: AsyncWrite + Unpin + ?Sized>(
+    writer: &mut W,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    writer.write_all(bytes).await?;
+    writer.flush().await
 }
 
 enum Read {
@@ -233,10 +389,7 @@ async fn read_line(connection: &mut Connection, wait: Duration) -> Read {
 /// Reads until the coordinator closes the connection; the lines it sent
 /// first, or `None` if it kept the connection open past `wait`. A reset
 /// counts as closed.
-async fn lines_until_closed(
-    reader: &mut BufReader<OwnedReadHalf>,
-    wait: Duration,
-) -> Option<Vec<Vec<u8>>> {
+async fn lines_until_closed(reader: &mut ReadHalf, wait: Duration) -> Option<Vec<Vec<u8>>> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut lines = Vec::new();
     loop {
@@ -251,7 +404,7 @@ async fn lines_until_closed(
 
 /// Counts bytes until the coordinator closes; `None` if it did not within
 /// `wait`.
-async fn bytes_until_closed(reader: &mut BufReader<OwnedReadHalf>, wait: Duration) -> Option<u64> {
+async fn bytes_until_closed(reader: &mut ReadHalf, wait: Duration) -> Option<u64> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut total = 0u64;
     let mut buffer = vec![0u8; 64 * 1024];
@@ -291,10 +444,10 @@ async fn closed_silently(connection: &mut Connection, what: &str) -> Attack {
 
 /// How long a `status` takes now: a slow client must not delay anyone
 /// else's answers (SPEC.md §11.3).
-async fn status_latency(shared: &Shared, what: &str) -> String {
+async fn status_latency(shared: &Shared, target: &Target, what: &str) -> String {
     let started = Instant::now();
     let t = now_us();
-    let answered = fresh_status(&shared.paths.flights).await.is_some();
+    let answered = status_pid(shared, target).await.is_some();
     let ms = started.elapsed().as_millis() as u64;
     shared.log(Record::Latency {
         t,
@@ -309,14 +462,14 @@ async fn status_latency(shared: &Shared, what: &str) -> String {
     }
 }
 
-async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attack {
+async fn attack(shared: &Shared, target: &Target, kind: Hostile, draw: u64, number: u64) -> Attack {
     let mut rng = Rng::new(draw);
     match kind {
         Hostile::OversizeLine | Hostile::OversizeHello => {
             let connection = if kind == Hostile::OversizeLine {
-                open(shared).await?
+                open(shared, target).await?
             } else {
-                connect(shared).await?
+                connect(shared, target).await?
             };
             let Connection { mut reader, writer } = connection;
             // The writer stops at the first refused write and hands its half
@@ -327,7 +480,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
                 let chunk = vec![b'a'; CHUNK];
                 let mut written = 0;
                 while written < total {
-                    if writer.write_all(&chunk).await.is_err() {
+                    if write_flushed(&mut writer, &chunk).await.is_err() {
                         break;
                     }
                     written += CHUNK;
@@ -346,7 +499,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
         }
         Hostile::NoNewline => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             send(&mut connection, b"{\"op\":\"status\",\"id\":\"nl\"}").await?;
             let early = read_line(&mut connection, Duration::from_millis(300)).await;
             if let Read::Line(line) = early {
@@ -359,7 +512,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             closed_silently(&mut connection, "a request without a newline, then the end").await
         }
         Hostile::InvalidUtf8 => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             send(
                 &mut connection,
                 b"{\"op\":\"run\",\"id\":\"1\",\"key\":\"\xff\xfe\xfd\"}\n",
@@ -380,9 +533,9 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
             line.push(b'\n');
             let mut connection = if kind == Hostile::DeepNesting {
-                open(shared).await?
+                open(shared, target).await?
             } else {
-                connect(shared).await?
+                connect(shared, target).await?
             };
             send(&mut connection, &line).await?;
             let what = format!("{depth} levels of nesting");
@@ -392,10 +545,14 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
                 refused_hello(&mut connection, &what, false).await
             }
         }
-        Hostile::Flood => flood(shared, &mut rng).await,
-        Hostile::NoRead => no_read(shared, &mut rng).await,
+        Hostile::NoCertificate | Hostile::OtherCaCertificate | Hostile::WrongKey => {
+            refused_identity(shared, target, kind).await
+        }
+        Hostile::PlainTcp | Hostile::SilentTcp => not_tls(shared, target, kind).await,
+        Hostile::Flood => flood(shared, target, &mut rng).await,
+        Hostile::NoRead => no_read(shared, target, &mut rng).await,
         Hostile::NoReadJoins => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             let key = format!("k{}", rng.below(shared.config.keys as u64));
             let runs = rng.range(5_000, 20_000);
             let mut batch = Vec::new();
@@ -406,8 +563,12 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
             send(&mut connection, &batch).await?;
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let latency =
-                status_latency(shared, "status while a client with joins never reads").await;
+            let latency = status_latency(
+                shared,
+                target,
+                "status while a client with joins never reads",
+            )
+            .await;
             tokio::time::sleep(Duration::from_millis(1500)).await;
             // Before leaving, learn whether the first run led (its token is
             // then one minted to us).
@@ -427,7 +588,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             ))
         }
         Hostile::UnknownOp => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             send(
                 &mut connection,
                 b"{\"op\":\"frobnicate\",\"id\":\"u1\"}\n{\"op\":\"status\",\"id\":\"s1\"}\n",
@@ -447,12 +608,12 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
         }
         Hostile::WrongProtocol => {
-            let mut connection = connect(shared).await?;
+            let mut connection = connect(shared, target).await?;
             send(&mut connection, b"{\"protocol\":\"other\",\"version\":1}\n").await?;
             refused_hello(&mut connection, "a hello of another protocol", false).await
         }
         Hostile::WrongVersion => {
-            let mut connection = connect(shared).await?;
+            let mut connection = connect(shared, target).await?;
             send(
                 &mut connection,
                 b"{\"protocol\":\"single-flight\",\"version\":2}\n",
@@ -461,7 +622,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             refused_hello(&mut connection, "a hello of version 2", true).await
         }
         Hostile::NoHello => {
-            let mut connection = connect(shared).await?;
+            let mut connection = connect(shared, target).await?;
             let started = Instant::now();
             match lines_until_closed(
                 &mut connection.reader,
@@ -483,12 +644,12 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
         }
         Hostile::GarbageHello => {
-            let mut connection = connect(shared).await?;
+            let mut connection = connect(shared, target).await?;
             send(&mut connection, b"hello there\n").await?;
             refused_hello(&mut connection, "a first line that is not JSON", false).await
         }
         Hostile::DropMidFlight => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             let key = format!("k{}", rng.below(shared.config.keys as u64));
             send(
                 &mut connection,
@@ -513,7 +674,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             Ok(format!("{role}, then dropped the connection"))
         }
         Hostile::LandWithoutLead => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             send(
                 &mut connection,
                 b"{\"op\":\"land\",\"id\":\"x\",\"outcome\":{\"value\":\"1\"}}\n{\"op\":\"cancel\",\"id\":\"nobody\"}\n{\"op\":\"status\",\"id\":\"s\"}\n",
@@ -533,7 +694,7 @@ async fn attack(shared: &Shared, kind: Hostile, draw: u64, number: u64) -> Attac
             }
         }
         Hostile::DuplicateId => {
-            let mut connection = open(shared).await?;
+            let mut connection = open(shared, target).await?;
             let key = format!("hostile-dup-{number}");
             send(
                 &mut connection,
@@ -615,13 +776,12 @@ async fn refused_hello(connection: &mut Connection, what: &str, hello_required: 
 
 /// Many connections at once: beyond `MAX_CONNECTIONS` they are closed at
 /// accept; when they go, the coordinator must give back their descriptors.
-async fn flood(shared: &Shared, rng: &mut Rng) -> Attack {
+async fn flood(shared: &Shared, target: &Target, rng: &mut Rng) -> Attack {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(1024);
     // Keep our own descriptors for the rest of the run.
     let count = rng.range(200, 4_500).min(limit.saturating_sub(300)) as usize;
-    let path = shared.paths.flights.join("flight.sock");
     let coordinator = shared.seen().map(|s| s.pid);
     let fds_before = coordinator.map(descriptors_of);
     // Connections past MAX_CONNECTIONS are closed at accept, as specified:
@@ -630,49 +790,95 @@ async fn flood(shared: &Shared, rng: &mut Rng) -> Attack {
     let disturbance = shared.disturb(t, u64::MAX);
     let mut streams = Vec::with_capacity(count);
     let mut refused = 0;
+    let mut refused_in_a_row = 0;
     for i in 0..count {
-        match tokio::time::timeout(Duration::from_millis(500), UnixStream::connect(&path)).await {
-            Ok(Ok(mut stream)) => {
-                if i % 2 == 0 {
-                    let _ = stream.write_all(HELLO).await;
-                }
+        match flood_connection(shared, target, i).await {
+            Some(stream) => {
                 streams.push(stream);
+                refused_in_a_row = 0;
             }
-            _ => refused += 1,
+            None => {
+                refused += 1;
+                refused_in_a_row += 1;
+            }
+        }
+        // Nobody listens (a coordinator gone, its key not yet): a flood of
+        // nothing proves nothing.
+        if refused_in_a_row == FLOOD_GIVE_UP {
+            shared.end_disturbance(disturbance, now_us());
+            return Err(Miss::Unreachable(format!(
+                "{refused} connections refused, {FLOOD_GIVE_UP} in a row; {} opened",
+                streams.len()
+            )));
         }
     }
-    let latency = status_latency(shared, "status during a flood of connections").await;
+    let latency = status_latency(shared, target, "status during a flood of connections").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let opened = streams.len();
     drop(streams);
     // The coordinator learns of each close from its reader, within moments.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let answered = fresh_status(&shared.paths.flights).await;
-    shared.end_disturbance(disturbance, now_us());
-    let Some(status) = answered else {
+    let answered = status_pid(shared, target).await;
+    let end = now_us();
+    shared.end_disturbance(disturbance, end);
+    let Some(pid) = answered else {
         return Err(Miss::Unreachable(format!(
             "no status after a flood of {opened} connections ({refused} refused)"
         )));
     };
-    let fds_after = descriptors_of(status.pid);
+    let fds_after = descriptors_of(pid);
     let detail = format!(
         "{opened} connections ({refused} refused); {latency}; coordinator descriptors {fds_before:?} → {fds_after}"
     );
     match fds_before {
-        Some(before) if coordinator == Some(status.pid) && fds_after > before + 64 => {
-            Err(Miss::Wrong(format!(
-                "descriptors not given back after a flood: {detail}"
-            )))
+        Some(before) if coordinator == Some(pid) && fds_after > before + 64 => {
+            let what = format!("descriptors not given back after a flood: {detail}");
+            // The flood's own disturbance is for the other clients: its
+            // verdict is inconclusive only when another fault coincided.
+            if shared.disturbed_apart(t, end, disturbance) {
+                Err(Miss::Wrong(what))
+            } else {
+                Err(Miss::Sure(what))
+            }
         }
         _ => Ok(detail),
+    }
+}
+
+/// One connection of a flood, held until the flood ends.
+async fn flood_connection(shared: &Shared, target: &Target, i: usize) -> Option<Box<dyn Send>> {
+    match target {
+        Target::Socket => {
+            let path = shared.paths.flights.join("flight.sock");
+            let connecting = UnixStream::connect(&path);
+            let mut stream = tokio::time::timeout(FLOOD_CONNECT, connecting)
+                .await
+                .ok()?
+                .ok()?;
+            if i.is_multiple_of(2) {
+                let _ = write_flushed(&mut stream, HELLO).await;
+            }
+            Some(Box::new(stream))
+        }
+        #[cfg(feature = "cluster")]
+        Target::Tls(clients) => {
+            if i.is_multiple_of(FLOOD_TLS_EVERY) {
+                let (mut stream, _) = clients.connect(Identity::Cluster).await.ok()?;
+                let _ = write_flushed(&mut stream, HELLO).await;
+                Some(Box::new(stream))
+            } else {
+                let (stream, _) = clients.tcp(FLOOD_CONNECT).await.ok()?;
+                Some(Box::new(stream))
+            }
+        }
     }
 }
 
 /// Tens of thousands of unknown-op requests with long ids, never reading
 /// the answers: past `MAX_QUEUED_BYTES` of queued answers the coordinator
 /// must close the connection (SPEC.md §11.3), and meanwhile answer others.
-async fn no_read(shared: &Shared, rng: &mut Rng) -> Attack {
-    let connection = open(shared).await?;
+async fn no_read(shared: &Shared, target: &Target, rng: &mut Rng) -> Attack {
+    let connection = open(shared, target).await?;
     let Connection { mut reader, writer } = connection;
     let requests = rng.range(90_000, 120_000);
     let pad = "p".repeat(110);
@@ -685,11 +891,11 @@ async fn no_read(shared: &Shared, rng: &mut Rng) -> Attack {
     let sent_bytes = batch.len();
     let writing = tokio::spawn(async move {
         let mut writer = writer;
-        let result = writer.write_all(&batch).await;
+        let result = write_flushed(&mut writer, &batch).await;
         (writer, result.is_ok())
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let latency = status_latency(shared, "status while a client never reads").await;
+    let latency = status_latency(shared, target, "status while a client never reads").await;
     // The coordinator reads until it closes the connection, so our writes
     // end (sent, or refused by the close) within moments.
     let abort = writing.abort_handle();
@@ -719,6 +925,203 @@ async fn no_read(shared: &Shared, rng: &mut Rng) -> Attack {
         None => Err(Miss::Wrong(format!(
             "a client that never read {all_answers} bytes of answers was never closed; {latency}"
         ))),
+    }
+}
+
+/// A client that must be refused at the TLS handshake (SPEC.md §11.4,
+/// §14.5): no certificate, one of another CA, or the cluster's certificate
+/// with another key. The coordinator must close the connection without a
+/// byte of the protocol, log the refusal naming the client's address, and
+/// go on answering everyone else.
+#[cfg(feature = "cluster")]
+async fn refused_identity(shared: &Shared, target: &Target, kind: Hostile) -> Attack {
+    let Target::Tls(clients) = target else {
+        return Err(Miss::Unreachable(
+            "a TLS client needs the cluster form".into(),
+        ));
+    };
+    let (identity, what) = match kind {
+        Hostile::NoCertificate => (Identity::Anonymous, "a client without a certificate"),
+        Hostile::OtherCaCertificate => (Identity::OtherCa, "a client of another CA"),
+        _ => (
+            Identity::WrongKey,
+            "the cluster's certificate with another key",
+        ),
+    };
+    let (address, worker) = clients
+        .coordinator()
+        .ok_or_else(|| Miss::Unreachable("no coordinator key".into()))?;
+    let log = clients.log_of(worker);
+    let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
+    let (closed, local) = match clients.connect_to(&address, identity).await {
+        Ok((mut stream, local)) => {
+            // TLS 1.3: the client's handshake ends before the coordinator
+            // has checked its certificate; the refusal comes on the first
+            // read (SPEC.md §11.4).
+            let _ = write_flushed(&mut stream, HELLO).await;
+            let mut received = Vec::new();
+            let read = tokio::time::timeout(ANSWER_WAIT, stream.read_to_end(&mut received));
+            match read.await {
+                Err(_) => {
+                    return Err(Miss::Wrong(format!(
+                        "{what}: the connection stayed open for {ANSWER_WAIT:?}"
+                    )));
+                }
+                Ok(_) if !received.is_empty() => {
+                    return Err(Miss::Wrong(format!(
+                        "{what}: the coordinator sent {:?}",
+                        String::from_utf8_lossy(&received)
+                    )));
+                }
+                Ok(Ok(_)) => ("closed without an alert".to_owned(), local),
+                Ok(Err(error)) => (format!("closed: {error}"), local),
+            }
+        }
+        Err(error) if error.reached => (error.why, error.local),
+        Err(error) => return Err(Miss::Unreachable(error.why)),
+    };
+    let logged = refusal_logged(&log, offset, local).await.ok_or_else(|| {
+        Miss::Wrong(format!(
+            "{what}: {closed}, but the coordinator (worker {worker}) logged no refusal naming {local:?}"
+        ))
+    })?;
+    still_answers(
+        shared,
+        target,
+        format!("{what}: {closed}; the coordinator logged {logged:?}"),
+    )
+    .await
+}
+
+/// After a refused client, the same coordinator must answer a valid one.
+#[cfg(feature = "cluster")]
+async fn still_answers(shared: &Shared, target: &Target, detail: String) -> Attack {
+    let before = shared.seen().map(|s| s.pid);
+    match status_pid(shared, target).await {
+        Some(pid) if Some(pid) == before => Ok(format!("{detail}; it answered status after")),
+        Some(_) => Err(Miss::Unreachable(format!(
+            "{detail}; another coordinator answered status after"
+        ))),
+        None => Err(Miss::Wrong(format!(
+            "{detail}; then the coordinator did not answer status"
+        ))),
+    }
+}
+
+/// A client that does not speak TLS to a TLS coordinator: the protocol's
+/// hello in plain text (`plain_tcp`), or nothing at all (`silent_tcp`,
+/// closed after `TLS_HANDSHAKE_TIMEOUT`, SPEC.md §11.4). Either way no
+/// byte of the protocol may come back, and the refusal is logged.
+#[cfg(feature = "cluster")]
+async fn not_tls(shared: &Shared, target: &Target, kind: Hostile) -> Attack {
+    use single_flight::transport::tcp::TLS_HANDSHAKE_TIMEOUT;
+    let Target::Tls(clients) = target else {
+        return Err(Miss::Unreachable(
+            "a TCP client needs the cluster form".into(),
+        ));
+    };
+    let worker = clients
+        .coordinator()
+        .map(|(_, worker)| worker)
+        .ok_or_else(|| Miss::Unreachable("no coordinator key".into()))?;
+    let log = clients.log_of(worker);
+    let offset = std::fs::metadata(&log).map_or(0, |m| m.len());
+    let (mut stream, _) = clients
+        .tcp(Duration::from_secs(2))
+        .await
+        .map_err(Miss::Unreachable)?;
+    let local = stream.local_addr().ok();
+    let what = if kind == Hostile::PlainTcp {
+        let _ = write_flushed(&mut stream, HELLO).await;
+        "the protocol's hello without TLS"
+    } else {
+        "a TCP client that never speaks TLS"
+    };
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let wait = TLS_HANDSHAKE_TIMEOUT + ANSWER_WAIT;
+    if tokio::time::timeout(wait, stream.read_to_end(&mut received))
+        .await
+        .is_err()
+    {
+        return Err(Miss::Wrong(format!(
+            "{what}: the connection stayed open for {wait:?}"
+        )));
+    }
+    let elapsed = started.elapsed().as_millis();
+    // A TLS alert may come back; the coordinator's hello never may.
+    if received.windows(13).any(|w| w == b"single-flight") {
+        return Err(Miss::Wrong(format!(
+            "{what}: the coordinator answered {:?}",
+            String::from_utf8_lossy(&received)
+        )));
+    }
+    let logged = refusal_logged(&log, offset, local).await.ok_or_else(|| {
+        Miss::Wrong(format!(
+            "{what}: closed after {elapsed} ms, but the coordinator (worker {worker}) logged no refusal naming {local:?}"
+        ))
+    })?;
+    let detail = format!(
+        "{what}: closed after {elapsed} ms ({} bytes back); the coordinator logged {logged:?}",
+        received.len()
+    );
+    still_answers(shared, target, detail).await
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn refused_identity(_: &Shared, _: &Target, _: Hostile) -> Attack {
+    Err(Miss::Unreachable(
+        "a TLS client needs the cluster form".into(),
+    ))
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn not_tls(_: &Shared, _: &Target, _: Hostile) -> Attack {
+    Err(Miss::Unreachable(
+        "a TCP client needs the cluster form".into(),
+    ))
+}
+
+/// How long the coordinator's log may take to show a refusal: tracing
+/// writes it at once, but the coordinator's task may wait for a core.
+#[cfg(feature = "cluster")]
+const LOG_PATIENCE: Duration = Duration::from_secs(3);
+
+/// The coordinator's log line, written after `offset` of its log, that
+/// refuses the connection from `local` (SPEC.md §14.5: it names the client's
+/// address and the reason), trimmed to its message.
+#[cfg(feature = "cluster")]
+async fn refusal_logged(
+    log: &std::path::Path,
+    offset: u64,
+    local: Option<std::net::SocketAddr>,
+) -> Option<String> {
+    use std::io::{Read as _, Seek as _};
+    let needle = format!("the client at {}", local?);
+    let started = Instant::now();
+    loop {
+        let mut text = Vec::new();
+        if let Ok(mut file) = std::fs::File::open(log)
+            && file.seek(std::io::SeekFrom::Start(offset)).is_ok()
+        {
+            let _ = file.read_to_end(&mut text);
+        }
+        let text = String::from_utf8_lossy(&text);
+        let found = text.lines().find(|line| {
+            line.contains("refused a connection")
+                && line.match_indices(&needle).any(|(at, _)| {
+                    // The port ends there, not in a longer one.
+                    !line[at + needle.len()..].starts_with(|c: char| c.is_ascii_digit())
+                })
+        });
+        if let Some(line) = found {
+            let message = line.find("error=").map_or(line, |at| &line[at + 6..]);
+            return Some(message.to_owned());
+        }
+        if started.elapsed() > LOG_PATIENCE {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

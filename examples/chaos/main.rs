@@ -42,6 +42,8 @@ mod records;
 mod rng;
 mod run;
 mod schedule;
+#[cfg(feature = "cluster")]
+mod tls;
 mod worker;
 
 // The cluster tests' etcd, hosts and certificates, shared with them rather

@@ -16,7 +16,7 @@ use single_flight::{SingleFlight, Status};
 
 use crate::check;
 use crate::records::{LogFile, Record, now_us};
-use crate::schedule::Schedule;
+use crate::schedule::{Hostile, Schedule};
 use crate::{hostile, nemesis};
 
 /// How often the status poller asks the coordinator who it is: often
@@ -285,6 +285,16 @@ impl Shared {
             .any(|&(a, b)| a <= to && from <= b)
     }
 
+    /// Whether a disturbance other than `except` overlaps `[from, to]`.
+    pub fn disturbed_apart(&self, from: u64, to: u64, except: usize) -> bool {
+        self.disturbances
+            .lock()
+            .expect("disturbances lock")
+            .iter()
+            .enumerate()
+            .any(|(handle, &(a, b))| handle != except && a <= to && from <= b)
+    }
+
     pub fn seen(&self) -> Option<Seen> {
         self.seen.lock().expect("seen lock").clone()
     }
@@ -313,7 +323,9 @@ impl Shared {
         let t = now_us();
         self.procs.lock().expect("procs lock").killed.insert(pid);
         self.log(Record::Kill { t, pid, epoch });
-        if epoch.is_some() {
+        // A worker killed as a leader may have just become the coordinator
+        // (as the poller saw it): its connections close all the same.
+        if epoch.is_some() || self.seen().is_some_and(|seen| seen.pid == pid) {
             // Every connection to the old term closes; the next term serves
             // within about a hundred milliseconds.
             self.disturb(t, t + 1_000_000);
@@ -475,7 +487,13 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
     );
     let until = Instant::now() + Duration::from_secs(config.seconds);
     let lane_one = tokio::spawn(nemesis::run(shared.clone(), schedule.clone(), until));
-    let lane_two = tokio::spawn(hostile::run(shared.clone(), schedule, until));
+    let target = Arc::new(hostile::Target::Socket);
+    let lane_two = tokio::spawn(hostile::run(
+        shared.clone(),
+        target.clone(),
+        schedule.hostiles(),
+        until,
+    ));
     let _ = lane_one.await;
     let hostile_tasks = lane_two.await.unwrap_or_default();
     for task in hostile_tasks {
@@ -485,7 +503,12 @@ async fn orchestrate(config: RunConfig, paths: Paths, schedule: Schedule) -> boo
     tokio::time::sleep(CALM_AFTER_FAULTS).await;
     hostile::calm(
         shared.clone(),
+        target,
+        &Hostile::ALL,
         crate::rng::Rng::fork(config.seed, 3).next_u64(),
+        1,
+        hostile::CALM_RETRY,
+        false,
     )
     .await;
 

@@ -43,6 +43,18 @@ pub fn free_port(ip: IpAddr) -> u16 {
         .port()
 }
 
+/// The shell that a member runs under: `sh -c WATCHDOG sh PARENT etcd …`
+/// starts a subshell that polls PARENT (this process) once a second, then
+/// `exec`s etcd in its own place, so that the member's pid is the child's.
+/// In the subshell `$$` is that pid. When PARENT is gone the subshell
+/// `kill -9`s the member, but only while that pid is still an etcd (a pid
+/// comes back once its process is gone); it leaves by itself once the
+/// member exits.
+const WATCHDOG: &str = r#"parent=$1; shift
+( while kill -0 "$parent" 2>/dev/null && [ -e /proc/$$ ]; do sleep 1; done
+  grep -q etcd /proc/$$/cmdline 2>/dev/null && kill -9 $$ ) >/dev/null 2>&1 &
+exec "$@""#;
+
 /// One member's settings.
 struct Member {
     name: String,
@@ -129,15 +141,24 @@ impl Etcd {
         } else {
             "new"
         };
-        let (program, prefix_args) = match member.prefix.split_first() {
-            Some((program, rest)) => (program.clone(), rest.to_vec()),
-            None => ("etcd".to_owned(), Vec::new()),
+        // The member dies with this process, also when it is killed and no
+        // `Drop` runs (a test binary stopped by a timeout, a harness killed
+        // by hand): see `WATCHDOG`. (`PR_SET_PDEATHSIG` would need `unsafe`
+        // in `pre_exec`.)
+        let mut command = match member.prefix.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg("sh");
+                command
+            }
+            None => Command::new("sh"),
         };
-        let mut command = Command::new(program);
-        command.args(prefix_args);
-        if !member.prefix.is_empty() {
-            command.arg("etcd");
-        }
+        command
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("sh")
+            .arg(std::process::id().to_string())
+            .arg("etcd");
         command
             .arg("--name")
             .arg(&member.name)
