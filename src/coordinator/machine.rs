@@ -51,6 +51,7 @@ type PartyRef = (ConnectionId, RequestId);
 /// # fn write_line(_: ConnectionId, _: String) {}
 /// # fn close(_: ConnectionId) {}
 /// # fn resign() {}
+/// # fn after(_: std::time::Duration, _: Event) {}
 /// let mut coordinator = Coordinator::new(Epoch::FIRST, Term::First);
 /// loop {
 ///     for effect in coordinator.step(next_event()) {
@@ -59,6 +60,10 @@ type PartyRef = (ConnectionId, RequestId);
 ///                 write_line(connection, single_flight::protocol::encode(&response))
 ///             }
 ///             Effect::Close { connection, .. } => close(connection),
+///             // A timer whose event comes back through `next_event`.
+///             Effect::KeepFor { key, token, window } => {
+///                 after(window.as_duration(), Event::ReuseExpired { key, token })
+///             }
 ///             Effect::EndTerm => return resign(),
 ///         }
 ///     }
