@@ -1126,3 +1126,62 @@ fn a_detached_leader_nobody_waits_for_stops() {
     assert_eq!(ended.code, Some(143), "{}", ended.stderr_text());
     assert_eq!(scene.note("stopped"), "stopped");
 }
+
+/// §15.4: a `--detach` leader whose `--timeout` passes while another run
+/// waits lets COMMAND finish for it, then exits 124.
+#[test]
+fn a_detached_leaders_timeout_leaves_its_joiner_the_output() {
+    let mut scene = Scene::new("detach-timeout");
+    let dir = scene.dir_arg().to_owned();
+    // The joiner must join before the leader's timeout. When a machine is
+    // too slow for that, the leader, detached with nobody waiting, stops,
+    // and the joiner leads a flight of its own: that proves nothing, and
+    // the test tries again with a longer timeout.
+    let mut timeout_ms: u64 = 500;
+    loop {
+        let key = format!("k{timeout_ms}");
+        let runs = format!("runs-{key}");
+        let script = format!(
+            "{PRELUDE}echo ran >> {runs}; echo $PPID > leader-{key}; wait_for go-{key}; echo done"
+        );
+        let timeout = format!("{}", timeout_ms as f64 / 1000.0);
+        let run = |scene: &mut Scene, flags: &[&str]| {
+            let mut args = vec!["run", "--dir", &dir, "--key", &key];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["--", "sh", "-c", &script]);
+            scene.start(&args)
+        };
+        let first = run(&mut scene, &["--detach", "--timeout", &timeout]);
+        scene.note(&format!("leader-{key}"));
+        let joiner = run(&mut scene, &[]);
+        // Released once the timeout has passed: the flight is detached,
+        // with its joiner (§15.2), or the joiner came too late.
+        scene.until("the detached flight, or a second run", |scene| {
+            let detached = scene.status().is_some_and(|status| {
+                status
+                    .flights
+                    .iter()
+                    .any(|f| f.key.as_str() == key && f.detached && f.joiners == 1)
+            });
+            detached
+                || fs::read_to_string(scene.work.join(&runs))
+                    .is_ok_and(|runs| runs.lines().count() > 1)
+        });
+        scene.release(&format!("go-{key}"));
+        let joined = scene.end(joiner);
+        let led = scene.end(first);
+        if scene.note(&runs).lines().count() > 1 {
+            assert!(timeout_ms < 60_000, "no joiner joined within a minute");
+            timeout_ms *= 2;
+            continue;
+        }
+        assert_eq!(joined.code, Some(0), "{}", joined.stderr_text());
+        assert_eq!(joined.stdout, b"done\n");
+        assert_eq!(led.code, Some(124), "{}", led.stderr_text());
+        assert!(
+            led.stdout.is_empty(),
+            "the leader printed after its timeout"
+        );
+        return;
+    }
+}
