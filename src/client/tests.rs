@@ -552,3 +552,31 @@ fn reuse_window_on_the_wire_and_reused_values() {
         vec![run(3, Some(token(4)))]
     );
 }
+
+/// §8.9: the calls the coordinator may hold a party for, which the shell
+/// bounds per connection: those in progress, and those landing until their
+/// land is settled.
+#[test]
+fn calls_in_progress_count_landing_calls_until_settled() {
+    let mut client = connected();
+    assert_eq!(client.calls_in_progress(), 0);
+    start(&mut client, 1);
+    start(&mut client, 2);
+    assert_eq!(client.calls_in_progress(), 2);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client.step(Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    });
+    assert_eq!(client.calls_in_progress(), 2, "call 1 lands");
+    receive(&mut client, Response::Ack { id: id(1) });
+    assert_eq!(client.calls_in_progress(), 1);
+    client.step(Event::CallCancelled { call: CallId(2) });
+    assert_eq!(client.calls_in_progress(), 0);
+}

@@ -517,7 +517,9 @@ impl Coordinator {
         // nobody joins it before the window ends, because a later flight of
         // its key may still be reasserted and supersede it. A flight not
         // reasserted yet may still be, if it is of an earlier term and no
-        // later flight of its key has been.
+        // later flight of its key has been. (`<` or `<=` alike: a `latest`
+        // equal to `token` means T was reasserted in this window, so it is in
+        // progress, or it ended in the window and was answered above.)
         let may_return = in_progress
             || token.epoch() < self.epoch
                 && self
@@ -565,6 +567,10 @@ impl Coordinator {
             return self.send(connection, Response::Rejected { id });
         }
         self.counters.0.reasserts_accepted += 1;
+        // Equal only for a second reassert of a flight in progress in this
+        // window, which no client sends: a flight has one leader, which
+        // reasserts once per connection, and the flight of a connection that
+        // closed ended in the window, which refuses another reassert of it.
         if latest.is_none_or(|latest| latest < token) {
             self.reasserted.insert(key.clone(), token);
             // The flight of this key brought back earlier in this window is
@@ -776,6 +782,9 @@ impl Coordinator {
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());
         }
+        // In the window every flight in progress is of an earlier epoch (no
+        // flight is led in it, §8.4; a reassert is of an earlier term): `<`
+        // and `<=` cannot differ here.
         if self.in_grace && flight.token.epoch() < self.epoch {
             // §8.4: a held flight ended in the window. Its rejoins get its
             // ending. The key's plain runs that wait were made while it ran,
