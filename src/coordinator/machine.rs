@@ -120,36 +120,14 @@ pub struct Coordinator {
     mutant: Option<Mutant>,
 }
 
-/// What a coordinator decided in its term, counted (SPEC.md §8.11): plain
-/// integers, so that counting costs an addition where the decision is made.
-/// They start at 0 with the term. Each counts at most one thing per request
+/// What a coordinator decided in its term, counted (SPEC.md §8.11), in
+/// the form `status` reports it: plain integers, so that counting costs an
+/// addition where the decision is made. They start at 0 with the term; the
+/// two connection counts stay 0 here (`counters` fills in the open ones,
+/// the shell the refused ones). Each counts at most one thing per request
 /// or per party, so none comes near 2^64.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub struct Counters {
-    /// Runs answered `lead`.
-    pub flights_led: u64,
-    /// Runs answered `joined`, plain runs and rejoins alike.
-    pub joins: u64,
-    /// Outcomes handed over by a `land` or a landed `reassert` that were
-    /// values.
-    pub lands_value: u64,
-    /// … that were failures (`ValueTooLarge` in place of an outcome too
-    /// large included).
-    pub lands_failure: u64,
-    /// Flights in progress that ended without an outcome.
-    pub interruptions: u64,
-    /// `reassert`s accepted, running or landed.
-    pub reasserts_accepted: u64,
-    /// `reassert`s rejected.
-    pub reasserts_rejected: u64,
-    /// `run`s with a `flight` that opened a party.
-    pub rejoins: u64,
-    /// Grace windows opened: 1 for a term after a failover, else 0.
-    pub grace_windows: u64,
-}
-
-/// The counters, kept out of the coordinator's equality and hash: they
+///
+/// Kept out of the coordinator's equality and hash: they
 /// record what happened and never decide anything, and the model checker
 /// stores coordinators by their hash (model/src/state.rs). Counted into the
 /// hash, two states that behave alike but were reached by different paths
@@ -157,7 +135,7 @@ pub struct Counters {
 /// (SPEC.md §12): with them in the hash the model's `small` configuration
 /// has 734 977 unique states instead of its pinned 619 256.
 #[derive(Clone, Copy, Debug, Default)]
-struct Tally(Counters);
+struct Tally(CoordinatorStats);
 
 impl PartialEq for Tally {
     fn eq(&self, _: &Tally) -> bool {
@@ -230,9 +208,9 @@ impl Coordinator {
             keeps: BTreeMap::new(),
             waiting_reuse: BTreeMap::new(),
             effects: Vec::new(),
-            counters: Tally(Counters {
+            counters: Tally(CoordinatorStats {
                 grace_windows: u64::from(in_grace),
-                ..Counters::default()
+                ..CoordinatorStats::default()
             }),
             #[cfg(feature = "mutants")]
             mutant: None,
@@ -285,8 +263,13 @@ impl Coordinator {
     }
 
     /// What this term has decided so far (SPEC.md §8.11).
-    pub fn counters(&self) -> Counters {
-        self.counters.0
+    /// `connections_refused` is 0: the core never hears of a connection
+    /// refused before it opened; the shell counts those (SPEC.md §8.11).
+    pub fn counters(&self) -> CoordinatorStats {
+        CoordinatorStats {
+            connections_open: self.connections.len() as u64,
+            ..self.counters.0
+        }
     }
 
     /// Whether `connection` is open as far as the coordinator knows.
@@ -388,22 +371,8 @@ impl Coordinator {
                 .filter(|party| self.party(party).is_some())
                 .count() as u64
         });
-        let counted = self.counters.0;
-        let stats = CoordinatorStats {
-            flights_led: counted.flights_led,
-            joins: counted.joins,
-            lands_value: counted.lands_value,
-            lands_failure: counted.lands_failure,
-            interruptions: counted.interruptions,
-            reasserts_accepted: counted.reasserts_accepted,
-            reasserts_rejected: counted.reasserts_rejected,
-            rejoins: counted.rejoins,
-            grace_windows: counted.grace_windows,
-            connections_open: self.connections.len() as u64,
-            // The core never hears of a connection refused before it opened;
-            // the shell counts those, and fills this in (SPEC.md §8.11).
-            connections_refused: 0,
-        };
+        // The shell fills in the connections it refused (SPEC.md §8.11).
+        let stats = self.counters();
         let response = Response::Status {
             id,
             flights,

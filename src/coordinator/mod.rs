@@ -8,7 +8,7 @@ mod machine;
 mod mutant;
 
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term};
-pub use machine::{Coordinator, Counters, MAX_OPEN_REQUESTS_PER_CONNECTION};
+pub use machine::{Coordinator, MAX_OPEN_REQUESTS_PER_CONNECTION};
 #[cfg(feature = "mutants")]
 pub use mutant::Mutant;
 

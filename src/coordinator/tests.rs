@@ -599,7 +599,7 @@ fn counters_count_what_the_term_decided() {
     assert_eq!(co.step(cancel(1, "1")), vec![interrupted(3, "1")]);
     assert_eq!(
         co.counters(),
-        Counters {
+        CoordinatorStats {
             flights_led: 1,
             joins: 2,
             lands_value: 1,
@@ -609,6 +609,8 @@ fn counters_count_what_the_term_decided() {
             reasserts_rejected: 1,
             rejoins: 1,
             grace_windows: 1,
+            connections_open: 3,
+            connections_refused: 0,
         }
     );
 }
