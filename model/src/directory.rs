@@ -14,7 +14,7 @@ use stateright::{Model, Property};
 
 use crate::properties;
 use crate::state::{
-    CallRecord, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
+    CallRecord, Deposed, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
 };
 
 /// A directory shared by a bounded number of processes, and the bounds of
@@ -43,6 +43,10 @@ pub struct Directory {
     /// Coordinator processes that die; each is followed by a new term with
     /// the next epoch and a grace window.
     pub coordinator_deaths: u8,
+    /// Terms that begin while the coordinator of the previous one goes on
+    /// serving the connections it has (SPEC.md §12.5): one deposed
+    /// coordinator at a time, which stops at any later moment.
+    pub overlaps: u8,
     /// Whether each work may end either way. When not, the token decides
     /// ([`Ending::of`]), so that both kinds of outcome still occur: the core
     /// never looks inside an outcome, and choosing for every flight would
@@ -129,6 +133,20 @@ pub enum Action {
     CoordinatorDies,
     /// The grace window of the current term ends (SPEC.md §8.4).
     GraceWindowEnds,
+    /// A new term begins (the next epoch, a grace window) while the current
+    /// coordinator goes on serving every connection it has, as the deposed
+    /// one (SPEC.md §12.5). Processes that connect from now on reach the
+    /// new term; a connection to the deposed one moves when it breaks.
+    TermOverlaps,
+    /// The deposed coordinator stops (its process ends, or it learns it
+    /// lost the election, SPEC.md §7.2, §14.3): every connection it served
+    /// closes, and what was queued on them is lost.
+    DeposedStops,
+    /// The deposed coordinator's grace window ends (the current term began
+    /// while it was in its own).
+    DeposedGraceWindowEnds,
+    /// A reuse window's timer of the deposed coordinator fires.
+    DeposedReuseExpires { key: Key, token: FencingToken },
     /// The reuse window of the value that flight `token` of `key` landed
     /// ends: its timer, started by a `KeepFor` of this term, fires (SPEC.md
     /// §16.2). Any pending timer may fire next, however long its window.
@@ -143,6 +161,20 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// The outcome of the work under `token` that ends so. It names its
+    /// token, so that a joiner's outcome shows which flight's work produced
+    /// it.
+    pub fn outcome(self, token: FencingToken) -> Outcome {
+        match self {
+            Ending::Value => Outcome::Value(token.to_string()),
+            Ending::Failure => Outcome::Failure(Failure {
+                name: "Error".to_owned(),
+                message: token.to_string(),
+                code: None,
+            }),
+        }
+    }
+
     /// The ending of the work under `token` when the model does not choose:
     /// a value for an odd sequence, a failure for an even one.
     pub fn of(token: FencingToken) -> Ending {
@@ -169,6 +201,7 @@ impl Directory {
             restarts: true,
             disconnects: 0,
             coordinator_deaths: 1,
+            overlaps: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -189,6 +222,7 @@ impl Directory {
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 1,
+            overlaps: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -211,6 +245,7 @@ impl Directory {
             restarts: false,
             disconnects: 1,
             coordinator_deaths: 1,
+            overlaps: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -234,6 +269,7 @@ impl Directory {
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 1,
+            overlaps: 0,
             failures: false,
             detached: Choice::Always,
             reuse: Choice::Never,
@@ -256,6 +292,7 @@ impl Directory {
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 1,
+            overlaps: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::PerCall,
@@ -288,6 +325,29 @@ impl Directory {
             restarts: false,
             disconnects: 0,
             coordinator_deaths: 2,
+            overlaps: 0,
+            failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
+            mutant: None,
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.5): a term begins while the previous
+    /// coordinator goes on serving the connections it has, and stops at any
+    /// later moment; a broken connection moves a process from the deposed
+    /// coordinator to the current one before that.
+    pub fn overlap() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 1,
+            coordinator_deaths: 0,
+            overlaps: 1,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -314,6 +374,8 @@ impl Directory {
             model: self,
             state: state.clone(),
             log,
+            on_deposed: false,
+            deposed_ends: false,
         };
         step.state.last_step = StepFacts::default();
         step.act(action);
@@ -360,6 +422,7 @@ impl Model for Directory {
         vec![State {
             processes,
             coordinator,
+            deposed: None,
             durable_epoch: Epoch::FIRST,
             next_connection: self.processes as u64,
             reuse_timers: BTreeSet::new(),
@@ -454,6 +517,22 @@ impl Model for Directory {
                 token: *token,
             });
         }
+        match &state.deposed {
+            None if state.used.overlaps < self.overlaps => actions.push(Action::TermOverlaps),
+            None => {}
+            Some(deposed) => {
+                actions.push(Action::DeposedStops);
+                if deposed.coordinator.in_grace() {
+                    actions.push(Action::DeposedGraceWindowEnds);
+                }
+                for (key, token) in &deposed.reuse_timers {
+                    actions.push(Action::DeposedReuseExpires {
+                        key: key.clone(),
+                        token: *token,
+                    });
+                }
+            }
+        }
     }
 
     fn next_state(&self, state: &State, action: Action) -> Option<State> {
@@ -476,6 +555,13 @@ struct Step<'a> {
     model: &'a Directory,
     state: State,
     log: Option<&'a mut String>,
+    /// The step acts on the deposed coordinator, whose fields are swapped
+    /// into the current term's ([`Step::as_deposed`]): only connections to
+    /// it are its own.
+    on_deposed: bool,
+    /// The deposed coordinator ended its term (`EndTerm`) during the step:
+    /// it stops once the step is back on the current term.
+    deposed_ends: bool,
 }
 
 impl Step<'_> {
@@ -488,7 +574,13 @@ impl Step<'_> {
                 reuse,
             } => self.call_starts(process, key, detached, reuse),
             Action::Connects { process } => self.connects(process),
-            Action::RequestArrives { process } => self.request_arrives(process),
+            Action::RequestArrives { process } => {
+                if self.to_deposed(process) {
+                    self.as_deposed(|step| step.request_arrives(process));
+                } else {
+                    self.request_arrives(process);
+                }
+            }
             Action::ResponseArrives { process } => self.response_arrives(process),
             Action::WorkFinishes {
                 process,
@@ -504,8 +596,12 @@ impl Step<'_> {
                     .link
                     .as_ref()
                     .map(|link| link.connection);
-                if let Some(connection) = connection {
-                    self.close(connection);
+                match connection {
+                    Some(connection) if self.to_deposed(process) => {
+                        self.as_deposed(|step| step.close(connection));
+                    }
+                    Some(connection) => self.close(connection),
+                    None => {}
                 }
             }
             Action::CoordinatorDies => {
@@ -514,18 +610,86 @@ impl Step<'_> {
             }
             Action::GraceWindowEnds => {
                 self.coordinator(coordinator::Event::GraceWindowEnded);
-                // Flights not taken back in the window are over (§8.4).
-                self.state.history.reassertable.clear();
             }
-            Action::ReuseExpires { ref key, token } => {
-                self.state.reuse_timers.remove(&(key.clone(), token));
-                self.state.history.reusable.remove(&(key.clone(), token));
-                self.coordinator(coordinator::Event::ReuseExpired {
-                    key: key.clone(),
-                    token,
-                });
+            Action::ReuseExpires { ref key, token } => self.reuse_expires(key, token),
+            Action::TermOverlaps => self.overlap(),
+            Action::DeposedStops => self.deposed_stops(),
+            Action::DeposedGraceWindowEnds => {
+                self.as_deposed(|step| step.coordinator(coordinator::Event::GraceWindowEnded));
+            }
+            Action::DeposedReuseExpires { ref key, token } => {
+                self.as_deposed(|step| step.reuse_expires(key, token));
             }
         }
+        if self.deposed_ends {
+            self.deposed_stops();
+        }
+    }
+
+    fn reuse_expires(&mut self, key: &Key, token: FencingToken) {
+        self.state.reuse_timers.remove(&(key.clone(), token));
+        self.state.history.reusable.remove(&(key.clone(), token));
+        self.coordinator(coordinator::Event::ReuseExpired {
+            key: key.clone(),
+            token,
+        });
+    }
+
+    /// The coordinator the step acts on, for the narration.
+    fn who(&self) -> &'static str {
+        if self.on_deposed {
+            "deposed coordinator"
+        } else {
+            "coordinator"
+        }
+    }
+
+    /// Whether `index`'s connection is to the deposed coordinator.
+    fn to_deposed(&self, index: usize) -> bool {
+        self.state.processes[index]
+            .as_ref()
+            .and_then(|process| process.link.as_ref())
+            .is_some_and(|link| link.deposed)
+    }
+
+    /// Runs `act` on the deposed coordinator: its fields take the current
+    /// term's places for the while, so that every step function, and every
+    /// check in it, serves either coordinator unchanged.
+    fn as_deposed<R>(&mut self, act: impl FnOnce(&mut Self) -> R) -> R {
+        self.swap_terms();
+        self.on_deposed = true;
+        let result = act(self);
+        self.on_deposed = false;
+        self.swap_terms();
+        result
+    }
+
+    fn swap_terms(&mut self) {
+        use std::mem::swap;
+        let state = &mut self.state;
+        let deposed = state
+            .deposed
+            .as_mut()
+            .expect("the model acts on a deposed coordinator only while there is one");
+        swap(&mut state.coordinator, &mut deposed.coordinator);
+        swap(&mut state.reuse_timers, &mut deposed.reuse_timers);
+        swap(&mut state.history.last_minted, &mut deposed.last_minted);
+        swap(&mut state.history.reasserted, &mut deposed.reasserted);
+        swap(&mut state.history.landed, &mut deposed.landed);
+        swap(&mut state.history.reusable, &mut deposed.reusable);
+    }
+
+    /// The process whose connection `connection` of the coordinator this
+    /// step acts on is (the two terms number their connections apart).
+    fn linked(&self, connection: ConnectionId) -> Option<usize> {
+        self.state.processes.iter().position(|process| {
+            process
+                .as_ref()
+                .and_then(|process| process.link.as_ref())
+                .is_some_and(|link| {
+                    link.connection == connection && link.deposed == self.on_deposed
+                })
+        })
     }
 
     fn call_starts(&mut self, index: usize, key: usize, detached: bool, reuse: bool) {
@@ -581,7 +745,8 @@ impl Step<'_> {
                 answerable: in_grace || in_progress.contains(&flight),
             });
         }
-        self.note(format_args!("coordinator reads {request:?}"));
+        let who = self.who();
+        self.note(format_args!("{who} reads {request:?}"));
         // What the request is, for the checks after the coordinator's step:
         // a land (or a landed reassert, SPEC.md §8.3) may be rejected; a
         // running reassert is accepted silently, a landed one with `ack`.
@@ -683,7 +848,7 @@ impl Step<'_> {
         }
         if let Some(token) = record.token
             && record.reuse
-            && matches!(history.outcomes.get(&token), Some(Outcome::Value(_)))
+            && history.outcomes.get(&token) == Some(&Ending::Value)
         {
             history.reusable.insert((record.key.clone(), token));
         }
@@ -692,18 +857,10 @@ impl Step<'_> {
     /// Whether `id` on `connection` is a call whose request in this term
     /// was a plain run (not a rejoin).
     fn plain_run(&self, connection: ConnectionId, id: &RequestId) -> bool {
-        self.state
-            .processes
-            .iter()
-            .flatten()
-            .filter(|process| {
-                process
-                    .link
-                    .as_ref()
-                    .is_some_and(|l| l.connection == connection)
-            })
-            .filter_map(|process| call_of(id).and_then(|call| process.calls.get(&call)))
-            .any(|record| record.rejoin.is_none())
+        self.linked(connection)
+            .and_then(|index| self.state.processes[index].as_ref())
+            .and_then(|process| call_of(id).and_then(|call| process.calls.get(&call)))
+            .is_some_and(|record| record.rejoin.is_none())
     }
 
     fn response_arrives(&mut self, index: usize) {
@@ -745,21 +902,11 @@ impl Step<'_> {
             .work
             .remove(&call)
             .expect("enabled only while the work runs");
-        // The outcome names its token, so that a joiner's outcome shows
-        // which flight's work produced it.
-        let outcome = match ending {
-            Ending::Value => Outcome::Value(token.to_string()),
-            Ending::Failure => Outcome::Failure(Failure {
-                name: "Error".to_owned(),
-                message: token.to_string(),
-                code: None,
-            }),
-        };
         let effects = process.client.step(client::Event::WorkFinished {
             call,
-            outcome: outcome.clone(),
+            outcome: ending.outcome(token),
         });
-        self.state.history.outcomes.insert(token, outcome);
+        self.state.history.outcomes.insert(token, ending);
         self.client_effects(index, effects);
     }
 
@@ -802,25 +949,20 @@ impl Step<'_> {
         // anything sent to it afterwards counts as sent on a closed
         // connection.
         if let Some(link) = process.link {
-            let connection = link.connection;
-            self.coordinator(coordinator::Event::ConnectionClosed { connection });
+            let closed = coordinator::Event::ConnectionClosed {
+                connection: link.connection,
+            };
+            if link.deposed {
+                self.as_deposed(|step| step.coordinator(closed));
+            } else {
+                self.coordinator(closed);
+            }
         }
     }
 
     /// The coordinator's process is gone (it died, or resigned after
-    /// `EndTerm`): every connection closes, and the next term begins.
+    /// `EndTerm`): every connection to it closes, and the next term begins.
     fn fail_over(&mut self) {
-        let old = &self.state.coordinator;
-        let mut reassertable: BTreeSet<(Key, FencingToken)> = old
-            .flights()
-            .map(|(key, token)| (key.clone(), token))
-            .collect();
-        if old.in_grace() {
-            // A term that dies in its grace window has not ended the
-            // flights of earlier terms that it has not taken back yet.
-            reassertable.append(&mut self.state.history.reassertable);
-        }
-        self.state.history.reassertable = reassertable;
         self.state.history.reasserted.clear();
         self.state.history.landed.clear();
         // Kept values and their timers die with the coordinator (SPEC.md
@@ -828,19 +970,67 @@ impl Step<'_> {
         self.state.history.reusable.clear();
         self.state.reuse_timers.clear();
         for index in 0..self.state.processes.len() {
-            let Some(process) = self.state.processes[index].as_mut() else {
-                continue;
-            };
-            for record in process.calls.values_mut() {
-                record.answered_for_good = false;
-                record.stopped = false;
-                record.rejoin = None;
-            }
-            if process.link.take().is_some() {
-                let effects = process.client.step(client::Event::ConnectionLost);
-                self.client_effects(index, effects);
+            let current = self.state.processes[index]
+                .as_ref()
+                .and_then(|process| process.link.as_ref())
+                .is_some_and(|link| !link.deposed);
+            if current {
+                self.lose_link(index);
             }
         }
+        let epoch = self.begin_term();
+        self.note(format_args!(
+            "term {epoch} begins with a grace window; every connection to the last one is closed"
+        ));
+    }
+
+    /// A new term begins while the current coordinator goes on serving,
+    /// deposed (SPEC.md §12.5): it keeps its connections and what its term
+    /// owns.
+    fn overlap(&mut self) {
+        self.state.used.overlaps += 1;
+        let state = &mut self.state;
+        let deposed = Deposed {
+            coordinator: state.coordinator.clone(),
+            reuse_timers: std::mem::take(&mut state.reuse_timers),
+            last_minted: state.history.last_minted,
+            reasserted: std::mem::take(&mut state.history.reasserted),
+            landed: std::mem::take(&mut state.history.landed),
+            reusable: std::mem::take(&mut state.history.reusable),
+        };
+        state.deposed = Some(deposed);
+        for link in state
+            .processes
+            .iter_mut()
+            .flatten()
+            .filter_map(|process| process.link.as_mut())
+        {
+            link.deposed = true;
+        }
+        let epoch = self.begin_term();
+        self.note(format_args!(
+            "term {epoch} begins with a grace window; the last term's coordinator goes on \
+             serving its connections"
+        ));
+    }
+
+    /// The deposed coordinator stops: every connection to it closes.
+    fn deposed_stops(&mut self) {
+        self.deposed_ends = false;
+        self.state.deposed = None;
+        for index in 0..self.state.processes.len() {
+            if self.to_deposed(index) {
+                self.lose_link(index);
+            }
+        }
+        self.note(format_args!(
+            "the deposed coordinator stops; every connection to it is closed"
+        ));
+    }
+
+    /// The next term's coordinator takes the current one's place, with the
+    /// next epoch and a grace window; returns its epoch.
+    fn begin_term(&mut self) -> Epoch {
         let previous = self.state.durable_epoch;
         let epoch = previous
             .next()
@@ -851,9 +1041,22 @@ impl Step<'_> {
             self.state.last_step.violate(Violation::EpochNotIncreasing);
         }
         self.state.next_connection = 0;
-        self.note(format_args!(
-            "term {epoch} begins with a grace window; every connection is closed"
-        ));
+        epoch
+    }
+
+    /// Process `index` learns that its connection closed: what was queued
+    /// on it is lost, the answers its calls had on it no longer bind the
+    /// next one, and the client reconnects later.
+    fn lose_link(&mut self, index: usize) {
+        let process = self.process(index);
+        process.link = None;
+        for record in process.calls.values_mut() {
+            record.answered_for_good = false;
+            record.stopped = false;
+            record.rejoin = None;
+        }
+        let effects = process.client.step(client::Event::ConnectionLost);
+        self.client_effects(index, effects);
     }
 
     /// The connection of process `index` closes: the flights its detached
@@ -899,7 +1102,8 @@ impl Step<'_> {
                 // The shell starts the timer that reports the expiry
                 // (SPEC.md §16.2); the model fires it at any later moment.
                 coordinator::Effect::KeepFor { key, token, .. } => {
-                    self.note(format_args!("coordinator keeps {key:?} of {token:?}"));
+                    let who = self.who();
+                    self.note(format_args!("{who} keeps {key:?} of {token:?}"));
                     self.state.reuse_timers.insert((key, token));
                 }
             }
@@ -912,7 +1116,10 @@ impl Step<'_> {
         if !sends.stopped.is_disjoint(&sends.interrupted) {
             self.state.last_step.violate(Violation::StoppedWhileJoined);
         }
-        if term_ended {
+        if term_ended && self.on_deposed {
+            // Its fields are swapped in: it stops when the step is back.
+            self.deposed_ends = true;
+        } else if term_ended {
             // SPEC.md §8.9: the shell resigns and the processes fail over.
             // Unreachable with the model's few tokens per term; handled so
             // that a change to that limit cannot silently stall the model.
@@ -930,16 +1137,10 @@ impl Step<'_> {
         flights_before: &BTreeMap<Key, FencingToken>,
         sends: &mut Sends,
     ) {
-        self.note(format_args!(
-            "coordinator sends {response:?} on {connection:?}"
-        ));
+        let who = self.who();
+        self.note(format_args!("{who} sends {response:?} on {connection:?}"));
         let coordinator_epoch = self.state.coordinator.epoch();
-        let Some(index) = self.state.processes.iter().position(|process| {
-            process
-                .as_ref()
-                .and_then(|process| process.link.as_ref())
-                .is_some_and(|link| link.connection == connection)
-        }) else {
+        let Some(index) = self.linked(connection) else {
             self.state.last_step.violate(Violation::SentOnClosed);
             return;
         };
@@ -1027,7 +1228,7 @@ impl Step<'_> {
                         facts.violate(Violation::ReusedWithoutWindow);
                     }
                     if !history.reusable.contains(&(record.key.clone(), *flight))
-                        || history.outcomes.get(flight) != Some(outcome)
+                        || !history.produced(*flight, outcome)
                     {
                         facts.violate(Violation::ReusedNotKept);
                     }
@@ -1054,23 +1255,9 @@ impl Step<'_> {
     /// the coordinator; what was queued on it is lost, and the client
     /// reconnects later.
     fn close(&mut self, connection: ConnectionId) {
-        let found = self.state.processes.iter().position(|process| {
-            process
-                .as_ref()
-                .and_then(|process| process.link.as_ref())
-                .is_some_and(|link| link.connection == connection)
-        });
-        if let Some(index) = found {
+        if let Some(index) = self.linked(connection) {
             self.leader_disconnected(index);
-            let process = self.process(index);
-            process.link = None;
-            for record in process.calls.values_mut() {
-                record.answered_for_good = false;
-                record.stopped = false;
-                record.rejoin = None;
-            }
-            let effects = process.client.step(client::Event::ConnectionLost);
-            self.client_effects(index, effects);
+            self.lose_link(index);
         }
         self.coordinator(coordinator::Event::ConnectionClosed { connection });
     }
@@ -1121,7 +1308,7 @@ impl Step<'_> {
                     record.resolved = true;
                     match &resolution {
                         Resolution::Joined { flight, outcome } => {
-                            if history.outcomes.get(flight) != Some(outcome) {
+                            if !history.produced(*flight, outcome) {
                                 facts.violate(Violation::WrongOutcome);
                             }
                             if flight.epoch() < coordinator_epoch

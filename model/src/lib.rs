@@ -85,5 +85,5 @@ mod state;
 
 pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
 pub use state::{
-    CallRecord, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
+    CallRecord, Deposed, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
 };

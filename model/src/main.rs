@@ -2,7 +2,7 @@
 //!
 //! - `explore [address]`: stateright's web explorer on the CI configuration,
 //!   for a person to step through the protocol;
-//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large]`:
+//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap]`:
 //!   an exhaustive check of a configuration of `Directory`, with its counts
 //!   and time.
 #![forbid(unsafe_code)]
@@ -18,7 +18,7 @@ use stateright::Model;
 const DEFAULT_ADDRESS: &str = "127.0.0.1:3000";
 
 const USAGE: &str = "usage: single-flight-model explore [address]   (default 127.0.0.1:3000)
-       single-flight-model check [small|two-keys|disconnect|detach|reuse|detach-reuse|large]
+       single-flight-model check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap]
                                  (default small)";
 
 fn main() -> ExitCode {
@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         ["check", "reuse"] => check(Directory::reuse()),
         ["check", "detach-reuse"] => check(Directory::detach_and_reuse()),
         ["check", "large"] => check(Directory::large()),
+        ["check", "overlap"] => check(Directory::overlap()),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)

@@ -5,6 +5,10 @@
 //! and effect) and recorded in [`StepFacts`]; the properties then read those
 //! flags in the state after the step. The rest are read from the state.
 
+use std::collections::BTreeSet;
+
+use single_flight::FencingToken;
+use single_flight::coordinator::Coordinator;
 use stateright::Property;
 
 use crate::directory::{Choice, Directory};
@@ -42,6 +46,11 @@ pub const DETACHED_FLIGHT_LANDS: &str =
     "sometimes: a detached flight lands for its joiners after its caller left";
 pub const STOP_SENT: &str = "sometimes: a stop is sent";
 pub const VALUE_REUSED: &str = "sometimes: a value is reused";
+/// Not a failure but a limit of what anything can promise when terms
+/// overlap (SPEC.md §12.5): both coordinators lead the key, and both works
+/// run. Fencing (§6) is what keeps the older one's writes out.
+pub const TWO_TERMS_RUN_ONE_KEY: &str =
+    "sometimes: overlapping terms each run a flight of one key, and both leaders' work runs";
 
 /// Properties the shipped core is known to break: each would be a core bug
 /// the model found, shown step by step by a test that fails once it is
@@ -56,11 +65,13 @@ pub const KNOWN_VIOLATIONS: [&str; 0] = [];
 pub fn of(directory: &Directory) -> Vec<Property<Directory>> {
     let detaches = directory.detached != Choice::Never;
     let reuses = directory.reuse != Choice::Never;
+    let overlaps = directory.overlaps > 0;
     all()
         .into_iter()
         .filter(|property| match property.name {
             DETACHED_FLIGHT_LANDS | STOP_SENT => detaches,
             VALUE_REUSED => reuses,
+            TWO_TERMS_RUN_ONE_KEY => overlaps,
             _ => true,
         })
         .collect()
@@ -115,11 +126,9 @@ pub fn all() -> Vec<Property<Directory>> {
         // in the step that takes its last joiner (in the window, its rejoins
         // and the key's waiting runs may still join it when it ends).
         Property::<Directory>::always(UNWANTED_IS_STOPPED, |_, state: &State| {
-            state.coordinator.in_grace()
-                || state
-                    .coordinator
-                    .detached()
-                    .all(|(_, _, joiners)| joiners > 0)
+            serving(state).all(|coordinator| {
+                coordinator.in_grace() || coordinator.detached().all(|(_, _, joiners)| joiners > 0)
+            })
         }),
         Property::<Directory>::always(DETACHED_JOINER_GETS_OUTCOME, |_, state: &State| {
             !state.last_step.has(Violation::DetachedJoinerInterrupted)
@@ -154,15 +163,45 @@ pub fn all() -> Vec<Property<Directory>> {
         Property::<Directory>::sometimes(VALUE_REUSED, |_, state: &State| {
             state.last_step.saw(Witness::ValueReused)
         }),
+        Property::<Directory>::sometimes(TWO_TERMS_RUN_ONE_KEY, |_, state: &State| {
+            two_terms_run_one_key(state)
+        }),
     ]
+}
+
+/// The coordinators that serve: the current term's, and the deposed one
+/// while it goes on (SPEC.md §12.5).
+fn serving(state: &State) -> impl Iterator<Item = &Coordinator> {
+    std::iter::once(&state.coordinator).chain(state.deposed.iter().map(|d| &d.coordinator))
+}
+
+/// A key has a flight in progress at the deposed coordinator and another
+/// at the current one, and the works of both leaders run.
+pub fn two_terms_run_one_key(state: &State) -> bool {
+    let Some(deposed) = &state.deposed else {
+        return false;
+    };
+    let running: BTreeSet<FencingToken> = state
+        .processes
+        .iter()
+        .flatten()
+        .flat_map(|process| process.work.values().copied())
+        .collect();
+    deposed.coordinator.flights().any(|(key, older)| {
+        running.contains(&older)
+            && state
+                .coordinator
+                .flights()
+                .any(|(other, newer)| other == key && running.contains(&newer))
+    })
 }
 
 /// Nothing is left for the system to do by itself: no message is on its
 /// way, no work runs, every process is connected, and no grace window is
-/// open. Only a caller (a new call, a cancel) or a death could change the
+/// open (at either coordinator, when terms overlap). Only a caller (a new call, a cancel) or a death could change the
 /// state.
 pub fn quiescent(state: &State) -> bool {
-    !state.coordinator.in_grace()
+    serving(state).all(|coordinator| !coordinator.in_grace())
         && state.processes.iter().flatten().all(|process| {
             process.work.is_empty()
                 && process

@@ -11,6 +11,8 @@ use single_flight::protocol::{Key, Outcome, Request, Response};
 use single_flight::{Epoch, FencingToken};
 use stateright::Representative;
 
+use crate::directory::Ending;
+
 /// One moment of the directory.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
@@ -22,6 +24,10 @@ pub struct State {
     /// in the same step by the next term's (the election is atomic in the
     /// model; see `Action::CoordinatorDies`).
     pub coordinator: Coordinator,
+    /// The coordinator of the previous term while it goes on serving the
+    /// connections it had when the current term began (SPEC.md §12.5), with
+    /// what its term owns; `None` when terms do not overlap.
+    pub deposed: Option<Deposed>,
     /// The durable epoch of the election (SPEC.md §7.3): the epoch of the
     /// current term, from which the next term's is made.
     pub durable_epoch: Epoch,
@@ -41,6 +47,30 @@ pub struct State {
     /// every step, so that it does not multiply the states; a property
     /// looks at it in the state right after the step.
     pub last_step: StepFacts,
+}
+
+/// A coordinator that lost the election without knowing it (partitioned
+/// from etcd, paused past its lease, or holding a `flight.lock` that was
+/// replaced: SPEC.md §12.5), with what its term owns. It serves only the
+/// connections it had when the next term began (new connections reach the
+/// current term), until it stops ([`crate::Action::DeposedStops`]).
+///
+/// The step functions act on it by swapping these fields with the current
+/// term's (`Step::as_deposed` in the directory), so the same code, and the
+/// same checks, drive either coordinator.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Deposed {
+    pub coordinator: Coordinator,
+    /// Its reuse windows' timers (see [`State::reuse_timers`]).
+    pub reuse_timers: BTreeSet<(Key, FencingToken)>,
+    /// The last token it minted (see [`History::last_minted`]).
+    pub last_minted: Option<FencingToken>,
+    /// Its term's [`History::reasserted`].
+    pub reasserted: BTreeSet<FencingToken>,
+    /// Its term's [`History::landed`].
+    pub landed: BTreeSet<FencingToken>,
+    /// Its term's [`History::reusable`].
+    pub reusable: BTreeSet<(Key, FencingToken)>,
 }
 
 /// One client process: a real [`Client`] with its connection, the work its
@@ -63,6 +93,10 @@ pub struct Process {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Link {
     pub connection: ConnectionId,
+    /// The connection is to the deposed coordinator ([`State::deposed`]):
+    /// it was open when the current term began. Connection numbers of the
+    /// two terms may be equal.
+    pub deposed: bool,
     /// Requests written by the client, not yet read by the coordinator.
     pub requests: VecDeque<Request>,
     /// Responses written by the coordinator, not yet read by the client.
@@ -117,19 +151,20 @@ pub struct Used {
     pub process_deaths: u8,
     pub disconnects: u8,
     pub coordinator_deaths: u8,
+    pub overlaps: u8,
 }
 
 /// The past, as far as the properties need it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct History {
-    /// The last token any coordinator minted (answered `lead` with).
+    /// The last token the current term's coordinator, or one of an earlier
+    /// term before it, minted (answered `lead` with). A deposed coordinator
+    /// keeps its own ([`Deposed::last_minted`]).
     pub last_minted: Option<FencingToken>,
-    /// What the work under each token produced.
-    pub outcomes: BTreeMap<FencingToken, Outcome>,
-    /// Flights that were in progress when a coordinator died, and that a
-    /// later term may still take back by reassert: kept through the next
-    /// grace window, dropped when it ends (SPEC.md §8.4).
-    pub reassertable: BTreeSet<(Key, FencingToken)>,
+    /// How the work under each token ended; its outcome is
+    /// [`Ending::outcome`] (kept as the ending: an `Outcome` holds strings,
+    /// which every state's clone and hash would copy and read).
+    pub outcomes: BTreeMap<FencingToken, Ending>,
     /// Flights that the current term took back: a running reassert
     /// accepted, or a landed one acknowledged.
     pub reasserted: BTreeSet<FencingToken>,
@@ -258,6 +293,15 @@ impl StepFacts {
     }
 }
 
+impl History {
+    /// Whether the work under `token` produced `outcome`.
+    pub fn produced(&self, token: FencingToken, outcome: &Outcome) -> bool {
+        self.outcomes
+            .get(&token)
+            .is_some_and(|ending| ending.outcome(token) == *outcome)
+    }
+}
+
 impl Process {
     /// A process that just started: no calls, not connected.
     pub fn fresh() -> Process {
@@ -274,6 +318,7 @@ impl Link {
     pub fn new(connection: ConnectionId) -> Link {
         Link {
             connection,
+            deposed: false,
             requests: VecDeque::new(),
             responses: VecDeque::new(),
         }
