@@ -29,7 +29,8 @@ pub struct Report {
 }
 
 /// Checks `directory` exhaustively: depth-first, [`THREADS`] threads,
-/// symmetry reduction, no state, depth or time cap.
+/// symmetry reduction (by the state's fingerprint, `State`'s `Hash`), no
+/// state, depth or time cap.
 pub fn check(directory: Directory) -> Report {
     run(directory, HasDiscoveries::All)
 }
@@ -59,7 +60,6 @@ fn run(directory: Directory, finish_when: HasDiscoveries) -> Report {
     let checker = directory
         .clone()
         .checker()
-        .symmetry()
         .threads(THREADS)
         .finish_when(finish_when)
         .spawn_dfs()

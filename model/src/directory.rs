@@ -23,7 +23,7 @@ use crate::state::{
 /// to its end.
 #[derive(Clone, Debug)]
 pub struct Directory {
-    /// Client processes (interchangeable: see `State`'s `Representative`).
+    /// Client processes (interchangeable: see `State`'s `Hash`).
     pub processes: usize,
     /// Keys the calls choose from (at most [`KEY_NAMES`]).
     pub keys: usize,

@@ -44,14 +44,16 @@
 //! # Bounds and reductions
 //!
 //! Every bound is a budget of the action generator ([`Directory`]'s fields):
-//! calls, cancels, broken connections, process deaths, coordinator deaths.
-//! No depth or state cap is used, so a finished run has explored every state
-//! the bounds allow ([`check::check`]). Processes are interchangeable, so
-//! [`State`] implements [`stateright::Representative`] (symmetry reduction,
-//! DFS only). The configurations CI checks are [`Directory::small`],
-//! [`Directory::two_keys`], [`Directory::disconnect`], [`Directory::detach`]
-//! and [`Directory::reuse`] (and variants in `tests/exhaustive.rs`);
-//! [`Directory::detach_and_reuse`] and [`Directory::large`] run on request.
+//! calls, cancels, broken connections, process deaths, coordinator deaths,
+//! overlapping terms. No depth or state cap is used, so a finished run has
+//! explored every state the bounds allow ([`check::check`]). Processes are
+//! interchangeable, so [`State`]'s hash, which is all the checker keeps of a
+//! visited state, is the same for every permutation of them (symmetry
+//! reduction without a representative). The configurations CI checks are
+//! [`Directory::small`], [`Directory::two_keys`], [`Directory::disconnect`],
+//! [`Directory::detach`], [`Directory::reuse`], [`Directory::overlap`] and
+//! [`Directory::large`] (and variants in `tests/exhaustive.rs`);
+//! [`Directory::detach_and_reuse`] runs on request.
 //! The README gives their state counts and times.
 //!
 //! Violations are recorded as flags in the state rather than panics: a panic
@@ -87,3 +89,8 @@ pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
 pub use state::{
     CallRecord, Deposed, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
 };
+
+/// The allocator of every binary that links the model (the tests, the
+/// command): see model/Cargo.toml for why.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

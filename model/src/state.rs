@@ -9,16 +9,16 @@ use single_flight::client::{CallId, Client};
 use single_flight::coordinator::{ConnectionId, Coordinator};
 use single_flight::protocol::{Key, Outcome, Request, Response};
 use single_flight::{Epoch, FencingToken};
-use stateright::Representative;
 
 use crate::directory::Ending;
 
-/// One moment of the directory.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// One moment of the directory. Its hash is its class under permutations
+/// of the processes (see the `Hash` impl below).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
     /// The client processes, by slot; `None` once a process died for good.
     /// Slots are interchangeable (nothing else names a slot), which is what
-    /// makes symmetry reduction sound (see [`Representative`] below).
+    /// makes symmetry reduction sound (see the `Hash` impl below).
     pub processes: Vec<Option<Process>>,
     /// The coordinator of the current term. A dead coordinator is replaced
     /// in the same step by the next term's (the election is atomic in the
@@ -346,59 +346,49 @@ impl CallRecord {
 /// Processes are interchangeable: the coordinator names connections, never
 /// slots, and every other part of the state names tokens, keys and calls of
 /// a process inside that process. So any permutation of the slots is a state
-/// that behaves the same, and sorting the slots picks one per class.
+/// that behaves the same, and the hash, which is all the checker stores of a
+/// state (its fingerprint), hashes the processes as a multiset: each one
+/// alone, then their hashes in sorted order. Permuted states share one
+/// fingerprint, and the checker visits one state per class (symmetry
+/// reduction) without building a representative: stateright's
+/// `Representative` cloned every generated state to sort its slots, which
+/// cost a third of the checker's time in profiles (model/README.md, "Speed").
 ///
-/// The sort key is a hash because `Client` is not `Ord`; two processes with
-/// the same hash keep their order, which at worst leaves two
-/// representatives for one class (a smaller reduction, never a wrong one).
-impl Representative for State {
-    fn representative(&self) -> State {
-        let mut state = self.clone();
-        state.processes.sort_by_cached_key(|process| {
-            let mut hasher = SortKey::default();
-            process.hash(&mut hasher);
-            hasher.finish()
-        });
-        state
-    }
-}
-
-/// A fast, fixed hash (FNV-1a over 64-bit words) for sorting processes: the
-/// sort runs for every state the checker generates, where the standard
-/// SipHash showed up in profiles. Its quality only affects how often two
-/// different processes tie, which costs reduction, never soundness.
-struct SortKey(u64);
-
-impl Default for SortKey {
-    fn default() -> SortKey {
-        SortKey(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Hasher for SortKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.write_u64(u64::from(byte));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0 ^ word).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-
-    fn write_u8(&mut self, word: u8) {
-        self.write_u64(u64::from(word));
-    }
-
-    fn write_u32(&mut self, word: u32) {
-        self.write_u64(u64::from(word));
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.write_u64(word as u64);
+/// Equal states still hash alike (`Eq` stays slot by slot, as derived);
+/// permuted ones are merely not equal, which the checker never asks.
+impl Hash for State {
+    fn hash<H: Hasher>(&self, hasher: &mut H) {
+        let mut processes: Vec<u64> = self
+            .processes
+            .iter()
+            .map(|process| {
+                // SipHash with fixed keys: deterministic, so fingerprints
+                // and replayed paths agree between runs.
+                let mut alone = std::hash::DefaultHasher::new();
+                process.hash(&mut alone);
+                alone.finish()
+            })
+            .collect();
+        processes.sort_unstable();
+        processes.hash(hasher);
+        let State {
+            processes: _,
+            coordinator,
+            deposed,
+            durable_epoch,
+            next_connection,
+            reuse_timers,
+            used,
+            history,
+            last_step,
+        } = self;
+        coordinator.hash(hasher);
+        deposed.hash(hasher);
+        durable_epoch.hash(hasher);
+        next_connection.hash(hasher);
+        reuse_timers.hash(hasher);
+        used.hash(hasher);
+        history.hash(hasher);
+        last_step.hash(hasher);
     }
 }
