@@ -313,7 +313,7 @@ impl Directory {
         }
     }
 
-    /// The larger configuration, run on request (SPEC.md §12.1): three
+    /// The larger configuration, checked in CI (SPEC.md §12.1): three
     /// processes, two keys, two failovers.
     pub fn large() -> Directory {
         Directory {
@@ -352,6 +352,16 @@ impl Directory {
             detached: Choice::Never,
             reuse: Choice::Never,
             mutant: None,
+        }
+    }
+
+    /// The goal configuration, run on request (model/README.md): `large`
+    /// with a broken connection, the shape of both core bugs the checker
+    /// found (two failovers, or one and a broken connection).
+    pub fn goal() -> Directory {
+        Directory {
+            disconnects: 1,
+            ..Directory::large()
         }
     }
 

@@ -2,7 +2,7 @@
 //!
 //! - `explore [address]`: stateright's web explorer on the CI configuration,
 //!   for a person to step through the protocol;
-//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap]`:
+//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap|goal]`:
 //!   an exhaustive check of a configuration of `Directory`, with its counts
 //!   and time.
 #![forbid(unsafe_code)]
@@ -18,8 +18,8 @@ use stateright::Model;
 const DEFAULT_ADDRESS: &str = "127.0.0.1:3000";
 
 const USAGE: &str = "usage: single-flight-model explore [address]   (default 127.0.0.1:3000)
-       single-flight-model check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap]
-                                 (default small)";
+       single-flight-model check [CONFIGURATION]   (default small)
+CONFIGURATION: small, two-keys, disconnect, detach, reuse, detach-reuse, large, overlap, goal";
 
 fn main() -> ExitCode {
     let arguments: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         ["check", "detach-reuse"] => check(Directory::detach_and_reuse()),
         ["check", "large"] => check(Directory::large()),
         ["check", "overlap"] => check(Directory::overlap()),
+        ["check", "goal"] => check(Directory::goal()),
         _ => {
             eprintln!("{USAGE}");
             ExitCode::from(2)
