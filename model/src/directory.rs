@@ -86,8 +86,10 @@ const REUSE_WINDOW: ReuseWindow = match ReuseWindow::from_millis(1000) {
     None => panic!("one second is a valid reuse window"),
 };
 
-/// The names of the keys, in the order the model uses them.
-pub const KEY_NAMES: [&str; 3] = ["a", "b", "c"];
+/// The names of the keys, in the order the model uses them. A configuration
+/// uses the first `keys` of them, so a longer list changes no configuration
+/// that uses fewer; four are what [`Directory::fleet`] needs.
+pub const KEY_NAMES: [&str; 4] = ["a", "b", "c", "d"];
 
 /// One thing that may happen next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -291,6 +293,32 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
+            mutant: None,
+        }
+    }
+
+    /// Walked at random, never checked exhaustively (SPEC.md §12.1,
+    /// `simulate`): far past every bound an exhaustive check reaches. Six
+    /// processes and four keys give flights of several keys at once, each
+    /// joined by several processes; twenty calls keep them busy through five
+    /// failovers (two failovers and a broken connection are the shape of both
+    /// bugs the model found), three broken connections, three process deaths
+    /// that may restart, and a few cancels; every work ends either way, and
+    /// every call is detached or not and has a reuse window or not, so that
+    /// every rule of SPEC.md §15 and §16 meets the failovers.
+    pub fn fleet() -> Directory {
+        Directory {
+            processes: 6,
+            keys: 4,
+            calls: 20,
+            cancels: 4,
+            process_deaths: 3,
+            restarts: true,
+            disconnects: 3,
+            coordinator_deaths: 5,
+            failures: true,
+            detached: Choice::PerCall,
+            reuse: Choice::PerCall,
             mutant: None,
         }
     }
