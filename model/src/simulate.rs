@@ -215,7 +215,6 @@ impl Simulation {
         // never what a trace does.
         #[allow(clippy::disallowed_methods)]
         let started = Instant::now();
-        let deadline = budget.time.map(|time| started + time);
         let checks = Checks::of(&self.directory);
         // The lowest trace index known to break a property.
         let lowest_violation = AtomicU64::new(u64::MAX);
@@ -224,9 +223,8 @@ impl Simulation {
                 .map(|worker| {
                     let checks = &checks;
                     let lowest_violation = &lowest_violation;
-                    scope.spawn(move || {
-                        self.work(worker, budget, deadline, checks, lowest_violation)
-                    })
+                    scope
+                        .spawn(move || self.work(worker, budget, started, checks, lowest_violation))
                 })
                 .collect();
             workers
@@ -282,7 +280,7 @@ impl Simulation {
         &self,
         worker: u64,
         budget: Budget,
-        deadline: Option<Instant>,
+        started: Instant,
         checks: &Checks,
         lowest_violation: &AtomicU64,
     ) -> Tally {
@@ -297,10 +295,16 @@ impl Simulation {
             {
                 break;
             }
-            // Only after the first trace: a run always walks some.
-            #[allow(clippy::disallowed_methods)]
-            let late = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
-            if index != worker && (late() || (budget.traces.is_none() && deadline.is_none())) {
+            // Only after the first trace: a run always walks some. Measured
+            // as time elapsed, which cannot overflow as an instant plus a
+            // huge budget would.
+            let out_of_time = match budget.time {
+                Some(time) => started.elapsed() >= time,
+                // The budget of traces, checked above, decides; with
+                // neither budget, only the first trace is walked.
+                None => budget.traces.is_none(),
+            };
+            if index != worker && out_of_time {
                 break;
             }
             let trace = self.walk(index, checks, &mut tally.reached);
