@@ -341,19 +341,9 @@ impl Directory {
     /// coordinator to the current one before that.
     pub fn overlap() -> Directory {
         Directory {
-            processes: 2,
-            keys: 1,
-            calls: 3,
-            cancels: 0,
-            process_deaths: 0,
-            restarts: false,
-            disconnects: 1,
             coordinator_deaths: 0,
             overlaps: 1,
-            failures: false,
-            detached: Choice::Never,
-            reuse: Choice::Never,
-            mutant: None,
+            ..Directory::disconnect()
         }
     }
 

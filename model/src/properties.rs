@@ -5,9 +5,6 @@
 //! and effect) and recorded in [`StepFacts`]; the properties then read those
 //! flags in the state after the step. The rest are read from the state.
 
-use std::collections::BTreeSet;
-
-use single_flight::FencingToken;
 use single_flight::coordinator::Coordinator;
 use stateright::Property;
 
@@ -181,12 +178,7 @@ pub fn two_terms_run_one_key(state: &State) -> bool {
     let Some(deposed) = &state.deposed else {
         return false;
     };
-    let running: BTreeSet<FencingToken> = state
-        .processes
-        .iter()
-        .flatten()
-        .flat_map(|process| process.work.values().copied())
-        .collect();
+    let running = state.running();
     deposed.coordinator.flights().any(|(key, older)| {
         running.contains(&older)
             && state

@@ -293,6 +293,17 @@ impl StepFacts {
     }
 }
 
+impl State {
+    /// The tokens under which some process's work runs.
+    pub fn running(&self) -> BTreeSet<FencingToken> {
+        self.processes
+            .iter()
+            .flatten()
+            .flat_map(|process| process.work.values().copied())
+            .collect()
+    }
+}
+
 impl History {
     /// Whether the work under `token` produced `outcome`.
     pub fn produced(&self, token: FencingToken, outcome: &Outcome) -> bool {

@@ -60,12 +60,7 @@ fn overlapping_terms_run_one_key_twice_and_fencing_orders_them() {
 
     let running = &states[both_running.len()];
     assert!(two_terms_run_one_key(running), "{log}");
-    let works: Vec<_> = running
-        .processes
-        .iter()
-        .flatten()
-        .flat_map(|process| process.work.values().copied())
-        .collect();
+    let works: Vec<_> = running.running().into_iter().collect();
     assert_eq!(works, [token(1, 1), token(2, 1)], "{log}");
     assert!(token(2, 1) > token(1, 1));
     // The property that names the path is reached, and is a `sometimes`:
