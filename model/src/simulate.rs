@@ -3,8 +3,8 @@
 //!
 //! A walk uses the same [`Directory`] as the checker: its initial state, its
 //! `actions`, its `next_state` and its `properties()`. Each trace starts from
-//! the initial state and takes one enabled action after another, chosen
-//! uniformly, until none is enabled. Every action of the model spends a
+//! the initial state and takes one enabled action after another, chosen as
+//! the trace's [`Pick`] says, until none is enabled. Every action of the model spends a
 //! budget or consumes something that only a budgeted action makes (a
 //! message, running work, a closed connection, a grace window, a reuse
 //! timer), so every trace ends; [`MAX_STEPS`] is only a safety net, and the
