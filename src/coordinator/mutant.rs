@@ -116,3 +116,24 @@ impl Coordinator {
     }
 }
 
+/// The shipped configuration, which only `cargo test -p single-flight`
+/// builds: `cargo test --workspace` unifies features, and the model turns
+/// `mutants` on.
+#[cfg(all(test, not(feature = "mutants")))]
+mod tests {
+    use super::*;
+    use crate::coordinator::Term;
+    use crate::protocol::Epoch;
+
+    /// A shipped coordinator carries no seeded bug (SPEC.md §12.3): its hook
+    /// state takes no bytes, and a hook is its shipped value. .ci/run checks
+    /// that this test ran, to show that its step tested the library as
+    /// shipped.
+    #[test]
+    fn a_shipped_build_carries_no_seeded_bug() {
+        assert_eq!(std::mem::size_of::<Seeded>(), 0);
+        let coordinator = Coordinator::new(Epoch::new(2).unwrap(), Term::AfterFailover);
+        assert!(coordinator.hook(Mutant::GraceLetsRunsLead, true, false));
+        assert_eq!(coordinator.hook(Mutant::TokenIgnoresEpoch, 2, 1), 2);
+    }
+}
