@@ -580,3 +580,42 @@ fn calls_in_progress_count_landing_calls_until_settled() {
     client.step(Event::CallCancelled { call: CallId(2) });
     assert_eq!(client.calls_in_progress(), 0);
 }
+
+/// A connected client whose call 1, with `options`, led flight 1 and lost it:
+/// its reassert after a reconnect was rejected (§9.3).
+fn orphaned(options: CallOptions) -> Client {
+    let mut client = connected();
+    start_with(&mut client, 1, options);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    client.step(Event::ConnectionReady);
+    receive(&mut client, Response::Rejected { id: id(1) });
+    client
+}
+
+/// §9.5, §15.3: the caller of a call that lost its flight leaves. The
+/// coordinator no longer knows the call, so nothing is sent. A detached
+/// call's work, which would outlive its caller, is stopped; any other
+/// call's work ends with its caller, so nothing is stopped.
+#[test]
+fn caller_of_an_orphaned_call_leaves() {
+    let mut client = orphaned(DETACHED);
+    assert_eq!(
+        cancelled(&mut client, 1),
+        vec![Effect::StopWork {
+            call: CallId(1),
+            why: StopReason::FlightLost,
+        }]
+    );
+    assert!(client.is_idle());
+
+    let mut client = orphaned(CallOptions::default());
+    assert_eq!(cancelled(&mut client, 1), vec![]);
+    assert!(client.is_idle());
+}

@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
-#[cfg(feature = "mutants")]
-use super::mutant::Mutant;
+use super::mutant::{Mutant, Seeded};
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
@@ -116,8 +115,9 @@ pub struct Coordinator {
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
     counters: Tally,
-    #[cfg(feature = "mutants")]
-    mutant: Option<Mutant>,
+    /// The seeded bug, if any (SPEC.md §12.3); zero-sized in a shipped
+    /// build. Set in mutant.rs, the one home of the seeded bugs.
+    pub(super) seeded: Seeded,
 }
 
 /// What a coordinator decided in its term, counted (SPEC.md §8.11), in
@@ -212,8 +212,7 @@ impl Coordinator {
                 grace_windows: u64::from(in_grace),
                 ..CoordinatorStats::default()
             }),
-            #[cfg(feature = "mutants")]
-            mutant: None,
+            seeded: Seeded::default(),
         }
     }
 
@@ -222,13 +221,6 @@ impl Coordinator {
     #[doc(hidden)]
     pub fn with_next_sequence(mut self, sequence: u32) -> Coordinator {
         self.next_sequence = Some(sequence);
-        self
-    }
-
-    /// This coordinator with one seeded bug (SPEC.md §12.3).
-    #[cfg(feature = "mutants")]
-    pub fn with_mutant(mut self, mutant: Option<Mutant>) -> Coordinator {
-        self.mutant = mutant;
         self
     }
 
@@ -413,7 +405,7 @@ impl Coordinator {
     /// A run with a reuse window takes a kept value first (§16.3); none is
     /// kept in the window, as no flight has been led in the term yet.
     fn run(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
-        if self.in_grace && !self.mutant(Mutant::GraceLetsRunsLead) {
+        if self.hook(Mutant::GraceLetsRunsLead, self.in_grace, false) {
             if let Some(window) = reuse {
                 self.waiting_reuse.insert(party.clone(), window);
             }
@@ -428,8 +420,9 @@ impl Coordinator {
         if self.reuse(&party, &key, reuse) {
             return;
         }
-        match self.flights.get(&key) {
-            Some(flight) if !self.mutant(Mutant::SecondLeaderWhileInProgress) => {
+        let in_progress = self.flights.get(&key);
+        match self.hook(Mutant::SecondLeaderWhileInProgress, in_progress, None) {
+            Some(flight) => {
                 let token = flight.token;
                 self.join(party, &key, token);
             }
@@ -476,7 +469,7 @@ impl Coordinator {
     /// otherwise interrupted. It never leads.
     fn rejoin(&mut self, party: PartyRef, key: Key, token: FencingToken) {
         let in_progress = self.flights.get(&key).is_some_and(|f| f.token == token);
-        if in_progress && (!self.in_grace || self.mutant(Mutant::JoinsHeldFlights)) {
+        if in_progress && self.hook(Mutant::JoinsHeldFlights, !self.in_grace, true) {
             return self.join(party, &key, token);
         }
         if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
@@ -504,10 +497,12 @@ impl Coordinator {
             );
             return self.waiting.push(party);
         }
-        if self.mutant(Mutant::RejoinMayLead) && !self.flights.contains_key(&key) {
-            return self.lead(party, key, None);
+        // With the seeded bug, a rejoin whose key has no flight leads one.
+        let key_has_flight = self.flights.contains_key(&key);
+        if self.hook(Mutant::RejoinMayLead, true, key_has_flight) {
+            return self.finish(&party, None);
         }
-        self.finish(&party, None);
+        self.lead(party, key, None);
     }
 
     /// §8.3: a leader of an earlier term claims its flight again: still
@@ -520,7 +515,7 @@ impl Coordinator {
         token: FencingToken,
         outcome: Option<Outcome>,
     ) {
-        let in_window = self.in_grace || self.mutant(Mutant::ReassertAfterGrace);
+        let in_window = self.hook(Mutant::ReassertAfterGrace, self.in_grace, true);
         let latest = self.reasserted.get(&key).copied();
         // A running flight comes back only if it is the key's latest: a
         // greater token of the key was led after it ended (§8.3).
@@ -571,14 +566,20 @@ impl Coordinator {
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key.clone(), flight);
-        let joins_at_once = self.mutant(Mutant::JoinsHeldFlights);
+        // With the seeded bug, the plain runs of the key and the rejoins of
+        // this flight join it at once.
+        let joins_at_once = self.hook(Mutant::JoinsHeldFlights, None, Some([None, Some(token)]));
         self.settle_waiting(&key, |waiting| match waiting {
             // Rejoins of an older flight of the key: it was superseded.
             Some(t) if t < token => Settle::Finish(None),
-            None if joins_at_once => Settle::Join(token),
-            Some(t) if t == token && joins_at_once => Settle::Join(token),
             // Plain runs, rejoins of this flight and of newer ones wait.
-            _ => Settle::Wait,
+            _ => {
+                if joins_at_once.is_some_and(|joining| joining.contains(&waiting)) {
+                    Settle::Join(token)
+                } else {
+                    Settle::Wait
+                }
+            }
         });
     }
 
@@ -589,7 +590,7 @@ impl Coordinator {
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
         let (outcome, answer) = shareable(outcome);
         self.count_land(matches!(outcome, Outcome::Value(_)));
-        if !self.mutant(Mutant::ForgetsLandingsInGrace) {
+        if self.hook(Mutant::ForgetsLandingsInGrace, true, false) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
         self.settle_waiting(key, |waiting| match waiting {
@@ -660,11 +661,11 @@ impl Coordinator {
             // caller must not reuse an older value than one that landed
             // since. A value of a flight whose leader has a reuse window is
             // kept; a failure never is (it is worth calling again at once).
-            if !self.mutant(Mutant::ReusesOlderValues) {
+            if self.hook(Mutant::ReusesOlderValues, true, false) {
                 self.forget_kept(|kept| kept.key == key);
             }
             if let (Some(window), Some(outcome)) = (keep, outcome)
-                && (value || self.mutant(Mutant::KeepsFailures))
+                && self.hook(Mutant::KeepsFailures, value, true)
             {
                 self.keep(key, token, outcome, window);
             }
@@ -697,13 +698,14 @@ impl Coordinator {
                 if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
                     flight.joiners.remove(party);
                     let unwanted = flight.joiners.is_empty() && self.is_detached(token);
-                    if unwanted && !self.mutant(Mutant::KeepsUnwantedFlights) {
+                    if self.hook(Mutant::KeepsUnwantedFlights, unwanted, false) {
                         self.stop_if_unwanted(&key);
                     }
                 }
             }
             Role::Leading { token } => {
-                if why == Withdrawal::Close && self.mutant(Mutant::LeaderCloseStrandsJoiners) {
+                let closed = matches!(why, Withdrawal::Close);
+                if self.hook(Mutant::LeaderCloseStrandsJoiners, false, closed) {
                     self.flights.remove(&key);
                 } else {
                     self.end_flight(&key, token, None);
@@ -764,7 +766,7 @@ impl Coordinator {
                 (None, Some(landed)) => Settle::JoinLanded(token, landed.clone()),
                 _ => Settle::Wait,
             });
-            if !self.mutant(Mutant::ForgetsLandingsInGrace) {
+            if self.hook(Mutant::ForgetsLandingsInGrace, true, false) {
                 // Moved, not copied: a held flight keeps no value (§16.2),
                 // so nobody needs it back.
                 self.ended_in_grace.insert(flight.token, outcome.take());
@@ -850,7 +852,7 @@ impl Coordinator {
             return;
         }
         self.detached.insert(token);
-        if self.mutant(Mutant::DetachStopsWaitedFlights) {
+        if self.hook(Mutant::DetachStopsWaitedFlights, false, true) {
             return self.stop(&key);
         }
         self.stop_if_unwanted(&key);
@@ -886,7 +888,7 @@ impl Coordinator {
     /// it, and its party is closed. `false` when it does not (no window, or
     /// nothing kept).
     fn reuse(&mut self, party: &PartyRef, key: &Key, window: Option<ReuseWindow>) -> bool {
-        if self.kept.is_empty() || window.is_none() && !self.mutant(Mutant::ReusesWithoutWindow) {
+        if self.kept.is_empty() || self.hook(Mutant::ReusesWithoutWindow, window.is_none(), false) {
             return false;
         }
         let Some(kept) = self.kept.iter().find(|kept| kept.key == *key) else {
@@ -928,7 +930,7 @@ impl Coordinator {
     /// §16.2: the reuse window of a kept value is over. A late expiry, of a
     /// value replaced or evicted since, changes nothing.
     fn expire(&mut self, key: &Key, token: FencingToken) {
-        if !self.mutant(Mutant::ReusesPastExpiry) {
+        if self.hook(Mutant::ReusesPastExpiry, true, false) {
             self.forget_kept(|kept| kept.key == *key && kept.token == token);
         }
     }
@@ -982,11 +984,7 @@ impl Coordinator {
     fn mint(&mut self) -> Option<FencingToken> {
         let sequence = self.next_sequence?;
         self.next_sequence = sequence.checked_add(1);
-        let epoch = if self.mutant(Mutant::TokenIgnoresEpoch) {
-            Epoch::FIRST
-        } else {
-            self.epoch
-        };
+        let epoch = self.hook(Mutant::TokenIgnoresEpoch, self.epoch, Epoch::FIRST);
         FencingToken::new(epoch, sequence)
     }
 
@@ -1008,17 +1006,6 @@ impl Coordinator {
         if let Some(parties) = self.connections.get_mut(connection) {
             parties.remove(id);
         }
-    }
-
-    #[cfg(feature = "mutants")]
-    fn mutant(&self, mutant: Mutant) -> bool {
-        self.mutant == Some(mutant)
-    }
-
-    #[cfg(not(feature = "mutants"))]
-    #[inline(always)]
-    fn mutant(&self, _: Mutant) -> bool {
-        false
     }
 }
 
@@ -1046,29 +1033,8 @@ enum Settle {
 }
 
 /// Why a party is withdrawn; the two differ only for a seeded bug.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Withdrawal {
     Cancel,
     Close,
-}
-
-/// Without the `mutants` feature the seeded bugs do not exist; this stand-in
-/// keeps the call sites readable and compiles to nothing.
-#[cfg(not(feature = "mutants"))]
-#[derive(Clone, Copy)]
-enum Mutant {
-    RejoinMayLead,
-    ReassertAfterGrace,
-    GraceLetsRunsLead,
-    LeaderCloseStrandsJoiners,
-    TokenIgnoresEpoch,
-    SecondLeaderWhileInProgress,
-    ForgetsLandingsInGrace,
-    JoinsHeldFlights,
-    DetachStopsWaitedFlights,
-    KeepsUnwantedFlights,
-    ReusesWithoutWindow,
-    KeepsFailures,
-    ReusesPastExpiry,
-    ReusesOlderValues,
 }

@@ -4,7 +4,6 @@
 
 mod io;
 mod machine;
-#[cfg(feature = "mutants")]
 mod mutant;
 
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term};

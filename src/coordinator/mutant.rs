@@ -1,8 +1,27 @@
-//! Deliberately wrong variants of the coordinator (SPEC.md §12.3), compiled
-//! only with the `mutants` feature, so that the model checker can show that
-//! it catches each of them. Never enable the feature in a build you ship.
+//! Deliberately wrong variants of the coordinator (SPEC.md §12.3), so that
+//! the model checker can show that it catches each of them. Only the
+//! `mutants` feature makes them reachable (`Coordinator::with_mutant`);
+//! never enable it in a build you ship. Without it `Seeded` is zero-sized
+//! and every hook is its shipped value.
+//!
+//! The seeded bugs live in this file, not in machine.rs, for mutation testing
+//! (model/README.md, "Mutation score"): cargo-mutants mutates machine.rs and
+//! cannot see that a hook is off in a shipped build, so a hook written there
+//! as `!self.mutant(..)`, `.. && self.mutant(..)` or a match guard gave
+//! mutants that change only the seeded bugs, and the choice itself (`==`, a
+//! function returning `bool`) gave more. Each hook in machine.rs is instead
+//! one call of `Coordinator::hook` that takes the shipped value and the seeded
+//! one: a call is not mutated, and the shipped expression passed in gives
+//! the mutants it would give without the hook. So in machine.rs the result
+//! of `hook` is never combined with an operator or used as a match guard,
+//! and its seeded argument holds no operator either.
+
+use super::machine::Coordinator;
 
 /// One seeded bug. Each names the rule of SPEC.md it breaks.
+///
+/// Without the `mutants` feature it exists only to name the hooks, and
+/// nothing outside the coordinator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mutant {
     /// §8.2: a rejoin whose flight is gone leads a new flight.
@@ -43,6 +62,7 @@ pub enum Mutant {
     ReusesOlderValues,
 }
 
+#[cfg(feature = "mutants")]
 impl Mutant {
     pub const ALL: [Mutant; 14] = [
         Mutant::RejoinMayLead,
@@ -60,4 +80,60 @@ impl Mutant {
         Mutant::ReusesPastExpiry,
         Mutant::ReusesOlderValues,
     ];
+}
+
+/// The seeded bug that a coordinator carries, if any: always none, and no
+/// bytes, in a build without the `mutants` feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub(super) struct Seeded(#[cfg(feature = "mutants")] Option<Mutant>);
+
+#[cfg(feature = "mutants")]
+impl Coordinator {
+    /// This coordinator with one seeded bug (SPEC.md §12.3).
+    pub fn with_mutant(mut self, mutant: Option<Mutant>) -> Coordinator {
+        self.seeded = Seeded(mutant);
+        self
+    }
+
+    /// A hook of the seeded bugs: `shipped`, or `seeded` in a coordinator
+    /// that carries `bug`.
+    pub(super) fn hook<T>(&self, bug: Mutant, shipped: T, seeded: T) -> T {
+        if self.seeded.0 == Some(bug) {
+            seeded
+        } else {
+            shipped
+        }
+    }
+}
+
+#[cfg(not(feature = "mutants"))]
+impl Coordinator {
+    /// A hook of the seeded bugs: `shipped`, as a shipped build carries
+    /// none.
+    #[inline(always)]
+    pub(super) fn hook<T>(&self, _: Mutant, shipped: T, _: T) -> T {
+        shipped
+    }
+}
+
+/// The shipped configuration, which only `cargo test -p single-flight`
+/// builds: `cargo test --workspace` unifies features, and the model turns
+/// `mutants` on.
+#[cfg(all(test, not(feature = "mutants")))]
+mod tests {
+    use super::*;
+    use crate::coordinator::Term;
+    use crate::protocol::Epoch;
+
+    /// A shipped coordinator carries no seeded bug (SPEC.md §12.3): its hook
+    /// state takes no bytes, and a hook is its shipped value. .ci/run checks
+    /// that this test ran, to show that its step tested the library as
+    /// shipped.
+    #[test]
+    fn a_shipped_build_carries_no_seeded_bug() {
+        assert_eq!(std::mem::size_of::<Seeded>(), 0);
+        let coordinator = Coordinator::new(Epoch::new(2).unwrap(), Term::AfterFailover);
+        assert!(coordinator.hook(Mutant::GraceLetsRunsLead, true, false));
+        assert_eq!(coordinator.hook(Mutant::TokenIgnoresEpoch, 2, 1), 2);
+    }
 }
