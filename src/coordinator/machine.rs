@@ -697,8 +697,9 @@ impl Coordinator {
             Role::Joining { token } => {
                 if let Some(flight) = self.flights.get_mut(&key).filter(|f| f.token == token) {
                     flight.joiners.remove(party);
-                    let unwanted = flight.joiners.is_empty() && self.is_detached(token);
-                    if self.hook(Mutant::KeepsUnwantedFlights, unwanted, false) {
+                    // The last joiner of a detached flight may have left
+                    // (§15.2); stop_if_unwanted judges it.
+                    if self.hook(Mutant::KeepsUnwantedFlights, true, false) {
                         self.stop_if_unwanted(&key);
                     }
                 }
