@@ -7,7 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use single_flight::election::etcd::{EtcdElection, EtcdOptions};
+use single_flight::election::etcd::client::Client;
+use single_flight::election::etcd::{EtcdElection, EtcdOptions, REQUEST_TIMEOUT};
 use single_flight::election::{Election, ElectionError, Term};
 use support::etcd::{self, Etcd};
 
@@ -90,6 +91,35 @@ async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
     term.resign(false).await;
 }
 
+/// §14.2: a term renews its lease, so it holds the key for as long as it
+/// lasts, far beyond one TTL, and the other processes go on seeing it.
+#[tokio::test]
+async fn s14_2_a_term_renews_its_lease_and_outlives_it() {
+    if !etcd::available() {
+        return;
+    }
+    let etcd = Etcd::single();
+    let mut options = options(&etcd, "renewed");
+    // A renewal every 1.3 s keeps the lease proven 3 s ahead: wide enough
+    // for a loaded machine's scheduling delays.
+    options.ttl = Duration::from_secs(4);
+    let mut holder = EtcdElection::connect(&options, "10.0.0.1:7000".into())
+        .await
+        .expect("etcd answers");
+    let mut other = election(&etcd, "renewed", "10.0.0.2:7000").await;
+    let mut term = win(&mut holder).await;
+    tokio::time::sleep(options.ttl * 3).await;
+    term.check().expect("renewals keep the term");
+    assert!(term.still_holds(), "the lease is proven");
+    assert_eq!(
+        other.coordinator().await.unwrap().as_deref(),
+        Some("10.0.0.1:7000"),
+        "the key lives on under the renewed lease"
+    );
+    assert!(other.campaign().await.unwrap().is_none(), "the key is held");
+    term.resign(true).await;
+}
+
 /// §14.1: clusters of one etcd do not see each other.
 #[tokio::test]
 async fn s14_1_clusters_share_an_etcd_without_seeing_each_other() {
@@ -120,24 +150,22 @@ async fn s14_1_an_epoch_that_is_not_a_number_fails_closed_naming_the_key() {
     let etcd = Etcd::single();
     let mut election = election(&etcd, "damaged", "10.0.0.1:1").await;
     let key = election.epoch_key().to_owned();
-    let mut client = etcd_client::Client::connect(etcd.endpoints(), None)
-        .await
-        .unwrap();
-    client.put(key.clone(), "seven", None).await.unwrap();
+    let client = Client::connect(&etcd.endpoints(), None, REQUEST_TIMEOUT).unwrap();
+    client.put(key.clone(), "seven", 0).await.unwrap();
     let error = election.campaign().await.unwrap_err();
     assert!(
         matches!(error, ElectionError::EtcdEpochCorrupt { .. }),
         "{error}"
     );
     assert!(error.to_string().contains(&key), "{error}");
-    client.put(key.clone(), "2147483647", None).await.unwrap();
+    client.put(key.clone(), "2147483647", 0).await.unwrap();
     let error = election.campaign().await.unwrap_err();
     assert!(
         matches!(error, ElectionError::EtcdEpochExhausted { .. }),
         "{error}"
     );
     assert!(error.to_string().contains(&key), "{error}");
-    client.put(key.clone(), "41", None).await.unwrap();
+    client.put(key.clone(), "41", 0).await.unwrap();
     let term = election.campaign().await.unwrap().expect("a term");
     assert_eq!(term.epoch().get(), 42);
     term.resign(true).await;

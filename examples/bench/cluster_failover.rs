@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, EventType};
+use single_flight::election::etcd::REQUEST_TIMEOUT;
+use single_flight::election::etcd::client::{Client, EventType};
 use single_flight::{Role, RunError};
 
 use crate::lab::{self, HOSTS, Lab, Settings};
@@ -176,10 +177,9 @@ impl Watch {
         let stopped = stop.clone();
         let thread = std::thread::spawn(move || {
             process::runtime().block_on(async move {
-                let mut client = Client::connect(&endpoints, None)
-                    .await
-                    .expect("the orchestrator reaches etcd");
-                let mut stream = client.watch(key, None).await.expect("a watch");
+                let client = Client::connect(&endpoints, None, REQUEST_TIMEOUT)
+                    .expect("the orchestrator's etcd endpoints are URLs");
+                let mut stream = client.watch(key, 0).await.expect("a watch");
                 started.send(()).expect("the orchestrator waits");
                 while !stopped.load(Ordering::Relaxed) {
                     let Ok(message) = tokio::time::timeout(WATCH_SLICE, stream.message()).await
@@ -190,8 +190,8 @@ impl Watch {
                         return;
                     };
                     let at = wall_nanos();
-                    for event in response.events() {
-                        let _ = sender.send((event.event_type(), at));
+                    for event in &response.events {
+                        let _ = sender.send((event.r#type(), at));
                     }
                 }
             });

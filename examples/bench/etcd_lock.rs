@@ -1,5 +1,5 @@
 //! The etcd lock baseline of the cluster benchmarks: etcd's Lock API
-//! through the `etcd-client` crate, as a program without single-flight
+//! (its v3lock service, through the library's own etcd client), as a program without single-flight
 //! would guard a key across hosts: lock the key's name, run the work,
 //! unlock. Waiters block in `lock` until every holder before them has
 //! unlocked (etcd queues them by revision). A lock hands no result on, so
@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, LockOptions};
+use single_flight::election::etcd::REQUEST_TIMEOUT;
+use single_flight::election::etcd::client::{Client, describe};
 
 use crate::lab::Place;
 
@@ -32,10 +33,13 @@ pub struct Caller {
 
 impl Caller {
     /// Connects to the etcd of this worker's place and grants the lease.
-    pub async fn connect(key: &str) -> Result<Caller, etcd_client::Error> {
+    pub async fn connect(key: &str) -> Result<Caller, String> {
         let place = Place::from_env();
-        let mut client = Client::connect(&place.endpoints, None).await?;
-        let lease = client.lease_grant(LEASE_TTL_SECONDS, None).await?.id();
+        let client = Client::connect(&place.endpoints, None, REQUEST_TIMEOUT)?;
+        let (lease, _) = client
+            .lease_grant(LEASE_TTL_SECONDS)
+            .await
+            .map_err(|error| describe(&error))?;
         Ok(Caller {
             client,
             lease,
@@ -51,16 +55,15 @@ impl Caller {
         runtime: &tokio::runtime::Runtime,
         work: impl FnOnce() -> String,
     ) -> Result<(String, bool), String> {
-        let options = LockOptions::new().with_lease(self.lease);
-        let lock = self.client.lock(self.name.as_str(), Some(options));
+        let lock = self.client.lock(self.name.as_str(), self.lease);
         let locked = runtime
             .block_on(async { tokio::time::timeout(LOCK_TIMEOUT, lock).await })
             .map_err(|_| format!("no lock within {LOCK_TIMEOUT:?}"))?
-            .map_err(|error| error.to_string())?;
+            .map_err(|error| describe(&error))?;
         let value = work();
         runtime
-            .block_on(self.client.unlock(locked.key()))
-            .map_err(|error| error.to_string())?;
+            .block_on(self.client.unlock(locked))
+            .map_err(|error| describe(&error))?;
         Ok((value, true))
     }
 }

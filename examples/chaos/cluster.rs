@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
+use single_flight::election::etcd::client::{Client, describe};
 use single_flight::{Cluster, SingleFlight};
 
 use crate::certs_support;
@@ -377,24 +378,18 @@ fn key(name: &str) -> String {
     format!("single-flight/{CLUSTER_NAME}/{name}")
 }
 
-async fn etcd_client(scene: &Scene) -> Result<etcd_client::Client, String> {
-    tokio::time::timeout(
-        ETCD_REQUEST,
-        etcd_client::Client::connect(&scene.endpoints, None),
-    )
-    .await
-    .map_err(|_| "etcd did not answer".to_owned())?
-    .map_err(|error| error.to_string())
+fn etcd_client(endpoints: &[String]) -> Result<Client, String> {
+    Client::connect(endpoints, None, ETCD_REQUEST)
 }
 
 async fn read_epoch_key(scene: &Scene) -> Result<String, String> {
-    let mut client = etcd_client(scene).await?;
-    let answer = tokio::time::timeout(ETCD_REQUEST * 5, client.get(key("epoch"), None))
+    let client = etcd_client(&scene.endpoints)?;
+    let answer = tokio::time::timeout(ETCD_REQUEST * 5, client.get(key("epoch")))
         .await
         .map_err(|_| "etcd did not answer".to_owned())?
-        .map_err(|error| error.to_string())?;
-    let kv = answer.kvs().first().ok_or("no epoch key")?;
-    Ok(kv.value_str().map_err(|e| e.to_string())?.to_owned())
+        .map_err(|error| describe(&error))?;
+    let kv = answer.kvs.first().ok_or("no epoch key")?;
+    String::from_utf8(kv.value.clone()).map_err(|e| e.to_string())
 }
 
 /// Reads the coordinator and epoch keys in one request every
@@ -407,13 +402,12 @@ async fn poll_coordinator(shared: Arc<Shared>, scene: Arc<Scene>, watching: Arc<
     while watching.load(Ordering::SeqCst) {
         tokio::time::sleep(COORDINATOR_POLL).await;
         if client.is_none() {
-            client = etcd_client(&scene).await.ok();
+            client = etcd_client(&scene.endpoints).ok();
         }
-        let Some(etcd) = client.as_mut() else {
+        let Some(etcd) = client.as_ref() else {
             continue;
         };
-        let options = etcd_client::GetOptions::new().with_prefix();
-        let read = tokio::time::timeout(ETCD_REQUEST, etcd.get(prefix.clone(), Some(options)));
+        let read = tokio::time::timeout(ETCD_REQUEST, etcd.get_prefix(prefix.clone()));
         let answer = match read.await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) | Err(_) => continue,
@@ -421,10 +415,14 @@ async fn poll_coordinator(shared: Arc<Shared>, scene: Arc<Scene>, watching: Arc<
         let t = now_us();
         let mut epoch = None;
         let mut address = None;
-        for kv in answer.kvs() {
-            match kv.key_str().ok().and_then(|k| k.strip_prefix(&prefix)) {
-                Some("epoch") => epoch = kv.value_str().ok().and_then(|v| v.parse::<u32>().ok()),
-                Some("coordinator") => address = kv.value_str().ok().map(str::to_owned),
+        for kv in &answer.kvs {
+            let value = std::str::from_utf8(&kv.value).ok();
+            match std::str::from_utf8(&kv.key)
+                .ok()
+                .and_then(|k| k.strip_prefix(&prefix))
+            {
+                Some("epoch") => epoch = value.and_then(|v| v.parse::<u32>().ok()),
+                Some("coordinator") => address = value.map(str::to_owned),
                 _ => {}
             }
         }
@@ -657,15 +655,14 @@ async fn sleep_ms(ms: u64) {
 /// turn (a stopped or dead one does not answer).
 async fn etcd_leader(scene: &Scene) -> Option<usize> {
     for (index, endpoint) in scene.endpoints.iter().enumerate() {
-        let connect = etcd_client::Client::connect([endpoint.as_str()], None);
-        let Ok(Ok(mut client)) = tokio::time::timeout(ETCD_REQUEST, connect).await else {
+        let Ok(client) = etcd_client(std::slice::from_ref(endpoint)) else {
             continue;
         };
         let Ok(Ok(status)) = tokio::time::timeout(ETCD_REQUEST, client.status()).await else {
             continue;
         };
-        let own = status.header().map(|h| h.member_id());
-        if own == Some(status.leader()) {
+        let own = status.header.map(|h| h.member_id);
+        if own == Some(status.leader) {
             return Some(index);
         }
     }

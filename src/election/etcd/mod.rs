@@ -13,14 +13,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, Identity,
-    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
+use tonic::{Code, Status};
 use tracing::{debug, info, warn};
+
+use client::{Client, EventType, TlsFiles, TxnRequest, describe, response_op};
 
 use super::{Election, ElectionError, Term};
 use crate::protocol::Epoch;
+
+#[doc(hidden)]
+pub mod client;
+mod proto;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
 /// bounds how long a dead coordinator's host keeps its key, hence the
@@ -66,14 +69,10 @@ const REQUEST_ATTEMPTS: u32 = 5;
 const REQUEST_RETRY: Duration = Duration::from_millis(100);
 
 /// Whether a failed request may succeed at another member: the member was
-/// unreachable (gRPC's UNAVAILABLE, code 14), not the request wrong.
-fn transient(error: &etcd_client::Error) -> bool {
-    const UNAVAILABLE: i32 = 14;
-    match error {
-        etcd_client::Error::GRpcStatus(status) => i32::from(status.code()) == UNAVAILABLE,
-        etcd_client::Error::TransportError(_) => true,
-        _ => false,
-    }
+/// unreachable (gRPC's UNAVAILABLE, which is also how a connection that
+/// cannot be made is reported), not the request wrong.
+fn transient(error: &Status) -> bool {
+    error.code() == Code::Unavailable
 }
 
 /// Sends a request, again at most [`REQUEST_ATTEMPTS`] times while it fails
@@ -81,16 +80,16 @@ fn transient(error: &etcd_client::Error) -> bool {
 /// lease grant (an unused lease expires), and the campaign's transaction (if
 /// an attempt that failed was applied, the repeat finds the key taken and
 /// the campaign revokes its own lease).
-async fn with_retries<T, F, Fut>(client: &Client, mut request: F) -> Result<T, etcd_client::Error>
+async fn with_retries<T, F, Fut>(client: &Client, mut request: F) -> Result<T, Status>
 where
     F: FnMut(Client) -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>>,
+    Fut: Future<Output = Result<T, Status>>,
 {
     let mut attempt = 1;
     loop {
         match request(client.clone()).await {
             Err(error) if attempt < REQUEST_ATTEMPTS && transient(&error) => {
-                debug!(%error, attempt, "an etcd request failed; trying another member");
+                debug!(error = %describe(&error), attempt, "an etcd request failed; trying another member");
                 attempt += 1;
                 tokio::time::sleep(REQUEST_RETRY).await;
             }
@@ -213,28 +212,23 @@ impl EtcdElection {
                 error: "no endpoint was given".to_owned(),
             });
         }
-        let mut connect = ConnectOptions::new()
-            .with_timeout(REQUEST_TIMEOUT)
-            .with_connect_timeout(REQUEST_TIMEOUT);
+        let mut tls = None;
         if options.endpoints.iter().any(|e| e.starts_with("https://")) {
-            let Some(tls) = &options.tls else {
+            let Some(files) = &options.tls else {
                 return Err(ElectionError::EtcdTlsMissing { endpoints });
             };
-            let ca = read_pem(&tls.ca, "CA certificate")?;
-            let cert = read_pem(&tls.cert, "certificate")?;
-            let key = read_pem(&tls.key, "private key")?;
-            connect = connect.with_tls(
-                TlsOptions::new()
-                    .ca_certificate(Certificate::from_pem(ca))
-                    .identity(Identity::from_pem(cert, key)),
-            );
+            tls = Some(TlsFiles {
+                ca: read_pem(&files.ca, "CA certificate")?,
+                cert: read_pem(&files.cert, "certificate")?,
+                key: read_pem(&files.key, "private key")?,
+            });
         }
-        let client = Client::connect(&options.endpoints, Some(connect))
-            .await
-            .map_err(|error| ElectionError::EtcdUnreachable {
+        let client = Client::connect(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT).map_err(
+            |error| ElectionError::EtcdUnreachable {
                 endpoints: endpoints.clone(),
-                error: error.to_string(),
-            })?;
+                error,
+            },
+        )?;
         let base = format!(
             "{}/{}",
             options.prefix.trim_end_matches('/'),
@@ -264,11 +258,11 @@ impl EtcdElection {
         &self.keys.epoch
     }
 
-    fn request_failed(&self, what: &'static str, error: impl ToString) -> ElectionError {
+    fn request_failed(&self, what: &'static str, error: Status) -> ElectionError {
         ElectionError::EtcdRequest {
             what,
             endpoints: self.endpoints.clone(),
-            error: error.to_string(),
+            error: describe(&error),
         }
     }
 }
@@ -294,19 +288,19 @@ impl Election for EtcdElection {
 
     async fn coordinator(&mut self) -> Result<Option<String>, ElectionError> {
         let key = self.keys.coordinator.clone();
-        let answer = with_retries(&self.client, |mut client| {
+        let answer = with_retries(&self.client, |client| {
             let key = key.clone();
-            async move { client.get(key, None).await }
+            async move { client.get(key).await }
         })
         .await
         .map_err(|error| self.request_failed("reading the coordinator key", error))?;
-        let revision = answer.header().map_or(0, |header| header.revision());
-        let Some(found) = answer.kvs().first() else {
+        let revision = answer.header.map_or(0, |header| header.revision);
+        let Some(found) = answer.kvs.first() else {
             self.seen = None;
             return Ok(None);
         };
-        self.seen = Some((found.create_revision(), revision));
-        Ok(Some(String::from_utf8_lossy(found.value()).into_owned()))
+        self.seen = Some((found.create_revision, revision));
+        Ok(Some(String::from_utf8_lossy(&found.value).into_owned()))
     }
 
     async fn campaign(&mut self) -> Result<Option<EtcdTerm>, ElectionError> {
@@ -316,16 +310,16 @@ impl Election for EtcdElection {
             return Ok(None);
         }
         let epoch_key = self.keys.epoch.clone();
-        let answer = with_retries(&self.client, |mut client| {
+        let answer = with_retries(&self.client, |client| {
             let key = epoch_key.clone();
-            async move { client.get(key, None).await }
+            async move { client.get(key).await }
         })
         .await
         .map_err(|error| self.request_failed("reading the epoch", error))?;
-        let (last, last_revision) = match answer.kvs().first() {
+        let (last, last_revision) = match answer.kvs.first() {
             Some(found) => (
-                Some(parse_epoch(&epoch_key, found.value())?),
-                found.mod_revision(),
+                Some(parse_epoch(&epoch_key, &found.value)?),
+                found.mod_revision,
             ),
             None => (None, 0),
         };
@@ -338,33 +332,28 @@ impl Election for EtcdElection {
         // The lease is proven from the moment its grant was sent (§14.2).
         let sent = Instant::now();
         let ttl = self.ttl.as_secs() as i64;
-        let lease = with_retries(&self.client, |mut client| async move {
-            client.lease_grant(ttl, None).await
+        let (lease, granted) = with_retries(&self.client, |client| async move {
+            client.lease_grant(ttl).await
         })
         .await
         .map_err(|error| self.request_failed("granting a lease", error))?;
-        let granted = Duration::from_secs(lease.ttl().max(0) as u64);
+        let granted = Duration::from_secs(granted.max(0) as u64);
         // §14.1: the key is won and the epoch raised in one transaction, which
         // succeeds only if nobody holds the key and nobody raised the epoch
         // since it was read; so epochs strictly increase across terms.
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(self.keys.coordinator.clone(), CompareOp::Equal, 0),
-                Compare::mod_revision(self.keys.epoch.clone(), CompareOp::Equal, last_revision),
-            ])
-            .and_then([
-                TxnOp::put(
-                    self.keys.coordinator.clone(),
-                    self.advertise.clone(),
-                    Some(PutOptions::new().with_lease(lease.id())),
-                ),
-                TxnOp::put(self.keys.epoch.clone(), epoch.to_string(), None),
-                TxnOp::delete(
-                    self.keys.clean.clone(),
-                    Some(DeleteOptions::new().with_prev_key()),
-                ),
-            ]);
-        let won = with_retries(&self.client, |mut client| {
+        let txn = TxnRequest {
+            compare: vec![
+                client::create_revision_is(self.keys.coordinator.clone(), 0),
+                client::mod_revision_is(self.keys.epoch.clone(), last_revision),
+            ],
+            success: vec![
+                client::put_op(self.keys.coordinator.clone(), self.advertise.clone(), lease),
+                client::put_op(self.keys.epoch.clone(), epoch.to_string(), 0),
+                client::delete_op(self.keys.clean.clone()),
+            ],
+            failure: Vec::new(),
+        };
+        let won = with_retries(&self.client, |client| {
             let txn = txn.clone();
             async move { client.txn(txn).await }
         })
@@ -374,24 +363,25 @@ impl Election for EtcdElection {
             Err(error) => {
                 // Whether the transaction was applied is unknown: the lease
                 // is revoked, which removes the key if it was.
-                revoke_later(self.client.clone(), lease.id());
+                revoke_later(self.client.clone(), lease);
                 return Err(self.request_failed("campaigning", error));
             }
         };
-        if !won.succeeded() {
+        if !won.succeeded {
             debug!("another process won the campaign");
-            revoke_later(self.client.clone(), lease.id());
+            revoke_later(self.client.clone(), lease);
             return Ok(None);
         }
-        let revision = won.header().map_or(0, |header| header.revision());
-        let was_clean = won.op_responses().iter().any(
-            |response| matches!(response, TxnOpResponse::Delete(deleted) if deleted.deleted() > 0),
-        );
+        let revision = won.header.map_or(0, |header| header.revision);
+        let was_clean = won.responses.iter().any(|answer| {
+            matches!(&answer.response,
+                Some(response_op::Response::ResponseDeleteRange(deleted)) if deleted.deleted > 0)
+        });
         let proven_until = Arc::new(Mutex::new(sent + granted.saturating_sub(STEP_DOWN_MARGIN)));
         let lost = Arc::new(Mutex::new(None));
         let renewing = tokio::spawn(renew(
             self.client.clone(),
-            lease.id(),
+            lease,
             granted,
             proven_until.clone(),
             lost.clone(),
@@ -401,7 +391,7 @@ impl Election for EtcdElection {
             client: self.client.clone(),
             keys: self.keys.clone(),
             epoch,
-            lease: lease.id(),
+            lease,
             revision,
             follows_failover: !(epoch == Epoch::FIRST || was_clean),
             proven_until,
@@ -411,7 +401,7 @@ impl Election for EtcdElection {
     }
 
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        let mut client = self.client.clone();
+        let client = self.client.clone();
         let key = self.keys.coordinator.clone();
         let seen = self.seen;
         async move {
@@ -420,19 +410,21 @@ impl Election for EtcdElection {
             };
             // Watching from the revision after the read, so that a change in
             // between is not missed.
-            let options = WatchOptions::new().with_start_revision(revision + 1);
-            let Ok(mut stream) = client.watch(key, Some(options)).await else {
+            let Ok(mut stream) = client.watch(key, revision + 1).await else {
                 // Without a watch, the connection's keepalive still tells.
                 return std::future::pending().await;
             };
             loop {
                 match stream.message().await {
                     Ok(Some(answer)) => {
-                        let gone = answer.events().iter().any(|event| {
-                            event.event_type() == EventType::Delete
-                                || event.kv().is_some_and(|kv| kv.create_revision() != created)
+                        let gone = answer.events.iter().any(|event| {
+                            event.r#type() == EventType::Delete
+                                || event
+                                    .kv
+                                    .as_ref()
+                                    .is_some_and(|kv| kv.create_revision != created)
                         });
-                        if gone || answer.canceled() {
+                        if gone || answer.canceled {
                             return;
                         }
                     }
@@ -446,7 +438,7 @@ impl Election for EtcdElection {
 }
 
 /// Revokes a lease that no term uses, in the background: it expires anyway.
-fn revoke_later(mut client: Client, lease: i64) {
+fn revoke_later(client: Client, lease: i64) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_revoke(lease)).await;
     });
@@ -456,7 +448,7 @@ fn revoke_later(mut client: Client, lease: i64) {
 /// time of the last renewal that succeeded, plus its TTL, minus the margin
 /// (SPEC.md §14.2). Sets `lost` when etcd says the lease is gone.
 async fn renew(
-    mut client: Client,
+    client: Client,
     lease: i64,
     granted: Duration,
     proven_until: Arc<Mutex<Instant>>,
@@ -470,9 +462,13 @@ async fn renew(
         pause = RENEW_RETRY;
         if keeper.is_none() {
             match tokio::time::timeout(REQUEST_TIMEOUT, client.lease_keep_alive(lease)).await {
-                Ok(Ok(pair)) => keeper = Some(pair),
+                Ok(Ok(opened)) => keeper = Some(opened),
+                Ok(Err(error)) if error.code() == Code::NotFound => {
+                    *lost.lock().expect("never poisoned") = Some(error.message().to_owned());
+                    return;
+                }
                 Ok(Err(error)) => {
-                    warn!(%error, "cannot renew the coordinator's lease; retrying");
+                    warn!(error = %describe(&error), "cannot renew the coordinator's lease; retrying");
                     continue;
                 }
                 Err(_) => {
@@ -481,16 +477,12 @@ async fn renew(
                 }
             }
         }
-        let (sender, answers) = keeper.as_mut().expect("set above");
+        let renewals = keeper.as_mut().expect("set above");
         let sent = Instant::now();
-        let renewed = tokio::time::timeout(REQUEST_TIMEOUT, async {
-            sender.keep_alive().await?;
-            answers.message().await
-        })
-        .await;
+        let renewed = tokio::time::timeout(REQUEST_TIMEOUT, renewals.renew()).await;
         match renewed {
-            Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
-                let ttl = Duration::from_secs(answer.ttl() as u64);
+            Ok(Ok(Some(answer))) if answer.ttl > 0 => {
+                let ttl = Duration::from_secs(answer.ttl as u64);
                 *proven_until.lock().expect("never poisoned") =
                     sent + ttl.saturating_sub(STEP_DOWN_MARGIN);
                 pause = every;
@@ -581,26 +573,33 @@ impl Term for EtcdTerm {
         self.proven_for().is_some() && self.lost.lock().expect("never poisoned").is_none()
     }
 
-    async fn resign(mut self, clean: bool) {
+    async fn resign(self, clean: bool) {
         self.renewing.abort();
         if clean {
             // §10.2: written only while this term still holds the key.
-            let txn = Txn::new()
-                .when([Compare::create_revision(
+            let txn = TxnRequest {
+                compare: vec![client::create_revision_is(
                     self.keys.coordinator.clone(),
-                    CompareOp::Equal,
                     self.revision,
-                )])
-                .and_then([TxnOp::put(self.keys.clean.clone(), "", None)]);
-            if let Err(error) = tokio::time::timeout(REQUEST_TIMEOUT, self.client.txn(txn)).await {
-                warn!(%error, "could not mark the term's end as clean");
+                )],
+                success: vec![client::put_op(self.keys.clean.clone(), "", 0)],
+                failure: Vec::new(),
+            };
+            match tokio::time::timeout(REQUEST_TIMEOUT, self.client.txn(txn)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    warn!(error = %describe(&error), "could not mark the term's end as clean")
+                }
+                Err(_) => warn!("etcd did not answer in time: the term's end is not marked clean"),
             }
         }
         // Revoking the lease removes the key at once, so that the next
         // coordinator need not wait for it to expire.
         match tokio::time::timeout(REQUEST_TIMEOUT, self.client.lease_revoke(self.lease)).await {
             Ok(Ok(_)) => info!(epoch = %self.epoch, "resigned the coordinator's key"),
-            Ok(Err(error)) => warn!(%error, "could not revoke the lease; it expires by itself"),
+            Ok(Err(error)) => {
+                warn!(error = %describe(&error), "could not revoke the lease; it expires by itself")
+            }
             Err(_) => warn!("etcd did not answer the revocation; the lease expires by itself"),
         }
     }
