@@ -32,10 +32,10 @@ pub fn of_signal(signal: i32) -> u8 {
     u8::try_from(128 + signal.clamp(0, 127)).unwrap_or(u8::MAX)
 }
 
-/// The end of `run --help`.
-pub const RUN_HELP: &str = "\
-Exit status:
-  the leader's      COMMAND's exit status, 128+N when a signal N killed it;
+/// `run`'s exit statuses, for the end of `run --help` and the man page's
+/// EXIT STATUS (SPEC.md §13.3).
+pub const RUN_STATUSES: &str =
+    "  the leader's      COMMAND's exit status, 128+N when a signal N killed it;
                     every joiner exits with the same
   75                the flight was interrupted (its leader was killed or
                     cancelled): nothing ran for this caller, run it again
@@ -43,8 +43,22 @@ Exit status:
   125               single-flight itself failed (usage, directory, coordinator)
   126               COMMAND cannot be executed (every joiner exits 126 too)
   127               COMMAND was not found (every joiner exits 127 too)
-  129, 130, 143     this process was stopped by SIGHUP, SIGINT or SIGTERM
+  129, 130, 143     this process was stopped by SIGHUP, SIGINT or SIGTERM";
 
+/// `serve`'s exit statuses (SPEC.md §13.5).
+pub const SERVE_STATUSES: &str =
+    "  0                 SIGTERM, SIGINT or SIGHUP stopped it and its term ended
+                    cleanly
+  125               single-flight itself failed (usage, directory, election)";
+
+/// `status`'s exit statuses (SPEC.md §13.5).
+pub const STATUS_STATUSES: &str = "  0                 a coordinator answered
+  3                 no coordinator runs
+  125               single-flight itself failed (usage, directory), or the
+                    coordinator could not be asked or did not answer";
+
+/// The rest of `run --help`, after its exit statuses.
+pub const RUN_NOTES: &str = "\
 Output:
   The leader forwards COMMAND's stdout and stderr as they come and keeps a
   copy; every joiner writes that copy, byte for byte, to its own stdout and

@@ -44,6 +44,50 @@ enum Command {
     Status(StatusArgs),
 }
 
+/// The end of a subcommand's `--help`: its exit statuses, then whatever else
+/// it has to say.
+#[derive(Clone, Copy, Debug)]
+struct Epilogue {
+    /// The rows of its exit statuses, from exit.rs.
+    statuses: &'static str,
+    /// What else it says, in blocks of a heading line ending in `:` and
+    /// indented lines.
+    notes: Option<&'static str>,
+}
+
+impl Epilogue {
+    /// The text that `--help` ends with.
+    fn help(self) -> String {
+        match self.notes {
+            Some(notes) => format!("Exit status:\n{}\n\n{notes}", self.statuses),
+            None => format!("Exit status:\n{}", self.statuses),
+        }
+    }
+}
+
+const RUN_EPILOGUE: Epilogue = Epilogue {
+    statuses: exit::RUN_STATUSES,
+    notes: Some(exit::RUN_NOTES),
+};
+
+const SERVE_EPILOGUE: Epilogue = Epilogue {
+    statuses: exit::SERVE_STATUSES,
+    notes: None,
+};
+
+const STATUS_EPILOGUE: Epilogue = Epilogue {
+    statuses: exit::STATUS_STATUSES,
+    notes: Some(STATUS_HELP),
+};
+
+/// Every subcommand's epilogue, in the order of `--help`.
+#[cfg(test)]
+const EPILOGUES: [(&str, Epilogue); 3] = [
+    ("run", RUN_EPILOGUE),
+    ("serve", SERVE_EPILOGUE),
+    ("status", STATUS_EPILOGUE),
+];
+
 /// Run COMMAND once among the concurrent callers of KEY.
 ///
 /// The first caller runs COMMAND; every caller that comes while it runs
@@ -52,7 +96,7 @@ enum Command {
 #[command(
     override_usage = "single-flight run [OPTIONS] --key <KEY> -- <COMMAND> [ARGS]...",
     after_help = "See `single-flight run --help` for exit statuses, signals and the environment.",
-    after_long_help = exit::RUN_HELP
+    after_long_help = RUN_EPILOGUE.help()
 )]
 struct RunArgs {
     #[command(flatten)]
@@ -134,9 +178,9 @@ struct RunArgs {
 /// Logs go to stderr (RUST_LOG chooses them, `info` by default). Without a
 /// `serve`, the processes that run flights coordinate themselves, and a new
 /// term starts whenever the coordinating process exits; with one the term
-/// lasts. Exits 0 after SIGTERM, SIGINT or SIGHUP, 125 when the directory
-/// or the election failed.
+/// lasts.
 #[derive(Debug, Args)]
+#[command(after_long_help = SERVE_EPILOGUE.help())]
 struct ServeArgs {
     #[command(flatten)]
     place: place::PlaceArgs,
@@ -155,10 +199,9 @@ struct ServeArgs {
 /// Prints the coordinator's epoch, host name, process id and (in cluster
 /// mode) advertised address, the key, fencing token and number of joiners
 /// of every flight in progress, and what the coordinator counted in its
-/// term. Exits 0 when a coordinator answered, 3 when none runs, 125 on an
-/// error.
+/// term.
 #[derive(Debug, Args)]
-#[command(after_long_help = STATUS_HELP)]
+#[command(after_long_help = STATUS_EPILOGUE.help())]
 struct StatusArgs {
     #[command(flatten)]
     place: place::PlaceArgs,
@@ -202,8 +245,13 @@ enum Format {
     Openmetrics,
 }
 
-/// The end of `status --help`.
-const STATUS_HELP: &str = "The OpenMetrics form is complete whether a coordinator answered (exit 0) or none runs (exit 3). For Prometheus' node-exporter textfile collector, write it whole so that the collector never reads half of it:\n  single-flight status --format openmetrics > single-flight.prom.tmp; [ $? -le 3 ] && mv single-flight.prom.tmp single-flight.prom";
+/// The end of `status --help`, after its exit statuses.
+const STATUS_HELP: &str = "\
+OpenMetrics:
+  The OpenMetrics form is complete whether a coordinator answered (exit 0) or
+  none runs (exit 3). For Prometheus' node-exporter textfile collector, write
+  it whole so that the collector never reads half of it:
+    single-flight status --format openmetrics > single-flight.prom.tmp; [ $? -le 3 ] && mv single-flight.prom.tmp single-flight.prom";
 
 /// Whether log lines on stderr may carry ANSI colour codes (SPEC.md §13.1):
 /// only on a terminal, so that a log in a file or a pipe stays plain text,
@@ -298,6 +346,23 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// Each subcommand has an epilogue, and its `--help` ends with it.
+    #[test]
+    fn every_subcommand_ends_its_help_with_its_epilogue() {
+        let command = Cli::command();
+        let names: Vec<&str> = command
+            .get_subcommands()
+            .map(clap::Command::get_name)
+            .collect();
+        let listed: Vec<&str> = EPILOGUES.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, listed);
+        for (name, epilogue) in EPILOGUES {
+            let subcommand = command.find_subcommand(name).expect("listed above");
+            let help = subcommand.get_after_long_help().map(ToString::to_string);
+            assert_eq!(help, Some(epilogue.help()), "{name}");
+        }
     }
 
     #[test]
