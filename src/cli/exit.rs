@@ -57,6 +57,12 @@ pub const STATUS_STATUSES: &str = "  0                 a coordinator answered
   125               single-flight itself failed (usage, directory), or the
                     coordinator could not be asked or did not answer";
 
+/// The exit statuses of `completions` and `man` (SPEC.md §13.7), which only
+/// write text made from the command line's definitions.
+pub const GENERATOR_STATUSES: &str = "  0                 the text was written to stdout
+  125               a usage error (for `completions`, a shell it does not
+                    know), or stdout could not be written";
+
 /// The rest of `run --help`, after its exit statuses.
 pub const RUN_NOTES: &str = "\
 Output:

@@ -1,11 +1,15 @@
-//! The command line (SPEC.md §13): `run`, `serve` and `status`.
+//! The command line (SPEC.md §13): `run`, `serve` and `status`, and
+//! `completions` and `man`, which print what the shells and man(1) need to
+//! know of the other three.
 //!
 //! This is shell code, like the library's `shell` module: it reads clocks,
 //! sleeps, spawns processes and handles signals.
 
 mod capture;
+mod completions;
 mod directory;
 mod exit;
+mod man;
 mod metrics;
 mod output;
 mod place;
@@ -42,16 +46,20 @@ enum Command {
     Run(RunArgs),
     Serve(ServeArgs),
     Status(StatusArgs),
+    Completions(CompletionsArgs),
+    Man(ManArgs),
 }
 
 /// The end of a subcommand's `--help`: its exit statuses, then whatever else
-/// it has to say.
+/// it has to say. The man page prints the two apart (man.rs): the statuses of
+/// every subcommand together in its EXIT STATUS section, the notes in the
+/// subcommand's own section.
 #[derive(Clone, Copy, Debug)]
 struct Epilogue {
     /// The rows of its exit statuses, from exit.rs.
     statuses: &'static str,
     /// What else it says, in blocks of a heading line ending in `:` and
-    /// indented lines.
+    /// indented lines, which the page turns into subsections.
     notes: Option<&'static str>,
 }
 
@@ -80,12 +88,24 @@ const STATUS_EPILOGUE: Epilogue = Epilogue {
     notes: Some(STATUS_HELP),
 };
 
-/// Every subcommand's epilogue, in the order of `--help`.
-#[cfg(test)]
-const EPILOGUES: [(&str, Epilogue); 3] = [
+const COMPLETIONS_EPILOGUE: Epilogue = Epilogue {
+    statuses: exit::GENERATOR_STATUSES,
+    notes: Some(COMPLETIONS_HELP),
+};
+
+const MAN_EPILOGUE: Epilogue = Epilogue {
+    statuses: exit::GENERATOR_STATUSES,
+    notes: None,
+};
+
+/// Every subcommand's epilogue, in the order of `--help`, for the man page.
+/// A test holds it to the subcommands' `--help`.
+const EPILOGUES: [(&str, Epilogue); 5] = [
     ("run", RUN_EPILOGUE),
     ("serve", SERVE_EPILOGUE),
     ("status", STATUS_EPILOGUE),
+    ("completions", COMPLETIONS_EPILOGUE),
+    ("man", MAN_EPILOGUE),
 ];
 
 /// Run COMMAND once among the concurrent callers of KEY.
@@ -237,6 +257,39 @@ struct StatusArgs {
     json: bool,
 }
 
+/// Print the completion script of SHELL on stdout.
+///
+/// The script completes the subcommands, their options and the values of
+/// options that have a fixed set of them; it is made from the same
+/// definitions as the command line itself (SPEC.md §13.7).
+#[derive(Debug, Args)]
+#[command(after_long_help = COMPLETIONS_EPILOGUE.help())]
+struct CompletionsArgs {
+    /// The shell that runs the script.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+/// Where each shell looks for completion scripts, for the end of
+/// `completions --help`.
+const COMPLETIONS_HELP: &str = "\
+Where to put the script, for your user:
+  bash        single-flight completions bash > ~/.local/share/bash-completion/completions/single-flight
+  zsh         single-flight completions zsh > ~/.zfunc/_single-flight
+              (with fpath+=~/.zfunc before compinit in ~/.zshrc)
+  fish        single-flight completions fish > ~/.config/fish/completions/single-flight.fish
+  elvish      single-flight completions elvish >> ~/.config/elvish/rc.elv
+  powershell  single-flight completions powershell >> $PROFILE";
+
+/// Print the man page of single-flight on stdout (roff), every subcommand included.
+///
+/// One page, single-flight(1): what `--help` says of the command and of each
+/// subcommand, and the exit statuses of all of them (SPEC.md §13.7). Install it
+/// with `single-flight man > ~/.local/share/man/man1/single-flight.1`.
+#[derive(Debug, Args)]
+#[command(after_long_help = MAN_EPILOGUE.help())]
+struct ManArgs {}
+
 /// What `status` prints (SPEC.md §13.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Format {
@@ -315,6 +368,33 @@ pub fn main() -> ExitCode {
             });
         }
     };
+    ExitCode::from(match cli.command {
+        Command::Run(args) => on_a_runtime(run::run(args)),
+        Command::Serve(args) => on_a_runtime(serve::serve(args)),
+        Command::Status(args) => on_a_runtime(status::status(args)),
+        // These two only write text made from the definitions above: they
+        // need no runtime and touch no directory.
+        Command::Completions(args) => completions::completions(args.shell),
+        Command::Man(ManArgs {}) => man::man(),
+    })
+}
+
+/// Writes what `completions` or `man` made to stdout; returns the exit code
+/// (SPEC.md §13.7).
+fn print_text(what: &str, text: &[u8]) -> u8 {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Ok(()) => exit::SUCCESS,
+        Err(error) => {
+            eprintln!("single-flight: cannot write {what} to stdout: {error}");
+            exit::FAILED
+        }
+    }
+}
+
+/// Runs a subcommand to its exit code on a runtime of its own.
+fn on_a_runtime(subcommand: impl Future<Output = u8>) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -322,20 +402,14 @@ pub fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("single-flight: cannot start: {error}");
-            return ExitCode::from(exit::FAILED);
+            return exit::FAILED;
         }
     };
-    let code = runtime.block_on(async move {
-        match cli.command {
-            Command::Run(args) => run::run(args).await,
-            Command::Serve(args) => serve::serve(args).await,
-            Command::Status(args) => status::status(args).await,
-        }
-    });
+    let code = runtime.block_on(subcommand);
     // Do not wait for blocking writes to an output nobody reads any more:
     // everything this process had to say was flushed before `code`.
     runtime.shutdown_background();
-    ExitCode::from(code)
+    code
 }
 
 #[cfg(test)]
@@ -348,7 +422,9 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// Each subcommand has an epilogue, and its `--help` ends with it.
+    /// The man page takes every subcommand's exit statuses and notes from
+    /// `EPILOGUES` (man.rs): each subcommand has one there, and its `--help`
+    /// ends with it.
     #[test]
     fn every_subcommand_ends_its_help_with_its_epilogue() {
         let command = Cli::command();

@@ -13,7 +13,7 @@ use single_flight::{Builder, SingleFlight, Status, StatusError};
 use super::directory;
 
 /// Text shared by the help of every subcommand that takes `--dir`.
-const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, shown below for this user, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system. Excludes --etcd";
+const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, which `--help` shows resolved for you, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system. Excludes --etcd";
 
 /// The cluster name when `--cluster` is not given: one etcd serves one
 /// fleet in the common case, and a quickstart should not need a name.
