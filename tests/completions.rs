@@ -6,6 +6,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+mod support;
+use support::tools::installed;
+
 const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
 
 /// Every shell `completions` takes, as `completions --help` lists them.
@@ -41,16 +44,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.0);
     }
-}
-
-/// Whether `program --version` runs here.
-fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
 }
 
 /// Sources the bash script and completes the words, the last of which is the
@@ -158,15 +151,12 @@ fn help_lists_completions_and_man() {
 /// unless `SINGLE_FLIGHT_REQUIRE_MAN` is set (CI sets it, so that a missing
 /// package fails instead of passing silently).
 fn man_available() -> bool {
-    let found = installed("man");
-    if !found {
-        assert!(
-            std::env::var_os("SINGLE_FLIGHT_REQUIRE_MAN").is_none(),
-            "man is not installed, and SINGLE_FLIGHT_REQUIRE_MAN is set: install it (Debian: apt-get install man-db)"
-        );
-        eprintln!("skipping: man is not installed (Debian: apt-get install man-db)");
-    }
-    found
+    support::tools::needed(
+        installed("man"),
+        "man",
+        "SINGLE_FLIGHT_REQUIRE_MAN",
+        "install it (Debian: apt-get install man-db)",
+    )
 }
 
 /// §13.7: the page renders in man(1) without a warning from groff, and

@@ -63,6 +63,9 @@ mod hosts;
 mod lab;
 #[cfg(feature = "cluster")]
 mod tls_floor;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/tools.rs"]
+mod tools;
 
 use std::time::{Duration, Instant};
 

@@ -57,6 +57,9 @@ mod etcd_support;
 #[cfg(feature = "cluster")]
 #[path = "../../tests/support/hosts.rs"]
 mod hosts_support;
+#[cfg(feature = "cluster")]
+#[path = "../../tests/support/tools.rs"]
+mod tools;
 
 use std::path::PathBuf;
 

@@ -18,20 +18,12 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// skip, unless `SINGLE_FLIGHT_REQUIRE_ETCD` is set (CI sets it, so that a
 /// missing package fails instead of passing silently).
 pub fn available() -> bool {
-    let found = Command::new("etcd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !found {
-        assert!(
-            std::env::var_os("SINGLE_FLIGHT_REQUIRE_ETCD").is_none(),
-            "etcd is not installed, and SINGLE_FLIGHT_REQUIRE_ETCD is set: install it (Debian: apt-get install etcd-server)"
-        );
-        eprintln!("skipping: etcd is not installed (Debian: apt-get install etcd-server)");
-    }
-    found
+    super::tools::needed(
+        super::tools::installed("etcd"),
+        "etcd",
+        "SINGLE_FLIGHT_REQUIRE_ETCD",
+        "install it (Debian: apt-get install etcd-server)",
+    )
 }
 
 /// A free TCP port on `ip`, found by binding port 0.

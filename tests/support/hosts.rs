@@ -52,16 +52,12 @@ impl Hosts {
             .args(["netns", "list"])
             .output()
             .is_ok_and(|output| output.status.success());
-        if !(root && tool) {
-            assert!(
-                std::env::var_os("SINGLE_FLIGHT_REQUIRE_NETNS").is_none(),
-                "network namespaces are not available (root and iproute2's ip are needed), and SINGLE_FLIGHT_REQUIRE_NETNS is set"
-            );
-            eprintln!(
-                "skipping: multi-host tests need root and iproute2's ip (network namespaces)"
-            );
-        }
-        root && tool
+        super::tools::needed(
+            root && tool,
+            "network namespaces",
+            "SINGLE_FLIGHT_REQUIRE_NETNS",
+            "the multi-host tests need root and iproute2's ip",
+        )
     }
 
     /// `count` hosts, `10.N.M.1` … on a fresh bridge at `10.N.M.254`.

@@ -4,3 +4,4 @@
 pub mod certs;
 pub mod etcd;
 pub mod hosts;
+pub mod tools;
