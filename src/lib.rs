@@ -64,10 +64,8 @@
 // the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod client;
-pub mod coordinator;
+pub use single_flight_core::{client, coordinator, protocol};
 pub mod election;
-pub mod protocol;
 pub mod shell;
 pub mod transport;
 
@@ -82,4 +80,4 @@ pub use shell::{
 pub use shell::{Cluster, ClusterError, cluster_status};
 
 #[doc(hidden)]
-pub mod fuzzing;
+pub use single_flight_core::fuzzing;

@@ -19,5 +19,5 @@ fuzz_target!(|input: &[u8]| {
         .chunks_exact(2)
         .map(|pair| u16::from_le_bytes([pair[0], pair[1]]))
         .collect();
-    single_flight::fuzzing::framer(stream, &cuts, usize::from(*max));
+    single_flight_core::fuzzing::framer(stream, &cuts, usize::from(*max));
 });

@@ -4,4 +4,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|line: &[u8]| single_flight::fuzzing::response(line));
+fuzz_target!(|line: &[u8]| single_flight_core::fuzzing::response(line));

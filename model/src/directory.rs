@@ -4,12 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use single_flight::client::{self, CallId, Resolution};
-use single_flight::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
-use single_flight::protocol::{
+use single_flight_core::client::{self, CallId, Resolution};
+use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
+use single_flight_core::protocol::{
     Failure, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
 };
-use single_flight::{Epoch, FencingToken};
+use single_flight_core::protocol::{Epoch, FencingToken};
 use stateright::{Model, Property};
 
 use crate::properties;

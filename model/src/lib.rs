@@ -10,10 +10,10 @@
 //!
 //! A [`Directory`] is a plain [`stateright::Model`]. Its [`State`] holds:
 //!
-//! - the client processes, each a real [`single_flight::client::Client`]
+//! - the client processes, each a real [`single_flight_core::client::Client`]
 //!   with its connection, the work its leading calls run, and the model's
 //!   record of each call;
-//! - one real [`single_flight::coordinator::Coordinator`] for the current
+//! - one real [`single_flight_core::coordinator::Coordinator`] for the current
 //!   term, and the durable epoch of the election;
 //! - every connection as two ordered queues (requests, responses): a Unix
 //!   socket is reliable and ordered per connection, and what breaks is the
@@ -81,8 +81,8 @@
 //!
 //! # The seeded bugs
 //!
-//! The library's `mutants` feature (enabled by this crate) compiles in
-//! deliberately wrong coordinators ([`single_flight::coordinator::Mutant`]);
+//! The core built with `--cfg single_flight_mutants` (.cargo/config.toml) compiles in
+//! deliberately wrong coordinators ([`single_flight_core::coordinator::Mutant`]);
 //! [`Directory::mutant`] picks one, and the tests show that each is caught.
 #![forbid(unsafe_code)]
 

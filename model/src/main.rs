@@ -19,7 +19,7 @@ use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use single_flight::coordinator::Mutant;
+use single_flight_core::coordinator::Mutant;
 use single_flight_model::Directory;
 use single_flight_model::simulate::{self, Budget, DEFAULT_SECONDS, Simulation};
 use stateright::Model;

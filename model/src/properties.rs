@@ -5,7 +5,7 @@
 //! and effect) and recorded in [`StepFacts`]; the properties then read those
 //! flags in the state after the step. The rest are read from the state.
 
-use single_flight::coordinator::Coordinator;
+use single_flight_core::coordinator::Coordinator;
 use stateright::Property;
 
 use crate::directory::{Choice, Directory};

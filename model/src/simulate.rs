@@ -44,7 +44,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use single_flight::coordinator::Mutant;
+use single_flight_core::coordinator::Mutant;
 use stateright::{Expectation, Model, Property};
 
 use crate::check::THREADS;

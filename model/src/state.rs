@@ -5,10 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{Hash, Hasher};
 
-use single_flight::client::{CallId, Client};
-use single_flight::coordinator::{ConnectionId, Coordinator};
-use single_flight::protocol::{Key, Outcome, Request, Response};
-use single_flight::{Epoch, FencingToken};
+use single_flight_core::client::{CallId, Client};
+use single_flight_core::coordinator::{ConnectionId, Coordinator};
+use single_flight_core::protocol::{Key, Outcome, Request, Response};
+use single_flight_core::protocol::{Epoch, FencingToken};
 
 use crate::directory::Ending;
 

@@ -2,7 +2,7 @@
 //! breaks a property that the shipped coordinator keeps, with a path to
 //! show it.
 
-use single_flight::coordinator::Mutant;
+use single_flight_core::coordinator::Mutant;
 use single_flight_model::Directory;
 use single_flight_model::check::{hunt, must_hold};
 

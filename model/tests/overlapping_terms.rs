@@ -5,7 +5,7 @@
 mod common;
 
 use common::{plain_call, play_keeping_every_property, token};
-use single_flight::client::CallId;
+use single_flight_core::client::CallId;
 use single_flight_model::properties::{TWO_TERMS_RUN_ONE_KEY, two_terms_run_one_key};
 use single_flight_model::{Action, Directory, Ending};
 use stateright::Model;

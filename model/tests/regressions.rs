@@ -6,7 +6,7 @@
 mod common;
 
 use common::{plain_call, play_keeping_every_property, token};
-use single_flight::client::{CallId, Effect};
+use single_flight_core::client::{CallId, Effect};
 use single_flight_model::{Directory, Ending};
 
 use single_flight_model::Action::*;

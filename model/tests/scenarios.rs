@@ -5,8 +5,8 @@
 mod common;
 
 use common::{play_keeping_every_property, token};
-use single_flight::client::{CallId, Effect, Resolution};
-use single_flight::protocol::{Key, Outcome};
+use single_flight_core::client::{CallId, Effect, Resolution};
+use single_flight_core::protocol::{Key, Outcome};
 use single_flight_model::{Action, Choice, Directory, Ending, Witness};
 
 use single_flight_model::Action::*;

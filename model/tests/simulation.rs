@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use single_flight::coordinator::Mutant;
+use single_flight_core::coordinator::Mutant;
 use single_flight_model::check::must_hold;
 use single_flight_model::simulate::{self, Budget, DEFAULT_SECONDS, Simulation};
 

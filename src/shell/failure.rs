@@ -3,7 +3,6 @@
 
 use std::any::Any;
 use std::error::Error;
-use std::fmt;
 use std::io;
 
 use crate::protocol::{Failure, FailureCode};
@@ -64,19 +63,6 @@ fn short_type_name<E>() -> &'static str {
     let base = full.split('<').next().unwrap_or(full);
     base.rsplit("::").next().unwrap_or(base)
 }
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.name, self.message)?;
-        match &self.code {
-            Some(FailureCode::Text(code)) => write!(f, " ({code})"),
-            Some(FailureCode::Number(code)) => write!(f, " (code {code})"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Error for Failure {}
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 // Each test file uses some of these helpers; the rest would be dead code.
 #![allow(dead_code)]
 
-use single_flight::{Epoch, FencingToken};
+use single_flight_core::protocol::{Epoch, FencingToken};
 use single_flight_model::{Action, Directory, State};
 use stateright::Model;
 

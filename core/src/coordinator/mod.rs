@@ -8,7 +8,7 @@ mod mutant;
 
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term};
 pub use machine::{Coordinator, MAX_OPEN_REQUESTS_PER_CONNECTION};
-#[cfg(feature = "mutants")]
+#[cfg(single_flight_mutants)]
 pub use mutant::Mutant;
 
 #[cfg(test)]

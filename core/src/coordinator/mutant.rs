@@ -1,8 +1,11 @@
 //! Deliberately wrong variants of the coordinator (SPEC.md §12.3), so that
-//! the model checker can show that it catches each of them. Only the
-//! `mutants` feature makes them reachable (`Coordinator::with_mutant`);
-//! never enable it in a build you ship. Without it `Seeded` is zero-sized
-//! and every hook is its shipped value.
+//! the model checker can show that it catches each of them. Only a build
+//! with `--cfg single_flight_mutants` makes them reachable
+//! (`Coordinator::with_mutant`): the model's own workspace sets it
+//! (model/.cargo/config.toml). A `cfg` and not a Cargo feature, because
+//! features unify: a feature that any crate in a build turns on would seed
+//! the bugs into every user of the core in that build. Without it `Seeded`
+//! is zero-sized and every hook is its shipped value.
 //!
 //! The seeded bugs live in this file, not in machine.rs, for mutation testing
 //! (model/README.md, "Mutation score"): cargo-mutants mutates machine.rs and
@@ -20,7 +23,7 @@ use super::machine::Coordinator;
 
 /// One seeded bug. Each names the rule of SPEC.md it breaks.
 ///
-/// Without the `mutants` feature it exists only to name the hooks, and
+/// Without `--cfg single_flight_mutants` it exists only to name the hooks, and
 /// nothing outside the coordinator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Mutant {
@@ -62,7 +65,7 @@ pub enum Mutant {
     ReusesOlderValues,
 }
 
-#[cfg(feature = "mutants")]
+#[cfg(single_flight_mutants)]
 impl Mutant {
     pub const ALL: [Mutant; 14] = [
         Mutant::RejoinMayLead,
@@ -83,11 +86,11 @@ impl Mutant {
 }
 
 /// The seeded bug that a coordinator carries, if any: always none, and no
-/// bytes, in a build without the `mutants` feature.
+/// bytes, in a build without `--cfg single_flight_mutants`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(super) struct Seeded(#[cfg(feature = "mutants")] Option<Mutant>);
+pub(super) struct Seeded(#[cfg(single_flight_mutants)] Option<Mutant>);
 
-#[cfg(feature = "mutants")]
+#[cfg(single_flight_mutants)]
 impl Coordinator {
     /// This coordinator with one seeded bug (SPEC.md §12.3).
     pub fn with_mutant(mut self, mutant: Option<Mutant>) -> Coordinator {
@@ -106,7 +109,7 @@ impl Coordinator {
     }
 }
 
-#[cfg(not(feature = "mutants"))]
+#[cfg(not(single_flight_mutants))]
 impl Coordinator {
     /// A hook of the seeded bugs: `shipped`, as a shipped build carries
     /// none.
@@ -116,19 +119,15 @@ impl Coordinator {
     }
 }
 
-/// The shipped configuration, which only `cargo test -p single-flight`
-/// builds: `cargo test --workspace` unifies features, and the model turns
-/// `mutants` on.
-#[cfg(all(test, not(feature = "mutants")))]
+/// The shipped configuration: every build but the model's.
+#[cfg(all(test, not(single_flight_mutants)))]
 mod tests {
     use super::*;
     use crate::coordinator::Term;
     use crate::protocol::Epoch;
 
     /// A shipped coordinator carries no seeded bug (SPEC.md §12.3): its hook
-    /// state takes no bytes, and a hook is its shipped value. .ci/run checks
-    /// that this test ran, to show that its step tested the library as
-    /// shipped.
+    /// state takes no bytes, and a hook is its shipped value.
     #[test]
     fn a_shipped_build_carries_no_seeded_bug() {
         assert_eq!(std::mem::size_of::<Seeded>(), 0);

@@ -43,8 +43,8 @@ type PartyRef = (ConnectionId, RequestId);
 /// runs in the tokio shell and in the model checker.
 ///
 /// ```no_run
-/// use single_flight::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
-/// use single_flight::Epoch;
+/// use single_flight_core::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
+/// use single_flight_core::protocol::Epoch;
 ///
 /// # fn next_event() -> Event { unimplemented!() }
 /// # fn write_line(_: ConnectionId, _: String) {}
@@ -56,7 +56,7 @@ type PartyRef = (ConnectionId, RequestId);
 ///     for effect in coordinator.step(next_event()) {
 ///         match effect {
 ///             Effect::Send { connection, response } => {
-///                 write_line(connection, single_flight::protocol::encode(&response))
+///                 write_line(connection, single_flight_core::protocol::encode(&response))
 ///             }
 ///             Effect::Close { connection, .. } => close(connection),
 ///             // A timer whose event comes back through `next_event`.

@@ -98,6 +98,19 @@ pub struct Failure {
     pub code: Option<FailureCode>,
 }
 
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.message)?;
+        match &self.code {
+            Some(FailureCode::Text(code)) => write!(f, " ({code})"),
+            Some(FailureCode::Number(code)) => write!(f, " (code {code})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
 /// The `code` of a failure, as Node.js and POSIX errors have one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(untagged)]
