@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, Criterion, Throughput};
-use single_flight::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
-use single_flight::protocol::{
+use single_flight::{Epoch, SingleFlight};
+use single_flight_core::coordinator::{ConnectionId, Coordinator, Effect, Event, Term};
+use single_flight_core::protocol::{
     Incoming, Key, LineEncoder, Outcome, Request, RequestId, Response, decode_request, encode,
 };
-use single_flight::{Epoch, SingleFlight};
 
 // ------------------------------------------------------------ allocations
 

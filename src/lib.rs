@@ -64,9 +64,12 @@
 // the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub use single_flight_core::{client, coordinator, protocol};
+use single_flight_core::{client, coordinator, protocol};
+#[doc(hidden)]
 pub mod election;
+#[doc(hidden)]
 pub mod shell;
+#[doc(hidden)]
 pub mod transport;
 
 pub use protocol::{CoordinatorStats, Epoch, Failure, FailureCode, FencingToken};
@@ -79,5 +82,11 @@ pub use shell::{
 #[cfg(feature = "cluster")]
 pub use shell::{Cluster, ClusterError, cluster_status};
 
+/// What the tests, benchmarks and chaos harness reach of the library's
+/// insides, behind the `_internal` feature that only they turn on: no
+/// stability promise, not for applications.
+#[cfg(feature = "_internal")]
 #[doc(hidden)]
-pub use single_flight_core::fuzzing;
+pub mod _internal {
+    pub use crate::{election, shell, transport};
+}

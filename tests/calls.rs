@@ -21,8 +21,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use single_flight::protocol::{FlightStatus, Response, decode_response};
 use single_flight::{FencingToken, Landed, Role, RunError, SingleFlight, blocking};
+use single_flight_core::protocol::{FlightStatus, Response, decode_response};
 
 /// The longest any wait of these tests may take before it fails.
 const PATIENCE: Duration = Duration::from_secs(30);

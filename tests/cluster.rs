@@ -664,7 +664,7 @@ fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
         .expect("the coordinator answers")
         .address
         .expect("a cluster's status has the address");
-    for _ in 0..=single_flight::shell::MAX_CONNECTIONS {
+    for _ in 0..=single_flight::_internal::shell::MAX_CONNECTIONS {
         // Connected, then closed without a byte: the TLS handshake fails.
         drop(std::net::TcpStream::connect(&address).expect("the coordinator accepts"));
     }

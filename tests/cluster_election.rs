@@ -7,9 +7,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use single_flight::election::etcd::client::Client;
-use single_flight::election::etcd::{EtcdElection, EtcdOptions, REQUEST_TIMEOUT};
-use single_flight::election::{Election, ElectionError, Term};
+use single_flight::_internal::election::etcd::client::Client;
+use single_flight::_internal::election::etcd::{EtcdElection, EtcdOptions, REQUEST_TIMEOUT};
+use single_flight::_internal::election::{Election, ElectionError, Term};
 use support::etcd::{self, Etcd};
 
 /// Long enough for any takeover here (a 2 s lease expires in at most 2 s

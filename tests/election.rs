@@ -23,7 +23,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use single_flight::election::{
+use single_flight::_internal::election::{
     DirectoryError, DirectoryOptions, EPOCH_FILE, EPOCH_TEMP_PREFIX, ElectionError,
     ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, prepare_directory,
 };

@@ -4,12 +4,12 @@
 //! bytes at the decoders and the line framer.
 
 use proptest::prelude::*;
-use single_flight::fuzzing;
-use single_flight::protocol::limits::{
+use single_flight_core::fuzzing;
+use single_flight_core::protocol::limits::{
     MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_NESTING_DEPTH, MAX_OP_BYTES,
     MAX_OUTCOME_BYTES, MAX_REUSE_WINDOW_MS, OUTCOME_ENVELOPE_BYTES, STATUS_ENVELOPE_BYTES,
 };
-use single_flight::protocol::{
+use single_flight_core::protocol::{
     ClientHello, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken,
     FlightStatus, FrameError, HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome,
     PROTOCOL_VERSION, ProtocolVersionError, Request, RequestId, Response, ReuseWindow, TokenError,
@@ -1886,7 +1886,7 @@ proptest! {
     }
 
     /// §3.7: no bytes panic a decoder, and whatever decodes encodes back to
-    /// the same message (the checks of `single_flight::fuzzing`).
+    /// the same message (the checks of `single_flight_core::fuzzing`).
     #[test]
     fn arbitrary_bytes_never_panic_the_decoders(
         bytes in prop_oneof![

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use single_flight::protocol::{FlightStatus, Response, decode_response};
 use single_flight::{Role, RunError, SingleFlight};
+use single_flight_core::protocol::{FlightStatus, Response, decode_response};
 
 /// The longest any wait of these tests may take before it fails.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -415,7 +415,7 @@ fn leader_failure_reaches_joiners() {
 /// which would close its connection on every reconnect.
 #[test]
 fn outcomes_over_the_limit_reach_joiners_as_value_too_large() {
-    use single_flight::protocol::limits::MAX_OUTCOME_BYTES;
+    use single_flight_core::protocol::limits::MAX_OUTCOME_BYTES;
     // The default codec writes a string as JSON (`"vv…"`), in an outcome
     // `{"value":"\"vv…\""}`: 16 bytes around the value.
     let value = |len: usize| format!("wait:go,value:{}", len - 16);
@@ -650,7 +650,7 @@ async fn serve_and_status() {
     serving.await.unwrap().unwrap();
     // §7.1: every file of the directory is the owner's alone.
     for file in [
-        single_flight::shell::CLEAN_FILE,
+        single_flight::_internal::shell::CLEAN_FILE,
         "flight.lock",
         "flight.epoch",
     ] {

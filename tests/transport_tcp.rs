@@ -11,11 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use single_flight::transport::tcp::{
+use single_flight::_internal::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpReader, TcpSocketListener, TcpTransport, TcpWriter,
     TlsConfigError, TlsFile,
 };
-use single_flight::transport::{ConnectError, Connection, Listener, PeerRefused, Transport};
+use single_flight::_internal::transport::{
+    ConnectError, Connection, Listener, PeerRefused, Transport,
+};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// A directory of certificates made for one test, removed when it ends.
@@ -525,7 +527,7 @@ fn unusable_tls_files_name_the_file() {
     let huge = path("huge.pem");
     std::fs::write(
         &huge,
-        vec![b'a'; single_flight::transport::tcp::MAX_PEM_FILE_BYTES as usize + 1],
+        vec![b'a'; single_flight::_internal::transport::tcp::MAX_PEM_FILE_BYTES as usize + 1],
     )
     .unwrap();
     let security = |ca: &Path, certificate: &Path, key: &Path| Security::Tls {

@@ -18,9 +18,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
-use single_flight::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_OP_BYTES};
-use single_flight::protocol::limits::{MAX_NESTING_DEPTH, MAX_OUTCOME_BYTES};
-use single_flight::protocol::{Outcome, Response, decode_response, encode};
+use single_flight_core::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_OP_BYTES};
+use single_flight_core::protocol::limits::{MAX_NESTING_DEPTH, MAX_OUTCOME_BYTES};
+use single_flight_core::protocol::{Outcome, Response, decode_response, encode};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
 
@@ -249,7 +249,7 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
         assert_eq!(
             landed,
             Response::Landed {
-                id: single_flight::protocol::RequestId::new(id.as_str()).unwrap(),
+                id: single_flight_core::protocol::RequestId::new(id.as_str()).unwrap(),
                 outcome: at_limit.clone()
             }
         );

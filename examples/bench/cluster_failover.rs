@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use single_flight::election::etcd::REQUEST_TIMEOUT;
-use single_flight::election::etcd::client::{Client, EventType};
+use single_flight::_internal::election::etcd::REQUEST_TIMEOUT;
+use single_flight::_internal::election::etcd::client::{Client, EventType};
 use single_flight::{Role, RunError};
 
 use crate::lab::{self, HOSTS, Lab, Settings};
@@ -168,7 +168,7 @@ impl Watch {
     fn start(lab: &Lab, cluster: &str) -> Watch {
         let key = format!(
             "{}/{cluster}/coordinator",
-            single_flight::election::etcd::DEFAULT_PREFIX
+            single_flight::_internal::election::etcd::DEFAULT_PREFIX
         );
         let endpoints = lab.endpoints();
         let (sender, events) = mpsc::channel();

@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use single_flight::election::etcd::REQUEST_TIMEOUT;
-use single_flight::election::etcd::client::{Client, describe};
+use single_flight::_internal::election::etcd::REQUEST_TIMEOUT;
+use single_flight::_internal::election::etcd::client::{Client, describe};
 
 use crate::lab::Place;
 

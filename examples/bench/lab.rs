@@ -72,7 +72,7 @@ impl Settings {
         Settings {
             cluster: format!("{name}-{}", std::process::id()),
             ttl: None,
-            grace: single_flight::shell::DEFAULT_CLUSTER_GRACE_WINDOW,
+            grace: single_flight::_internal::shell::DEFAULT_CLUSTER_GRACE_WINDOW,
         }
     }
 }

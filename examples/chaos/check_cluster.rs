@@ -6,7 +6,7 @@
 //! When each term answered comes from the coordinators' own logs: every
 //! worker logs its library's `coordinating` line (with the epoch) at info
 //! and each answer it sends as coordinator at debug
-//! (`single_flight::shell::server`), each with the wall-clock time of
+//! (`single_flight::_internal::shell::server`), each with the wall-clock time of
 //! tracing's formatter, the clock the harness's records use too.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use crate::records::{Ending, Record};
 const ANSWERS: [&str; 5] = ["lead", "joined", "landed", "interrupted", "rejected"];
 
 /// The log target of the coordinator's lines.
-const SERVER_TARGET: &str = " single_flight::shell::server: ";
+const SERVER_TARGET: &str = " single_flight::_internal::shell::server: ";
 
 /// What the cluster rows need from the rest of the checker.
 pub struct Input<'a> {

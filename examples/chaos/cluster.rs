@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
-use single_flight::election::etcd::client::{Client, describe};
+use single_flight::_internal::election::etcd::client::{Client, describe};
 use single_flight::{Cluster, SingleFlight};
 
 use crate::certs_support;

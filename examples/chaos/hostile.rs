@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use single_flight::protocol::limits::MAX_FRAME_BYTES;
-use single_flight::protocol::{Response, decode_coordinator_hello, decode_response};
+use single_flight_core::protocol::limits::MAX_FRAME_BYTES;
+use single_flight_core::protocol::{Response, decode_coordinator_hello, decode_response};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
@@ -626,7 +626,7 @@ async fn attack(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numb
             let started = Instant::now();
             match lines_until_closed(
                 &mut connection.reader,
-                single_flight::shell::HANDSHAKE_TIMEOUT + ANSWER_WAIT,
+                single_flight::_internal::shell::HANDSHAKE_TIMEOUT + ANSWER_WAIT,
             )
             .await
             {
@@ -1014,7 +1014,7 @@ async fn still_answers(shared: &Shared, target: &Target, detail: String) -> Atta
 /// byte of the protocol may come back, and the refusal is logged.
 #[cfg(feature = "cluster")]
 async fn not_tls(shared: &Shared, target: &Target, kind: Hostile) -> Attack {
-    use single_flight::transport::tcp::TLS_HANDSHAKE_TIMEOUT;
+    use single_flight::_internal::transport::tcp::TLS_HANDSHAKE_TIMEOUT;
     let Target::Tls(clients) = target else {
         return Err(Miss::Unreachable(
             "a TCP client needs the cluster form".into(),

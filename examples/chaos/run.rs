@@ -677,7 +677,7 @@ pub async fn supervise(shared: Arc<Shared>, slot: usize) {
                     // are what the cluster checker reads.
                     .env(
                         "RUST_LOG",
-                        "single_flight=info,single_flight::shell::server=debug",
+                        "single_flight=info,single_flight::_internal::shell::server=debug",
                     );
             }
         }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::process::{Pid, Signal, kill_process_group};
-use single_flight::protocol::limits::MAX_FRAME_BYTES;
 use single_flight::{Failure, FailureCode, FencingToken};
+use single_flight_core::protocol::limits::MAX_FRAME_BYTES;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 

@@ -230,7 +230,7 @@ mod read;
 mod tests {
     use super::*;
     use single_flight::Epoch;
-    use single_flight::protocol::{FencingToken, FlightStatus, Key};
+    use single_flight_core::protocol::{FencingToken, FlightStatus, Key};
 
     fn status(stats: Option<CoordinatorStats>) -> Status {
         Status {

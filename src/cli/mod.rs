@@ -325,7 +325,7 @@ fn log_colours() -> bool {
 /// A key as the protocol accepts it (SPEC.md §3.1), checked before anything
 /// starts.
 fn parse_key(text: &str) -> Result<String, String> {
-    single_flight::protocol::Key::new(text)
+    single_flight_core::protocol::Key::new(text)
         .map(|_| text.to_owned())
         .map_err(|error| error.to_string())
 }
@@ -344,8 +344,8 @@ fn parse_seconds(text: &str) -> Result<Duration, String> {
 /// A reuse window in seconds (decimals allowed), within SPEC.md §16.1.
 fn parse_reuse(text: &str) -> Result<Duration, String> {
     let window = parse_seconds(text)?;
-    let most = single_flight::protocol::limits::MAX_REUSE_WINDOW_MS / 1000;
-    if single_flight::protocol::ReuseWindow::from_duration(window).is_none() {
+    let most = single_flight_core::protocol::limits::MAX_REUSE_WINDOW_MS / 1000;
+    if single_flight_core::protocol::ReuseWindow::from_duration(window).is_none() {
         return Err(format!("the reuse window must be at most {most} seconds"));
     }
     Ok(window)

@@ -144,7 +144,7 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
         .map_err(|_| format!("{text:?} is not a whole number of seconds (for example 5)"))?;
     #[cfg(feature = "cluster")]
     {
-        let least = single_flight::election::etcd::MIN_TTL.as_secs();
+        let least = single_flight::Cluster::MIN_TTL.as_secs();
         if seconds < least {
             return Err(format!(
                 "the lease TTL must be at least {least} seconds: etcd raises shorter leases (SPEC.md §14.2)"

@@ -271,7 +271,7 @@ fn counted(stats: Option<&CoordinatorStats>) -> String {
 mod tests {
     use super::*;
     use single_flight::Epoch;
-    use single_flight::protocol::{FencingToken, FlightStatus, Key};
+    use single_flight_core::protocol::{FencingToken, FlightStatus, Key};
 
     fn status(waiting_in_grace: Option<u64>) -> Status {
         Status {

@@ -59,6 +59,10 @@ pub enum ClusterError {
 }
 
 impl Cluster {
+    /// The shortest lease TTL that [`ttl`](Self::ttl) takes: etcd raises
+    /// shorter leases to its own minimum (SPEC.md §14.2).
+    pub const MIN_TTL: Duration = crate::election::etcd::MIN_TTL;
+
     /// The cluster `name` of the etcd at `endpoints` (`http://` or
     /// `https://` URLs). Listens on 127.0.0.1 on a free port unless
     /// [`listen`](Self::listen) says otherwise.
