@@ -54,33 +54,50 @@
 //! builds the `single-flight` command; embedders can turn it off
 //! (`default-features = false`).
 //!
-//! Layers, from the bottom: [`protocol`] (wire format, pure), [`coordinator`]
-//! and [`client`] (the pure state machines, also driven by the model checker),
-//! [`election`] (who coordinates), and the tokio [`shell`] that runs them over
-//! Unix sockets.
+//! Layers, from the bottom: the pure core ([`single_flight_core`]: the wire
+//! format and the coordinator and client state machines, also driven by the
+//! model checker), the backends (who coordinates and how the others reach
+//! it: a directory's SQLite claim and Unix socket, a cluster's etcd and TCP
+//! with TLS), and the tokio shell that drives the core over any backend.
 #![forbid(unsafe_code)]
+// The public API is documented. Not checked with `_internal`, which makes
+// the library's insides public for its tests and harnesses.
+#![cfg_attr(not(feature = "_internal"), warn(missing_docs))]
 // docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml): `doc_cfg` marks
 // each item that a cargo feature gates with that feature's name. (It took in
 // the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use single_flight_core::{client, coordinator, protocol};
-#[doc(hidden)]
-pub mod election;
-#[doc(hidden)]
-pub mod shell;
-#[doc(hidden)]
-pub mod transport;
 
-pub use protocol::{CoordinatorStats, Epoch, Failure, FailureCode, FencingToken};
+/// Declares the library's inner modules: private, or public (and hidden)
+/// with the `_internal` feature, for the tests, benchmarks and chaos
+/// harness only, which reach them through [`_internal`].
+macro_rules! inner_modules {
+    ($($module:ident),* $(,)?) => {$(
+        #[cfg(feature = "_internal")]
+        #[doc(hidden)]
+        pub mod $module;
+        #[cfg(not(feature = "_internal"))]
+        mod $module;
+    )*};
+}
+
+inner_modules!(backend, election, shell, transport);
+
+pub use backend::BackendError;
+#[cfg(feature = "cluster")]
+pub use backend::cluster::{Cluster, DEFAULT_CLUSTER_GRACE_WINDOW};
+pub use backend::local::DEFAULT_GRACE_WINDOW;
 pub use shell::blocking;
 pub use shell::{
-    Builder, Call, Codec, DEFAULT_GRACE_WINDOW, Detached, IntoFailure, Json, Landed, OpenError,
-    Options, Role, RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable,
-    status,
+    Builder, Call, Codec, Detached, ERROR_NAME, IntoFailure, Json, Landed, OpenError, Role,
+    RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable, status,
 };
-#[cfg(feature = "cluster")]
-pub use shell::{Cluster, ClusterError, cluster_status};
+pub use single_flight_core::protocol::{
+    CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus,
+    HandshakeError, Key,
+};
 
 /// What the tests, benchmarks and chaos harness reach of the library's
 /// insides, behind the `_internal` feature that only they turn on: no
@@ -88,5 +105,5 @@ pub use shell::{Cluster, ClusterError, cluster_status};
 #[cfg(feature = "_internal")]
 #[doc(hidden)]
 pub mod _internal {
-    pub use crate::{election, shell, transport};
+    pub use crate::{backend, election, shell, transport};
 }

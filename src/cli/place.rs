@@ -154,15 +154,17 @@ fn parse_ttl(text: &str) -> Result<u64, String> {
     Ok(seconds)
 }
 
-/// Where the flights are.
-pub enum Place {
-    Directory(PathBuf),
-    #[cfg(feature = "cluster")]
-    Cluster {
-        cluster: Box<single_flight::Cluster>,
-        name: String,
-        etcd: Vec<String>,
-    },
+/// Where the flights are: the library's [`Builder`] for the directory or
+/// the cluster that the arguments name, which alone tells the two apart.
+#[derive(Clone, Debug)]
+pub struct Place {
+    builder: Builder,
+}
+
+impl From<Builder> for Place {
+    fn from(builder: Builder) -> Place {
+        Place { builder }
+    }
 }
 
 impl PlaceArgs {
@@ -170,7 +172,7 @@ impl PlaceArgs {
     /// and this build has no cluster mode.
     pub fn place(&self) -> Result<Place, String> {
         if self.etcd.is_empty() {
-            return Ok(Place::Directory(self.dir.clone()));
+            return Ok(SingleFlight::builder(&self.dir).into());
         }
         self.cluster()
     }
@@ -196,11 +198,7 @@ impl PlaceArgs {
         if let Some(ttl) = self.ttl {
             cluster = cluster.ttl(Duration::from_secs(ttl));
         }
-        Ok(Place::Cluster {
-            cluster: Box::new(cluster),
-            name: name.to_owned(),
-            etcd: self.etcd.clone(),
-        })
+        Ok(SingleFlight::cluster(cluster).into())
     }
 
     #[cfg(not(feature = "cluster"))]
@@ -212,50 +210,36 @@ impl PlaceArgs {
 impl Place {
     /// A builder for this place with the library's defaults.
     pub fn builder(&self) -> Builder {
-        match self {
-            Place::Directory(directory) => SingleFlight::builder(directory),
-            #[cfg(feature = "cluster")]
-            Place::Cluster { cluster, .. } => SingleFlight::cluster((**cluster).clone()),
-        }
+        self.builder.clone()
     }
 
     /// The flight directory; `None` for a cluster, which has none to share
     /// files through (SPEC.md §14.8).
     pub fn directory(&self) -> Option<&Path> {
-        match self {
-            Place::Directory(directory) => Some(directory),
-            #[cfg(feature = "cluster")]
-            Place::Cluster { .. } => None,
-        }
+        self.builder.directory()
     }
 
     /// The cluster's name and etcd endpoints; `None` for a directory.
     pub fn cluster(&self) -> Option<(&str, &[String])> {
-        match self {
-            Place::Directory(_) => None,
-            #[cfg(feature = "cluster")]
-            Place::Cluster { name, etcd, .. } => Some((name, etcd)),
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.builder.cluster() {
+            return Some((cluster.name(), cluster.endpoints()));
         }
+        None
     }
 
     /// What to call it in messages.
     pub fn describe(&self) -> String {
-        match self {
-            Place::Directory(directory) => directory.display().to_string(),
-            #[cfg(feature = "cluster")]
-            Place::Cluster { name, etcd, .. } => {
-                format!("the cluster {name:?} at {}", etcd.join(","))
-            }
+        match (self.directory(), self.cluster()) {
+            (_, Some((name, etcd))) => format!("the cluster {name:?} at {}", etcd.join(",")),
+            (Some(directory), None) => directory.display().to_string(),
+            (None, None) => unreachable!("a place is a directory or a cluster"),
         }
     }
 
     /// One look at its coordinator (SPEC.md §3.5).
     pub async fn status(&self) -> Result<Status, StatusError> {
-        match self {
-            Place::Directory(directory) => single_flight::status(directory).await,
-            #[cfg(feature = "cluster")]
-            Place::Cluster { cluster, .. } => single_flight::cluster_status(cluster).await,
-        }
+        self.builder.status().await
     }
 }
 

@@ -299,7 +299,7 @@ mod tests {
     /// runs wait for it.
     #[test]
     fn the_grace_window_is_reported() {
-        let directory = &Place::Directory("/d".into());
+        let directory = &Place::from(single_flight::SingleFlight::builder("/d"));
         let open = text(directory, &status(Some(3)));
         assert!(open.contains("grace window open: 3 runs wait"), "{open}");
         assert!(open.contains(r#""a\nb""#), "keys are quoted: {open}");
@@ -324,7 +324,7 @@ mod tests {
     /// address; a directory's is as it always was.
     #[test]
     fn the_coordinators_host_and_address_are_reported_in_a_cluster() {
-        let directory = &Place::Directory("/d".into());
+        let directory = &Place::from(single_flight::SingleFlight::builder("/d"));
         let shown = text(directory, &status(None));
         assert!(shown.contains("coordinator  pid 42, epoch 2"), "{shown}");
         let report: serde_json::Value =
@@ -335,11 +335,9 @@ mod tests {
 
         #[cfg(feature = "cluster")]
         {
-            let cluster = &Place::Cluster {
-                cluster: Box::new(single_flight::Cluster::etcd(["http://e:2379"], "ci")),
-                name: "ci".into(),
-                etcd: vec!["http://e:2379".into()],
-            };
+            let cluster = &Place::from(single_flight::SingleFlight::cluster(
+                single_flight::Cluster::etcd(["http://e:2379"], "ci"),
+            ));
             let mut answer = status(None);
             answer.address = Some("10.0.0.1:7000".into());
             let shown = text(cluster, &answer);
@@ -367,7 +365,7 @@ mod tests {
     /// the dedupe ratio, and say so when the coordinator does not count.
     #[test]
     fn the_counters_are_reported_or_said_to_be_missing() {
-        let directory = &Place::Directory("/d".into());
+        let directory = &Place::from(single_flight::SingleFlight::builder("/d"));
         let shown = text(directory, &status(None));
         assert!(
             shown.contains("this term    1 flight led, 3 joins: 75% of the runs answered did not run the work\n"),
@@ -407,7 +405,7 @@ mod tests {
     /// counted in both forms.
     #[test]
     fn flights_left_out_of_the_answer_are_counted() {
-        let directory = &Place::Directory("/d".into());
+        let directory = &Place::from(single_flight::SingleFlight::builder("/d"));
         let mut long = status(None);
         long.omitted = 5;
         let shown = text(directory, &long);

@@ -4,7 +4,7 @@
 //!
 //! - [`local`]: the SQLite claim on `flight.lock`, the durable epoch in
 //!   `flight.epoch` and the checks on the flight directory, for processes of
-//!   one machine. Its items are re-exported here.
+//!   one machine.
 //! - `etcd` (feature `cluster`): a lease and a key in etcd, the epoch as an
 //!   etcd counter, for processes of many machines (§14).
 //!
@@ -23,15 +23,15 @@
 //!
 //! # Driving contract (local)
 //!
-//! - Check the directory with [`prepare_directory`] (or let
-//!   [`LeaderElection::new`] do it) before anything else touches it (§7.4).
-//! - [`LeaderElection::campaign`] is synchronous and blocks the calling thread
-//!   for up to its timeout, sleeping [`POLL_INTERVAL`] between attempts
-//!   (§7.2). Async code calls it with a zero timeout, as [`LocalElection`]
+//! - Check the directory with [`prepare_directory`](local::prepare_directory) (or let
+//!   [`LeaderElection::new`](local::LeaderElection::new) do it) before anything else touches it (§7.4).
+//! - [`LeaderElection::campaign`](local::LeaderElection::campaign) is synchronous and blocks the calling thread
+//!   for up to its timeout, sleeping [`POLL_INTERVAL`](local::POLL_INTERVAL) between attempts
+//!   (§7.2). Async code calls it with a zero timeout, as [`LocalElection`](local::LocalElection)
 //!   does, or from a thread of its own.
-//! - A won campaign returns a [`Leadership`] whose epoch is already durable
-//!   (§7.3). The holder polls [`Leadership::check`] (one `stat`, cheap enough
-//!   for every [`POLL_INTERVAL`]); when it fails, the term is over: stop
+//! - A won campaign returns a [`Leadership`](local::Leadership) whose epoch is already durable
+//!   (§7.3). The holder polls [`Leadership::check`](local::Leadership::check) (one `stat`, cheap enough
+//!   for every [`POLL_INTERVAL`](local::POLL_INTERVAL)); when it fails, the term is over: stop
 //!   serving, then drop the `Leadership`.
 //! - The term ends when the `Leadership` is resigned or dropped, or when its
 //!   process dies: the kernel then releases the lock (§7.2).
@@ -43,17 +43,9 @@
 pub mod etcd;
 pub mod local;
 
+use std::error::Error;
 use std::future::Future;
-use std::io;
-use std::path::PathBuf;
 use std::time::Duration;
-
-pub use local::{
-    CLEAN_FILE, DIRECTORY_MODE, DirectoryError, DirectoryOptions, DurableStep, EPOCH_FILE,
-    EPOCH_TEMP_PREFIX, ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, Leadership,
-    LocalElection, LocalTerm, NETWORK_FUSE_TYPES, NetworkDirectoryError, POLL_INTERVAL,
-    prepare_directory,
-};
 
 use crate::protocol::Epoch;
 
@@ -70,18 +62,21 @@ pub trait Election: Send + 'static {
     type Address: Send + Sync + 'static;
     /// A term this process won.
     type Term: Term;
+    /// Why the election cannot be asked or a campaign failed: each backend
+    /// has its own, and the shell shows it whole (SPEC.md §7, §14).
+    type Error: Error + Send + Sync + 'static;
 
     /// Where the current coordinator is, or `None` when no term is being
     /// served; an error when the election itself cannot be asked.
     fn coordinator(
         &mut self,
-    ) -> impl Future<Output = Result<Option<Self::Address>, ElectionError>> + Send;
+    ) -> impl Future<Output = Result<Option<Self::Address>, Self::Error>> + Send;
 
     /// One attempt to become the coordinator: `Some` term if won, `None` if
     /// another process holds the term. It never waits for another process.
     fn campaign(
         &mut self,
-    ) -> impl Future<Output = Result<Option<Self::Term>, ElectionError>> + Send;
+    ) -> impl Future<Output = Result<Option<Self::Term>, Self::Error>> + Send;
 
     /// Resolves when the coordinator that [`coordinator`](Self::coordinator)
     /// last reported no longer holds its term, for a client connected to it
@@ -96,6 +91,9 @@ pub trait Election: Send + 'static {
 /// One term as the coordinator, from a won [`Election::campaign`] until
 /// [`resign`](Term::resign) or the death of its process.
 pub trait Term: Send + 'static {
+    /// Why the term is over; the backend's own error.
+    type Error: Error + Send + Sync + 'static;
+
     /// This term's epoch (SPEC.md §7.3).
     fn epoch(&self) -> Epoch;
 
@@ -105,7 +103,7 @@ pub trait Term: Send + 'static {
 
     /// The periodic check, every [`CHECK_INTERVAL`]: an error when the term
     /// is over.
-    fn check(&mut self) -> Result<(), ElectionError>;
+    fn check(&mut self) -> Result<(), Self::Error>;
 
     /// Whether this process may still answer as the coordinator right now;
     /// cheap, called before every answer.
@@ -116,134 +114,3 @@ pub trait Term: Send + 'static {
     fn resign(self, clean: bool) -> impl Future<Output = ()> + Send;
 }
 
-/// Why a campaign failed or a term ended (SPEC.md §7). Each message names the
-/// file involved and says what to do.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ElectionError {
-    /// The directory was refused (§7.4).
-    #[error(transparent)]
-    Directory(#[from] DirectoryError),
-    #[error(
-        "cannot open the lock file {}: {error}; check that the flight directory exists and that you may write to it",
-        path.display()
-    )]
-    OpenLockFile {
-        path: PathBuf,
-        error: rusqlite::Error,
-    },
-    #[error(
-        "cannot claim the lock file {}: {error}; if it is damaged (not an SQLite database), stop every process that uses the flight directory and delete it: it holds no data (SPEC.md §7.1)",
-        path.display()
-    )]
-    Claim {
-        path: PathBuf,
-        error: rusqlite::Error,
-    },
-    /// The lock file this term holds is no longer the one at its path, so
-    /// another process can win a claim on a new file: the term must end
-    /// (§7.2).
-    #[error(
-        "the lock file {} was deleted, renamed or replaced while this process held the coordinator's claim; another process can now win a claim on a new file, so this term has ended. Keep cleaners (systemd-tmpfiles, tmpreaper) and people away from the flight directory",
-        path.display()
-    )]
-    LockFileMoved { path: PathBuf },
-    #[error(
-        "cannot check that the lock file {} is still the file at its path: {error}; a claim that cannot be verified is no claim, so this process does not coordinate",
-        path.display()
-    )]
-    CheckLockFile {
-        path: PathBuf,
-        error: rusqlite::Error,
-    },
-    #[error(
-        "cannot read the epoch file {}: {error}; refusing to start a term without the last epoch, because a guess could reuse fencing tokens. Make the file readable by this user, or restore it from a backup",
-        path.display()
-    )]
-    EpochUnreadable { path: PathBuf, error: io::Error },
-    /// The epoch file exists but holds no epoch; the election fails closed
-    /// (§7.3).
-    #[error(
-        "the epoch file {} holds no epoch: {problem}. Refusing to start a term, because a guess could reuse fencing tokens. Restore the file from a backup, or write into it a number larger than every epoch this directory has used (a fencing token's epoch is the token divided by 4294967296); deleting it restarts tokens at epoch 1 and breaks fencing",
-        path.display()
-    )]
-    EpochCorrupt {
-        path: PathBuf,
-        problem: EpochProblem,
-    },
-    /// The previous term had the largest epoch there is (§6, §7.3).
-    #[error(
-        "the epoch file {} holds {}, the largest epoch (SPEC.md §6): no further term can start in this directory, because its fencing tokens could not grow. Use a new flight directory, and reset the highest token that each fenced resource has stored",
-        path.display(),
-        Epoch::MAX
-    )]
-    EpochExhausted { path: PathBuf },
-    /// The new epoch could not be written durably; the term never began and
-    /// the write is not retried (§7.3).
-    #[error(
-        "cannot write the epoch file {} durably: {step} failed: {error}; the term has ended without serving. The write is not retried, because after a failed fsync the data can be lost even when a retry reports success: check the disk and the kernel log (dmesg), then start again",
-        path.display()
-    )]
-    EpochWrite {
-        path: PathBuf,
-        step: DurableStep,
-        error: io::Error,
-    },
-    /// A cluster name that could reach into other clusters' keys (§14.1).
-    #[error(
-        "the cluster name {name:?} is not allowed: use 1 to 128 letters, digits, '.', '_' or '-' (SPEC.md §14.1)"
-    )]
-    ClusterName { name: String },
-    /// No etcd member answers (§14.6).
-    #[error(
-        "cannot reach etcd at {endpoints}: {error}; check that the members run and that these URLs (--etcd, SINGLE_FLIGHT_ETCD) are right"
-    )]
-    EtcdUnreachable { endpoints: String, error: String },
-    /// etcd did not answer a request in time or refused it: quorum lost,
-    /// members unreachable (§14.6).
-    #[error(
-        "etcd at {endpoints} failed while {what}: {error}; if a majority of its members is down or cut off, service resumes when they are back"
-    )]
-    EtcdRequest {
-        what: &'static str,
-        endpoints: String,
-        error: String,
-    },
-    /// `https://` endpoints without certificates.
-    #[error(
-        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
-    )]
-    EtcdTlsMissing { endpoints: String },
-    #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
-    EtcdTlsFile {
-        what: &'static str,
-        path: PathBuf,
-        error: io::Error,
-    },
-    /// The epoch counter holds no epoch; the election fails closed (§14.1).
-    #[error(
-        "the etcd key {key} holds {value:?}, which is not an epoch: refusing to start a term, because a guess could reuse fencing tokens. Put into it a number larger than every epoch this cluster has used (a fencing token divided by 4294967296)"
-    )]
-    EtcdEpochCorrupt { key: String, value: String },
-    /// The epoch counter reached the largest epoch (§6, §14.1).
-    #[error(
-        "the etcd key {key} holds {}, the largest epoch (SPEC.md §6): no further term can start in this cluster. Use a new cluster name, and reset the highest token that each fenced resource has stored",
-        Epoch::MAX
-    )]
-    EtcdEpochExhausted { key: String },
-    /// The term can no longer prove that its lease lives (§14.2).
-    #[error(
-        "the coordinator's lease on {key} can no longer be proven alive ({reason}); this term has ended"
-    )]
-    LeaseLost { key: String, reason: String },
-    /// Ending the term reported an error; the claim is released anyway when
-    /// the lock file is closed (§7.2).
-    #[error(
-        "ending the term on {} reported an error: {error}; the claim was released anyway, because closing the lock file releases it",
-        path.display()
-    )]
-    Resign {
-        path: PathBuf,
-        error: rusqlite::Error,
-    },
-}

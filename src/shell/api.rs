@@ -18,12 +18,10 @@ use super::error::{OpenError, RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
 use super::options::Options;
 use super::stats::{Counters, Stats};
+use crate::backend::{Backend, Place, Visit};
 use crate::client::{CallId, CallOptions, Resolution};
-use crate::election::{Election, ElectionError, ElectionOptions, LocalElection};
 use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
 use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
-use crate::transport::Transport;
-use crate::transport::unix::UnixTransport;
 
 /// Whether a call ran the work or received another's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +39,9 @@ pub enum Role {
 /// A call's value, and how it got it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Landed<T> {
+    /// The flight's value: this call's own work's, or the one it received.
     pub value: T,
+    /// Whether this call led, joined or reused.
     pub role: Role,
     /// The flight's fencing token (SPEC.md §6).
     pub token: FencingToken,
@@ -144,104 +144,30 @@ impl Shared {
     }
 }
 
-/// Configures a [`SingleFlight`] before it opens.
-#[derive(Clone, Debug)]
-pub struct Builder {
-    pub(crate) place: Place,
-    pub(crate) options: Options,
+/// What the single-flight thread does with its backend: opens it, answers,
+/// and drives it.
+struct Drive {
+    options: Options,
+    counters: Arc<Counters>,
+    answer: oneshot::Sender<Result<(), OpenError>>,
+    inbox: mpsc::UnboundedReceiver<Command>,
 }
 
-/// Where the processes meet: the one place that chooses a backend; the
-/// shell below it is generic over the election and the transport.
-#[derive(Clone, Debug)]
-pub(crate) enum Place {
-    /// A flight directory on this machine (SPEC.md §7, §11).
-    Directory(PathBuf),
-    /// A cluster of machines (SPEC.md §14).
-    #[cfg(feature = "cluster")]
-    Cluster(Box<super::cluster::Cluster>),
-}
+impl Visit for Drive {
+    type Output = ();
 
-impl Builder {
-    /// The grace window a new coordinator opens after a failover
-    /// (SPEC.md §10.2); [`DEFAULT_GRACE_WINDOW`](super::DEFAULT_GRACE_WINDOW)
-    /// by default. Every process of a directory should use the same.
-    pub fn grace_window(mut self, window: Duration) -> Builder {
-        self.options.grace_window = window;
-        self
-    }
-
-    /// The time between attempts to reach or elect a coordinator
-    /// (SPEC.md §7.2); 10 ms by default.
-    pub fn poll_interval(mut self, interval: Duration) -> Builder {
-        self.options.poll_interval = interval.max(Duration::from_millis(1));
-        self
-    }
-
-    /// FUSE file system types that you vouch are local to this machine
-    /// (SPEC.md §7.4), such as `"fuse.mergerfs"`.
-    pub fn trust_fuse_type(mut self, fuse_type: impl Into<String>) -> Builder {
-        self.options
-            .directory
-            .trusted_fuse_types
-            .push(fuse_type.into());
-        self
-    }
-
-    /// Checks the directory (creating it with mode 0700 if missing,
-    /// SPEC.md §7.4), or connects to etcd and loads the certificates in
-    /// cluster mode (§14), and starts this process's single-flight thread.
-    /// It connects to the coordinator, or becomes it, at the first call.
-    pub async fn open(self) -> Result<SingleFlight, OpenError> {
-        let (flights, opened) = self.start()?;
-        opened_with(flights, opened.await)
-    }
-
-    /// Starts opening: the directory's checks on the caller's thread, then
-    /// the single-flight thread, which finishes opening on its own runtime
-    /// and answers on [`Opened`]. The async [`open`](Self::open) awaits the
-    /// answer and the blocking one waits for it (SPEC.md §9.7).
-    pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
-        let options = self.options;
-        // Without the `cluster` feature the match has one arm.
-        #[allow(clippy::infallible_destructuring_match)]
-        let directory = match self.place {
-            Place::Directory(directory) => directory,
-            // etcd is reached from the single-flight thread's runtime, not
-            // the caller's: a blocking caller has none, and a runtime made
-            // only to open would take the etcd client's tasks (its channel
-            // to etcd) with it when dropped. The thread's runtime lives as
-            // long as the election that uses them; no runtime is started
-            // beyond the thread's own.
-            #[cfg(feature = "cluster")]
-            Place::Cluster(cluster) => {
-                return start_thread(None, move |counters| async move {
-                    let (election, transport) = cluster.connect().await?;
-                    Ok(Driver::new(election, transport, options, counters))
-                });
+    async fn visit<B: Backend>(self, backend: B) {
+        match backend.open(self.options.poll_interval).await {
+            Ok((election, transport)) => {
+                let _ = self.answer.send(Ok(()));
+                Driver::new(election, transport, self.options, self.counters)
+                    .run(self.inbox)
+                    .await;
             }
-        };
-        let election = LocalElection::new(
-            &directory,
-            ElectionOptions {
-                poll_interval: options.poll_interval,
-                directory: options.directory.clone(),
-            },
-        )
-        .map_err(|error| match error {
-            ElectionError::Directory(error) => OpenError::Directory(error),
-            other => OpenError::Socket {
-                path: directory.display().to_string(),
-                error: std::io::Error::other(other.to_string()),
-            },
-        })?;
-        let transport = UnixTransport::new(&directory).map_err(|error| OpenError::Socket {
-            path: directory.display().to_string(),
-            error,
-        })?;
-        start_thread(Some(directory), move |counters| {
-            std::future::ready(Ok(Driver::new(election, transport, options, counters)))
-        })
+            Err(error) => {
+                let _ = self.answer.send(Err(OpenError::Backend(error)));
+            }
+        }
     }
 }
 
@@ -262,18 +188,16 @@ pub(super) fn opened_with(
     }
 }
 
-/// Starts the process's single-flight thread, which makes its driver with
-/// `open` on its own runtime, answers on [`Opened`], and runs the driver
-/// until every handle is gone.
-pub(crate) fn start_thread<E, T, O>(
-    directory: Option<PathBuf>,
-    open: impl FnOnce(Arc<Counters>) -> O + Send + 'static,
-) -> Result<(SingleFlight, Opened), OpenError>
-where
-    E: Election,
-    T: Transport<Address = E::Address>,
-    O: Future<Output = Result<Driver<E, T>, OpenError>>,
-{
+/// Starts the process's single-flight thread, which opens `place`'s backend
+/// on its own runtime, answers on [`Opened`], and runs the driver until
+/// every handle is gone.
+///
+/// The backend is opened there, not on the caller's runtime: a blocking
+/// caller has none, and a runtime made only to open would take the etcd
+/// client's tasks (its channel to etcd) with it when dropped. The thread's
+/// runtime lives as long as the election that uses them.
+pub(super) fn start_thread(place: Place, options: Options) -> Result<(SingleFlight, Opened), OpenError> {
+    let directory = place.directory().map(Path::to_owned);
     let (commands, inbox) = mpsc::unbounded_channel();
     let (answer, opened) = oneshot::channel();
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -287,17 +211,12 @@ where
     std::thread::Builder::new()
         .name("single-flight".into())
         .spawn(move || {
-            runtime.block_on(async move {
-                match open(driver_counters).await {
-                    Ok(driver) => {
-                        let _ = answer.send(Ok(()));
-                        driver.run(inbox).await;
-                    }
-                    Err(error) => {
-                        let _ = answer.send(Err(error));
-                    }
-                }
-            });
+            runtime.block_on(place.with(Drive {
+                options,
+                counters: driver_counters,
+                answer,
+                inbox,
+            }));
         })
         .map_err(OpenError::Thread)?;
     let flights = SingleFlight {
@@ -314,19 +233,6 @@ where
 }
 
 impl SingleFlight {
-    /// Opens `directory` with the default options. See [`Builder::open`].
-    pub async fn open(directory: impl AsRef<Path>) -> Result<SingleFlight, OpenError> {
-        SingleFlight::builder(directory).open().await
-    }
-
-    /// Options other than the defaults.
-    pub fn builder(directory: impl AsRef<Path>) -> Builder {
-        Builder {
-            place: Place::Directory(directory.as_ref().to_owned()),
-            options: Options::default(),
-        }
-    }
-
     /// The flight directory; `None` in cluster mode.
     pub fn directory(&self) -> Option<&Path> {
         self.shared.directory.as_deref()
@@ -446,7 +352,7 @@ impl<'a, C> Call<'a, C> {
     /// joining; and if this call leads, its value is kept for `window` for
     /// the calls that come after it (SPEC.md §16). Failures are never kept.
     /// The window is from 1 ms to 1 hour; another is refused when the call
-    /// runs, with [`RunError::Invalid`].
+    /// runs, with [`RunError::InvalidCall`].
     ///
     /// The coordinator keeps values in memory, boundedly, for its term
     /// only: after a failover the first call runs the work again.
@@ -518,7 +424,7 @@ impl<'a, C> Call<'a, C> {
 
     pub(super) fn start<E>(&self) -> Result<Started<'a>, RunError<E>> {
         let shared: &'a Shared = &self.flights.shared;
-        let key = Key::new(self.key.as_str()).map_err(|error| RunError::Invalid {
+        let key = Key::new(self.key.as_str()).map_err(|error| RunError::InvalidCall {
             key: self.key.clone(),
             reason: error.to_string(),
         })?;
@@ -526,7 +432,7 @@ impl<'a, C> Call<'a, C> {
             match self.reuse {
                 None => None,
                 Some(window) => Some(ReuseWindow::from_duration(window).ok_or_else(|| {
-                    RunError::Invalid {
+                    RunError::InvalidCall {
                         key: self.key.clone(),
                         reason: format!(
                             "the reuse window {window:?} is not from 1 ms to {} s (SPEC.md §16.1)",
@@ -625,7 +531,7 @@ impl<'a> Started<'a> {
             Resolution::Interrupted | Resolution::Led { .. } => {
                 return Answer::Done(Err(RunError::Interrupted { key }));
             }
-            Resolution::Unsupported => return Answer::Done(Err(RunError::Invalid {
+            Resolution::Unsupported => return Answer::Done(Err(RunError::Protocol {
                 key,
                 reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),
             })),
@@ -637,7 +543,7 @@ impl<'a> Started<'a> {
                     role,
                     token: flight,
                 }),
-                Err(reason) => Err(RunError::Invalid {
+                Err(reason) => Err(RunError::Codec {
                     key,
                     reason: format!(
                         "the leader's value does not decode with this call's codec: {reason}; every process must use the same type and codec for a key"

@@ -89,7 +89,7 @@ pub struct SingleFlight {
 /// the async [`Builder`](crate::Builder) is reached through [`From`].
 #[derive(Clone, Debug)]
 pub struct Builder {
-    builder: api::Builder,
+    builder: super::Builder,
 }
 
 /// One call, configured by [`SingleFlight::call`].
@@ -97,8 +97,8 @@ pub struct Call<'a, C> {
     call: api::Call<'a, C>,
 }
 
-impl From<api::Builder> for Builder {
-    fn from(builder: api::Builder) -> Builder {
+impl From<super::Builder> for Builder {
+    fn from(builder: super::Builder) -> Builder {
         Builder { builder }
     }
 }
@@ -158,7 +158,7 @@ impl SingleFlight {
     /// Single-flight for the processes of a cluster of machines (SPEC.md
     /// §14); see [`crate::SingleFlight::cluster`].
     #[cfg(feature = "cluster")]
-    pub fn cluster(cluster: super::Cluster) -> Builder {
+    pub fn cluster(cluster: crate::Cluster) -> Builder {
         api::SingleFlight::cluster(cluster).into()
     }
 

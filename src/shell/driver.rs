@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use super::error::Unavailable;
+use crate::backend::BackendError;
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
@@ -386,14 +387,14 @@ where
                     }
                     Err(error) => {
                         warn!(%error, "refusing the coordinator (SPEC.md §11.2, §14.5)");
-                        self.fail_waiting(Unavailable::Refused(error));
+                        self.fail_waiting(Unavailable::Refused(BackendError::new(error)));
                         return None;
                     }
                 },
                 Ok(None) => debug!("no coordinator serves"),
                 Err(error) => {
                     warn!(%error, "cannot find the coordinator");
-                    self.fail_waiting(Unavailable::Election(error));
+                    self.fail_waiting(Unavailable::Backend(BackendError::new(error)));
                     return None;
                 }
             }
@@ -421,7 +422,7 @@ where
                 Ok(None) => return None,
                 Err(error) => {
                     warn!(%error, "cannot elect a coordinator");
-                    self.fail_waiting(Unavailable::Election(error));
+                    self.fail_waiting(Unavailable::Backend(BackendError::new(error)));
                     return None;
                 }
             }

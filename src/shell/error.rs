@@ -5,29 +5,23 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::election::{DirectoryError, ElectionError};
+use crate::backend::BackendError;
 use crate::protocol::{DecodeError, Failure, HandshakeError};
 
 /// Why [`SingleFlight::open`](super::SingleFlight::open) failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    /// The directory was refused (SPEC.md §7.4); the message says why and
-    /// what to do. A network file system is
-    /// [`DirectoryError::Network`].
+    /// The place could not be used: the directory was refused (SPEC.md
+    /// §7.4), or cluster mode could not start (§14: etcd, the certificates
+    /// or the listen address). The message says why and what to do.
     #[error(transparent)]
-    Directory(#[from] DirectoryError),
+    Backend(#[from] BackendError),
+    /// The process could not start its single-flight thread.
     #[error(
         "cannot start the single-flight thread: {0}; the process may be out of threads or memory"
     )]
     Thread(io::Error),
-    #[error("cannot open the flight directory {path} to reach its socket: {error}")]
-    Socket { path: String, error: io::Error },
-    /// Cluster mode could not start (SPEC.md §14): etcd, the certificates
-    /// or the listen address.
-    #[cfg(feature = "cluster")]
-    #[error(transparent)]
-    Cluster(#[from] super::cluster::ClusterError),
 }
 
 /// Why no coordinator could be reached or elected: the call could not take
@@ -35,10 +29,11 @@ pub enum OpenError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unavailable {
-    /// The election failed (a damaged epoch file, a lost lock file, …;
-    /// SPEC.md §7). The message names the file and what to do.
+    /// The election failed (a damaged epoch file, a lost lock file, etcd
+    /// out of reach, …; SPEC.md §7, §14). The message names the file or
+    /// setting and what to do.
     #[error(transparent)]
-    Election(#[from] ElectionError),
+    Backend(#[from] BackendError),
     /// The coordinator speaks another protocol version, or is not a
     /// single-flight coordinator at all (SPEC.md §4.2).
     #[error(transparent)]
@@ -50,7 +45,7 @@ pub enum Unavailable {
     /// process may trust (SPEC.md §11.2, §14.5): another user's socket, a
     /// certificate that does not verify, or one that refused ours.
     #[error("refusing the coordinator: {0}")]
-    Refused(#[from] crate::transport::ConnectError),
+    Refused(BackendError),
     /// The coordinator refused this process (SPEC.md §14.5): its
     /// certificate is not one of the cluster's.
     #[error("{0}")]
@@ -76,18 +71,53 @@ pub enum RunError<E> {
     Work(E),
     /// This call joined a flight whose work failed in its leader's process,
     /// or panicked there: the failure `Panic` (SPEC.md §9.6).
-    FlightFailed { key: String, failure: Failure },
+    FlightFailed {
+        /// The call's key.
+        key: String,
+        /// What the leader's work failed with.
+        failure: Failure,
+    },
     /// This call joined (or was about to join) a flight that ended without
     /// an outcome: its leader's process stopped, cancelled, or lost the
     /// flight. The work is not rerun for this call; a new call starts a new
     /// flight.
-    Interrupted { key: String },
+    Interrupted {
+        /// The call's key.
+        key: String,
+    },
     /// The call's deadline passed first; it was withdrawn (a leader's work
     /// was dropped and its joiners interrupted).
-    DeadlineExceeded { key: String, deadline: Duration },
-    /// The flight's value could not be decoded by this call's codec (for a
-    /// joiner), or the key is not valid (SPEC.md §5).
-    Invalid { key: String, reason: String },
+    DeadlineExceeded {
+        /// The call's key.
+        key: String,
+        /// The deadline it was given.
+        deadline: Duration,
+    },
+    /// The caller's mistake: the key or the reuse window is not valid
+    /// (SPEC.md §5, §16.1). Nothing was sent.
+    InvalidCall {
+        /// The call's key, as given.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The value did not cross: the leader's value does not encode with its
+    /// call's codec, or a joiner's codec cannot decode it (every process
+    /// must use the same type and codec for a key, SPEC.md §3.4).
+    Codec {
+        /// The call's key, as given.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The coordinator broke the protocol (SPEC.md §3.7): a peer's fault,
+    /// not the caller's.
+    Protocol {
+        /// The call's key, as given.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
     /// No coordinator could be reached or elected.
     Unavailable(Arc<Unavailable>),
 }
@@ -108,7 +138,16 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 f,
                 "the call for {key:?} did not finish within its deadline of {deadline:?}; it was withdrawn"
             ),
-            RunError::Invalid { key, reason } => write!(f, "the call for {key:?} failed: {reason}"),
+            RunError::InvalidCall { key, reason } => {
+                write!(f, "the call for {key:?} is not valid: {reason}")
+            }
+            RunError::Codec { key, reason } => {
+                write!(f, "the value of the call for {key:?} did not cross: {reason}")
+            }
+            RunError::Protocol { key, reason } => write!(
+                f,
+                "the coordinator broke the protocol in the call for {key:?}: {reason}"
+            ),
             RunError::Unavailable(reason) => write!(f, "no single-flight coordinator: {reason}"),
         }
     }

@@ -1,10 +1,10 @@
 //! The tokio shell (SPEC.md §10, §11): sockets, timers and the thread that
-//! drive the pure coordinator and client, and the public API.
+//! drive the pure coordinator and client, and the public API. It is
+//! generic over the backend (`crate::backend`) and never names one.
 
 mod api;
 pub mod blocking;
-#[cfg(feature = "cluster")]
-mod cluster;
+mod builder;
 mod codec;
 mod driver;
 mod error;
@@ -16,19 +16,17 @@ mod server;
 mod stats;
 mod status;
 
-pub use crate::election::CLEAN_FILE;
-pub use crate::transport::unix::SOCKET_FILE;
-pub use api::{Builder, Call, Detached, Landed, Role, SingleFlight};
-#[cfg(feature = "cluster")]
-pub use cluster::{CLUSTER_POLL_INTERVAL, Cluster, ClusterError, DEFAULT_CLUSTER_GRACE_WINDOW};
+pub use api::{Call, Detached, Landed, Role, SingleFlight};
+pub use builder::Builder;
 pub use codec::{Codec, Json};
+#[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use driver::PANIC_LAND_TIMEOUT;
 pub use error::{OpenError, RunError, Unavailable};
-pub use failure::IntoFailure;
-pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
+pub use failure::{ERROR_NAME, IntoFailure};
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
+#[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use stats::Stats;
-#[cfg(feature = "cluster")]
-pub use status::cluster_status;
 pub use status::{Status, StatusError, status};

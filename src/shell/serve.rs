@@ -5,100 +5,72 @@ use std::future::Future;
 
 use tracing::{info, warn};
 
-use super::api::{Builder, Place};
 use super::options::Options;
 use super::server;
-use crate::election::{Election, ElectionError, ElectionOptions, LocalElection, Term};
+use crate::backend::{Backend, BackendError, Place, Visit};
+use crate::election::{Election, Term};
 use crate::transport::Transport;
-use crate::transport::unix::UnixTransport;
 
-/// Why [`Builder::serve`] stopped.
+/// Why [`Builder::serve`](super::Builder::serve) stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// The directory was refused, or the election failed closed (a damaged
-    /// epoch file, …); the message names the file and what to do.
+    /// The directory was refused, the election failed closed (a damaged
+    /// epoch file, …), or cluster mode could not start (SPEC.md §14); the
+    /// message names the file or setting and what to do.
     #[error(transparent)]
-    Election(#[from] ElectionError),
-    #[error("cannot bind the coordinator's socket in {path}: {error}")]
-    Socket { path: String, error: std::io::Error },
-    /// Cluster mode could not start (SPEC.md §14).
-    #[cfg(feature = "cluster")]
-    #[error(transparent)]
-    Cluster(#[from] super::cluster::ClusterError),
+    Backend(#[from] BackendError),
+    /// The term was won, but this process cannot listen where it serves.
+    #[error("cannot listen for the coordinator's connections at {place}: {error}")]
+    Listen {
+        /// Where it would serve: the flight directory, or the address it
+        /// advertises.
+        place: String,
+        /// What listening failed with.
+        error: std::io::Error,
+    },
 }
 
-impl Builder {
-    /// Campaigns until this process coordinates, then serves until
-    /// `shutdown` resolves, and ends the term cleanly (SPEC.md §10.4). If a
-    /// term is lost (its lock file moved, SPEC.md §7.2) it campaigns again.
-    /// Returns an error when the election fails closed.
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), single_flight::ServeError> {
-    /// single_flight::SingleFlight::builder(std::env::temp_dir().join("my-app-flights"))
-    ///     .serve(async {
-    ///         let _ = tokio::signal::ctrl_c().await;
-    ///     })
-    ///     .await
-    /// # }
-    /// ```
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
-        let options = self.options;
-        // Without the `cluster` feature the match has one arm.
-        #[allow(clippy::infallible_destructuring_match)]
-        let directory = match self.place {
-            Place::Directory(directory) => directory,
-            #[cfg(feature = "cluster")]
-            Place::Cluster(cluster) => {
-                let (election, transport) = cluster.connect().await?;
-                let advertised = cluster.advertised(&transport);
-                info!(advertise = %advertised, "campaigning");
-                return serve(election, transport, &options, shutdown)
-                    .await
-                    .map_err(|error| match error {
-                        Stopped::Election(error) => ServeError::Election(error),
-                        Stopped::Listen(error) => ServeError::Socket {
-                            path: advertised,
-                            error,
-                        },
-                    });
-            }
-        };
-        let election = LocalElection::new(
-            &directory,
-            ElectionOptions {
-                poll_interval: options.poll_interval,
-                directory: options.directory.clone(),
-            },
-        )?;
-        let transport = UnixTransport::new(&directory).map_err(|error| ServeError::Socket {
-            path: directory.display().to_string(),
-            error,
-        })?;
-        info!(directory = %directory.display(), "campaigning");
-        serve(election, transport, &options, shutdown)
+/// Holds the coordinator of `place` until `shutdown` (SPEC.md §10.4).
+pub(super) async fn serve(
+    place: Place,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    place.with(Serve { options, shutdown }).await
+}
+
+/// [`serve`] with whichever backend the place has.
+struct Serve<F> {
+    options: Options,
+    shutdown: F,
+}
+
+impl<F: Future<Output = ()> + Send> Visit for Serve<F> {
+    type Output = Result<(), ServeError>;
+
+    async fn visit<B: Backend>(self, backend: B) -> Result<(), ServeError> {
+        let (election, transport) = backend.open(self.options.poll_interval).await?;
+        let place = backend.serving_at(&transport);
+        info!(%place, "campaigning");
+        campaign_and_serve(election, transport, &self.options, self.shutdown)
             .await
             .map_err(|error| match error {
-                Stopped::Election(error) => ServeError::Election(error),
-                Stopped::Listen(error) => ServeError::Socket {
-                    path: directory.display().to_string(),
-                    error,
-                },
+                Stopped::Election(error) => ServeError::Backend(error),
+                Stopped::Listen(error) => ServeError::Listen { place, error },
             })
     }
 }
 
-/// Why [`serve`] stopped before its shutdown.
+/// Why [`campaign_and_serve`] stopped before its shutdown.
 enum Stopped {
-    Election(ElectionError),
+    Election(BackendError),
     Listen(std::io::Error),
 }
 
 /// Campaigns until this process coordinates, serves until `shutdown`, and
 /// campaigns again when a term is lost; any backend.
-async fn serve<E, T>(
+async fn campaign_and_serve<E, T>(
     mut election: E,
     transport: T,
     options: &Options,
@@ -113,7 +85,10 @@ where
         let term = loop {
             // One attempt at a time, so that a shutdown is never kept
             // waiting by a campaign.
-            if let Some(term) = election.campaign().await.map_err(Stopped::Election)? {
+            if let Some(term) = election
+                .campaign()
+                .await
+                .map_err(|error| Stopped::Election(BackendError::new(error)))? {
                 break term;
             }
             tokio::select! {

@@ -34,7 +34,9 @@ pub struct Stats {
     /// ([`RunError::Unavailable`]).
     pub unavailable: u64,
     /// Calls refused as invalid: a key over the limits, a value this call's
-    /// codec cannot decode ([`RunError::Invalid`]).
+    /// codec cannot decode, or that the coordinator answered against the
+    /// protocol ([`RunError::InvalidCall`], [`RunError::Codec`],
+    /// [`RunError::Protocol`]).
     pub invalid: u64,
     /// Times this process found a coordinator of another term than the one
     /// it was connected to before: the failovers it lived through, and the
@@ -107,7 +109,9 @@ impl Counters {
             Err(RunError::Interrupted { .. }) => &self.interrupted,
             Err(RunError::DeadlineExceeded { .. }) => &self.deadline,
             Err(RunError::Unavailable(_)) => &self.unavailable,
-            Err(RunError::Invalid { .. }) => &self.invalid,
+            Err(
+                RunError::InvalidCall { .. } | RunError::Codec { .. } | RunError::Protocol { .. },
+            ) => &self.invalid,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -182,7 +186,7 @@ mod tests {
             Err(RunError::Unavailable(Arc::new(
                 crate::shell::Unavailable::ShutDown,
             ))),
-            Err(RunError::Invalid {
+            Err(RunError::InvalidCall {
                 key: key(),
                 reason: "too long".into(),
             }),

@@ -1,19 +1,20 @@
 //! One look at the coordinator (`single-flight status`, SPEC.md §3.5).
 
+use std::io;
 use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
 
 use super::lines::Lines;
 use super::options::HANDSHAKE_TIMEOUT;
+use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::protocol::{
     ClientHello, CoordinatorStats, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
     decode_coordinator_hello, decode_response,
 };
-use crate::transport::unix::{InDirectory, UnixTransport};
 use crate::transport::{ConnectError, Connection, PeerRefused, Transport};
 
-/// What the coordinator of a directory reports.
+/// What the coordinator of a directory or cluster reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
     /// The current term.
@@ -45,74 +46,91 @@ pub struct Status {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StatusError {
-    #[error("no coordinator answers in {directory}: no process uses it now ({error})")]
+    /// Nobody coordinates there now.
+    #[error("no coordinator answers in {place}: no process uses it now ({error})")]
     NoCoordinator {
-        directory: String,
-        error: std::io::Error,
+        /// The flight directory, or the cluster.
+        place: String,
+        /// What reaching the coordinator failed with.
+        error: io::Error,
     },
-    #[error("the socket in {directory} is served by user id {uid}, not by you; refusing it")]
-    OtherUser { directory: String, uid: u32 },
+    /// The directory's socket belongs to another user (SPEC.md §11.2).
+    #[error("the socket in {place} is served by user id {uid}, not by you; refusing it")]
+    OtherUser {
+        /// The flight directory.
+        place: String,
+        /// The user that serves it.
+        uid: u32,
+    },
+    /// The coordinator is not one this process speaks with (SPEC.md §4.2).
     #[error(transparent)]
     Handshake(#[from] HandshakeError),
+    /// The coordinator does not report its flights.
     #[error(
         "the coordinator runs an older single-flight that does not report its flights (it answered `unsupported`)"
     )]
     Unsupported,
+    /// The coordinator's answer broke the protocol (SPEC.md §3.5).
     #[error("the coordinator's answer is not a status: {0}")]
     Protocol(#[from] DecodeError),
+    /// The coordinator did not answer in time.
     #[error("the coordinator did not answer within {HANDSHAKE_TIMEOUT:?}; is its process stopped?")]
     Timeout,
+    /// The connection failed.
     #[error("talking to the coordinator: {0}")]
-    Io(#[from] std::io::Error),
-    /// Cluster mode could not start: etcd, certificates (SPEC.md §14).
-    #[cfg(feature = "cluster")]
+    Io(#[from] io::Error),
+    /// The place could not be used: etcd, the certificates (SPEC.md §14),
+    /// the directory.
     #[error(transparent)]
-    Cluster(Box<super::ClusterError>),
+    Backend(#[from] BackendError),
 }
 
-/// Asks the coordinator of `directory` for its term and flights.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let dir = std::env::temp_dir().join("single-flight-doc-status-nobody");
-/// match single_flight::status(&dir).await {
-///     Ok(status) => println!("term {} served by pid {}", status.epoch, status.pid),
-///     Err(error) => println!("{error}"), // no coordinator answers in …
-/// }
-/// # }
-/// ```
+/// Asks the coordinator of `directory` for its term and flights; the same
+/// as [`SingleFlight::builder(directory).status()`](super::Builder::status).
 pub async fn status(directory: &Path) -> Result<Status, StatusError> {
-    let name = directory.display().to_string();
-    let no_coordinator = |error| StatusError::NoCoordinator {
-        directory: name.clone(),
-        error,
-    };
-    // A directory too long for a socket address is reached through a
-    // descriptor on it (§11.1); when it does not exist, nobody coordinates
-    // there, exactly as when its socket is missing.
-    let transport = UnixTransport::new(directory).map_err(|error| match error.kind() {
-        std::io::ErrorKind::NotFound => no_coordinator(error),
-        _ => StatusError::Io(error),
-    })?;
-    let Connection {
-        reader: read,
-        writer: write,
-    } = transport
-        .connect(&InDirectory)
-        .await
-        .map_err(|error| match error {
-            ConnectError::Unreachable(error) => no_coordinator(error),
-            ConnectError::Refused(PeerRefused::OtherUser { uid }) => StatusError::OtherUser {
-                directory: name.clone(),
-                uid,
-            },
-            ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
-            // The Unix transport refuses no other way; the rest are other
-            // transports' errors.
-            error => StatusError::Io(std::io::Error::other(error)),
-        })?;
-    exchange(read, write, None).await
+    super::SingleFlight::builder(directory).status().await
+}
+
+/// Asks the coordinator of `place` for its term and flights.
+pub(super) async fn look(place: Place) -> Result<Status, StatusError> {
+    place.with(Look).await
+}
+
+/// [`look`] with whichever backend the place has.
+struct Look;
+
+impl Visit for Look {
+    type Output = Result<Status, StatusError>;
+
+    async fn visit<B: Backend>(self, backend: B) -> Result<Status, StatusError> {
+        let place = backend.describe();
+        let Some((transport, address)) = backend.find().await? else {
+            return Err(StatusError::NoCoordinator {
+                place,
+                error: io::Error::new(io::ErrorKind::NotFound, "no coordinator is known there"),
+            });
+        };
+        let shown = B::shown(&address);
+        let Connection { reader, writer } =
+            transport
+                .connect(&address)
+                .await
+                .map_err(|error| match error {
+                    ConnectError::Unreachable(error) => StatusError::NoCoordinator {
+                        place: place.clone(),
+                        error,
+                    },
+                    ConnectError::Refused(PeerRefused::OtherUser { uid }) => {
+                        StatusError::OtherUser {
+                            place: place.clone(),
+                            uid,
+                        }
+                    }
+                    ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
+                    other => StatusError::Backend(BackendError::new(other)),
+                })?;
+        exchange(reader, writer, shown).await
+    }
 }
 
 /// Asks the coordinator at the end of a connection for its status.
@@ -167,37 +185,6 @@ where
             op: format!("{other:?}"),
         })),
     }
-}
-
-/// Asks the coordinator of a cluster for its term and flights (SPEC.md
-/// §14.3); its [`Status::address`] is the one it advertises.
-#[cfg(feature = "cluster")]
-pub async fn cluster_status(cluster: &super::Cluster) -> Result<Status, StatusError> {
-    use crate::election::Election;
-    let (mut election, transport) = cluster
-        .connect()
-        .await
-        .map_err(|error| StatusError::Cluster(Box::new(error)))?;
-    let address = election
-        .coordinator()
-        .await
-        .map_err(|error| StatusError::Cluster(Box::new(error.into())))?
-        .ok_or_else(|| StatusError::NoCoordinator {
-            directory: format!("the cluster at {}", election.coordinator_key()),
-            error: std::io::Error::new(std::io::ErrorKind::NotFound, "no coordinator key"),
-        })?;
-    let Connection { reader, writer } =
-        transport
-            .connect(&address)
-            .await
-            .map_err(|error| match error {
-                ConnectError::Unreachable(error) => StatusError::NoCoordinator {
-                    directory: format!("the cluster's coordinator at {address}"),
-                    error,
-                },
-                other => StatusError::Io(std::io::Error::other(other)),
-            })?;
-    exchange(reader, writer, Some(address)).await
 }
 
 fn line_error(error: super::lines::LineError) -> StatusError {

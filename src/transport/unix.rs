@@ -13,11 +13,6 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 
-/// The address of a local coordinator: the socket of the flight directory,
-/// which the [`UnixTransport`] knows. There is nothing else to say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InDirectory;
-
 /// [`Transport`] over the flight directory's Unix socket.
 #[derive(Debug, Clone)]
 pub struct UnixTransport {
@@ -50,14 +45,16 @@ fn same_user(
 }
 
 impl Transport for UnixTransport {
-    type Address = InDirectory;
+    /// The socket of the flight directory, which the transport knows: a
+    /// local coordinator has no address to name.
+    type Address = ();
     type Reader = OwnedReadHalf;
     type Writer = OwnedWriteHalf;
     type Listener = UnixSocketListener;
 
     async fn connect(
         &self,
-        _: &InDirectory,
+        _: &(),
     ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, ConnectError> {
         let stream = UnixStream::connect(self.sockets.socket())
             .await

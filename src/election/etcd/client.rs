@@ -26,12 +26,16 @@ use super::proto::etcdserverpb::{
     self as pb, compare, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient, watch_request,
 };
-use super::proto::v3lockpb::{self, lock_client::LockClient};
+use super::proto::v3lockpb::lock_client::LockClient;
+#[cfg(feature = "_internal")]
+use super::proto::v3lockpb;
 
 pub use super::proto::etcdserverpb::{
-    Compare, Event, KeyValue, LeaseKeepAliveResponse, RangeResponse, RequestOp, ResponseOp,
-    StatusResponse, TxnRequest, TxnResponse, WatchResponse, event::EventType, response_op,
+    Compare, LeaseKeepAliveResponse, RangeResponse, RequestOp, TxnRequest, TxnResponse,
+    WatchResponse, event::EventType, response_op,
 };
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use super::proto::etcdserverpb::{Event, KeyValue, ResponseOp, StatusResponse};
 
 /// Requests queued for one bidirectional stream (a watch, a lease's
 /// renewals) before the sender waits: each stream carries one request at a
@@ -56,7 +60,9 @@ pub struct Client {
     kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     watch: WatchClient<Channel>,
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
     lock: LockClient<Channel>,
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
     maintenance: MaintenanceClient<Channel>,
 }
 
@@ -117,6 +123,7 @@ impl Client {
     }
 
     /// Every key that starts with `prefix`.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
         let key = prefix.into();
         let request = pb::RangeRequest {
@@ -128,6 +135,7 @@ impl Client {
     }
 
     /// Writes a key, under `lease` unless it is 0.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn put(
         &self,
         key: impl Into<Vec<u8>>,
@@ -225,6 +233,7 @@ impl Client {
 
     /// etcd's own lock (its `v3lock` service): waits until this caller holds
     /// the lock `name` under `lease`, and returns the key to unlock it with.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn lock(&self, name: impl Into<Vec<u8>>, lease: i64) -> Result<Vec<u8>, Status> {
         let request = v3lockpb::LockRequest {
             name: name.into(),
@@ -234,6 +243,7 @@ impl Client {
     }
 
     /// Releases a lock that [`Client::lock`] took.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn unlock(&self, key: Vec<u8>) -> Result<(), Status> {
         self.lock
             .clone()
@@ -244,6 +254,7 @@ impl Client {
 
     /// The answering member's status: its ID (in the header) and the
     /// leader's, as it knows them.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn status(&self) -> Result<StatusResponse, Status> {
         let request = pb::StatusRequest {};
         Ok(self.maintenance.clone().status(request).await?.into_inner())
@@ -264,6 +275,7 @@ pub fn describe(status: &Status) -> String {
 /// The end of the range of every key that starts with `prefix`: the prefix
 /// with its last byte below 0xff raised by one (etcd's convention; `\0`,
 /// every key, for a prefix of 0xff bytes only).
+#[cfg(feature = "_internal")] // for the tests and harnesses only
 fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {

@@ -18,11 +18,14 @@ use tracing::{debug, info, warn};
 
 use client::{Client, EventType, TlsFiles, TxnRequest, describe, response_op};
 
-use super::{Election, ElectionError, Term};
+pub use error::EtcdError;
+
+use super::{Election, Term};
 use crate::protocol::Epoch;
 
 #[doc(hidden)]
 pub mod client;
+mod error;
 mod proto;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
@@ -173,7 +176,7 @@ impl std::fmt::Debug for EtcdElection {
 
 /// Checks a cluster name: letters, digits, `.`, `_` and `-`, so that it can
 /// never reach into another cluster's keys.
-fn check_cluster_name(name: &str) -> Result<(), ElectionError> {
+fn check_cluster_name(name: &str) -> Result<(), EtcdError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_CLUSTER_NAME_BYTES
         && name
@@ -182,15 +185,15 @@ fn check_cluster_name(name: &str) -> Result<(), ElectionError> {
     if valid {
         Ok(())
     } else {
-        Err(ElectionError::ClusterName {
+        Err(EtcdError::ClusterName {
             name: name.to_owned(),
         })
     }
 }
 
 /// Reads a PEM file for etcd's TLS, naming it when it cannot.
-fn read_pem(path: &PathBuf, what: &'static str) -> Result<Vec<u8>, ElectionError> {
-    std::fs::read(path).map_err(|error| ElectionError::EtcdTlsFile {
+fn read_pem(path: &PathBuf, what: &'static str) -> Result<Vec<u8>, EtcdError> {
+    std::fs::read(path).map_err(|error| EtcdError::EtcdTlsFile {
         what,
         path: path.clone(),
         error,
@@ -203,11 +206,11 @@ impl EtcdElection {
     pub async fn connect(
         options: &EtcdOptions,
         advertise: String,
-    ) -> Result<EtcdElection, ElectionError> {
+    ) -> Result<EtcdElection, EtcdError> {
         check_cluster_name(&options.cluster)?;
         let endpoints = options.endpoints.join(",");
         if options.endpoints.is_empty() {
-            return Err(ElectionError::EtcdUnreachable {
+            return Err(EtcdError::EtcdUnreachable {
                 endpoints,
                 error: "no endpoint was given".to_owned(),
             });
@@ -215,7 +218,7 @@ impl EtcdElection {
         let mut tls = None;
         if options.endpoints.iter().any(|e| e.starts_with("https://")) {
             let Some(files) = &options.tls else {
-                return Err(ElectionError::EtcdTlsMissing { endpoints });
+                return Err(EtcdError::EtcdTlsMissing { endpoints });
             };
             tls = Some(TlsFiles {
                 ca: read_pem(&files.ca, "CA certificate")?,
@@ -224,7 +227,7 @@ impl EtcdElection {
             });
         }
         let client = Client::connect(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT).map_err(
-            |error| ElectionError::EtcdUnreachable {
+            |error| EtcdError::EtcdUnreachable {
                 endpoints: endpoints.clone(),
                 error,
             },
@@ -249,17 +252,19 @@ impl EtcdElection {
     }
 
     /// The key that names the coordinator (SPEC.md §14.1).
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub fn coordinator_key(&self) -> &str {
         &self.keys.coordinator
     }
 
     /// The key that holds the last epoch (SPEC.md §14.1).
+#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub fn epoch_key(&self) -> &str {
         &self.keys.epoch
     }
 
-    fn request_failed(&self, what: &'static str, error: Status) -> ElectionError {
-        ElectionError::EtcdRequest {
+    fn request_failed(&self, what: &'static str, error: Status) -> EtcdError {
+        EtcdError::EtcdRequest {
             what,
             endpoints: self.endpoints.clone(),
             error: describe(&error),
@@ -269,24 +274,25 @@ impl EtcdElection {
 
 /// Parses the epoch counter (SPEC.md §14.1): a decimal number of an epoch,
 /// or fails closed naming the key.
-fn parse_epoch(key: &str, value: &[u8]) -> Result<Epoch, ElectionError> {
+fn parse_epoch(key: &str, value: &[u8]) -> Result<Epoch, EtcdError> {
     std::str::from_utf8(value)
         .ok()
         .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|text| text.parse::<u64>().ok())
         .and_then(Epoch::new)
-        .ok_or_else(|| ElectionError::EtcdEpochCorrupt {
+        .ok_or_else(|| EtcdError::EtcdEpochCorrupt {
             key: key.to_owned(),
             value: String::from_utf8_lossy(&value[..value.len().min(64)]).into_owned(),
         })
 }
 
 impl Election for EtcdElection {
+    type Error = EtcdError;
     /// The `host:port` a coordinator advertises.
     type Address = String;
     type Term = EtcdTerm;
 
-    async fn coordinator(&mut self) -> Result<Option<String>, ElectionError> {
+    async fn coordinator(&mut self) -> Result<Option<String>, EtcdError> {
         let key = self.keys.coordinator.clone();
         let answer = with_retries(&self.client, |client| {
             let key = key.clone();
@@ -303,7 +309,7 @@ impl Election for EtcdElection {
         Ok(Some(String::from_utf8_lossy(&found.value).into_owned()))
     }
 
-    async fn campaign(&mut self) -> Result<Option<EtcdTerm>, ElectionError> {
+    async fn campaign(&mut self) -> Result<Option<EtcdTerm>, EtcdError> {
         // Most campaigns come from processes that could not reach a
         // coordinator whose key still lives: one read, no lease.
         if self.coordinator().await?.is_some() {
@@ -327,7 +333,7 @@ impl Election for EtcdElection {
             None => Epoch::FIRST,
             Some(last) => last
                 .next()
-                .ok_or(ElectionError::EtcdEpochExhausted { key: epoch_key })?,
+                .ok_or(EtcdError::EtcdEpochExhausted { key: epoch_key })?,
         };
         // The lease is proven from the moment its grant was sent (§14.2).
         let sent = Instant::now();
@@ -541,6 +547,8 @@ impl Drop for EtcdTerm {
 }
 
 impl Term for EtcdTerm {
+    type Error = EtcdError;
+
     fn epoch(&self) -> Epoch {
         self.epoch
     }
@@ -549,15 +557,15 @@ impl Term for EtcdTerm {
         self.follows_failover
     }
 
-    fn check(&mut self) -> Result<(), ElectionError> {
+    fn check(&mut self) -> Result<(), EtcdError> {
         if let Some(reason) = self.lost.lock().expect("never poisoned").clone() {
-            return Err(ElectionError::LeaseLost {
+            return Err(EtcdError::LeaseLost {
                 key: self.keys.coordinator.clone(),
                 reason,
             });
         }
         if !self.still_holds() {
-            return Err(ElectionError::LeaseLost {
+            return Err(EtcdError::LeaseLost {
                 key: self.keys.coordinator.clone(),
                 reason: format!(
                     "no renewal succeeded in the last TTL minus the {STEP_DOWN_MARGIN:?} margin"

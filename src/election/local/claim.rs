@@ -20,7 +20,7 @@ use crate::protocol::Epoch;
 
 use super::directory::{DirectoryOptions, prepare_directory};
 use super::epoch::{self, EPOCH_FILE};
-use crate::election::ElectionError;
+use super::LocalError;
 
 /// The name of the lock file in the flight directory (SPEC.md §7.1). It holds
 /// no data: what matters is the lock on it.
@@ -77,7 +77,7 @@ impl LeaderElection {
     pub fn new(
         directory: impl Into<PathBuf>,
         options: ElectionOptions,
-    ) -> Result<LeaderElection, ElectionError> {
+    ) -> Result<LeaderElection, LocalError> {
         let directory = directory.into();
         prepare_directory(&directory, &options.directory)?;
         Ok(LeaderElection {
@@ -89,6 +89,7 @@ impl LeaderElection {
     }
 
     /// The flight directory.
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub fn directory(&self) -> &Path {
         &self.directory
     }
@@ -101,7 +102,7 @@ impl LeaderElection {
     /// attempts; from async code, call it on a blocking thread. A won term's
     /// epoch is durable before this returns (SPEC.md §7.3). An error means
     /// this process does not hold the claim.
-    pub fn campaign(&self, timeout: Duration) -> Result<Option<Leadership>, ElectionError> {
+    pub fn campaign(&self, timeout: Duration) -> Result<Option<Leadership>, LocalError> {
         // `None` when the timeout is too large to add: campaign until won.
         let deadline = Instant::now().checked_add(timeout);
         let mut connection = self.open_lock_file()?;
@@ -139,8 +140,8 @@ impl LeaderElection {
     /// silently. SQLite knows this and keeps its own connections' descriptors
     /// open while another connection of the process holds a lock, so a second
     /// campaign in the same process is safe; `std::fs::File::open` is not.
-    fn open_lock_file(&self) -> Result<Connection, ElectionError> {
-        let failed = |error| ElectionError::OpenLockFile {
+    fn open_lock_file(&self) -> Result<Connection, LocalError> {
+        let failed = |error| LocalError::OpenLockFile {
             path: self.lock_path.clone(),
             error,
         };
@@ -177,11 +178,11 @@ impl LeaderElection {
     /// keep every other contender out. On the empty database it opens SQLite's
     /// journal, `flight.lock-journal`, and deletes a dead holder's first
     /// (§7.1).
-    fn try_claim(&self, connection: &Connection) -> Result<bool, ElectionError> {
+    fn try_claim(&self, connection: &Connection) -> Result<bool, LocalError> {
         match connection.execute_batch("BEGIN EXCLUSIVE") {
             Ok(()) => Ok(true),
             Err(error) if error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => Ok(false),
-            Err(error) => Err(ElectionError::Claim {
+            Err(error) => Err(LocalError::Claim {
                 path: self.lock_path.clone(),
                 error,
             }),
@@ -191,7 +192,7 @@ impl LeaderElection {
     /// Starts the term whose claim `connection` holds: the next epoch, written
     /// durably (SPEC.md §7.3). On error the connection is dropped, which
     /// releases the claim.
-    fn begin_term(&self, connection: Connection) -> Result<Leadership, ElectionError> {
+    fn begin_term(&self, connection: Connection) -> Result<Leadership, LocalError> {
         epoch::remove_stale_temp_files(&self.directory);
         let epoch = epoch::next_epoch(&self.epoch_path)?;
         epoch::write_epoch(&self.directory, &self.epoch_path, epoch)?;
@@ -200,7 +201,7 @@ impl LeaderElection {
         // holder may have read the same old epoch; whichever of the two holds
         // the file that is still at the path wrote last, and only it serves.
         if lock_file_moved(&connection, &self.lock_path)? {
-            return Err(ElectionError::LockFileMoved {
+            return Err(LocalError::LockFileMoved {
                 path: self.lock_path.clone(),
             });
         }
@@ -218,11 +219,11 @@ impl LeaderElection {
 /// (unlinked, renamed, or replaced), by SQLite's `SQLITE_FCNTL_HAS_MOVED`,
 /// which compares the inode with a `stat` of the path and never opens the
 /// file (SPEC.md §7.2).
-fn lock_file_moved(connection: &Connection, path: &Path) -> Result<bool, ElectionError> {
+fn lock_file_moved(connection: &Connection, path: &Path) -> Result<bool, LocalError> {
     let mut moved: c_int = 0;
     connection
         .file_control(DEFAULT_NAME, FileControl::HasMoved(&mut moved))
-        .map_err(|error| ElectionError::CheckLockFile {
+        .map_err(|error| LocalError::CheckLockFile {
             path: path.to_owned(),
             error,
         })?;
@@ -262,13 +263,13 @@ impl Leadership {
     /// it costs one `stat` of the lock file's path. An error means the term is
     /// over (another process may already coordinate on a new lock file):
     /// stop serving and drop the `Leadership`.
-    pub fn check(&self) -> Result<(), ElectionError> {
+    pub fn check(&self) -> Result<(), LocalError> {
         let connection = self.connection.as_ref().expect(
             "the connection is only taken when the term ends, which consumes the Leadership",
         );
         if lock_file_moved(connection, &self.lock_path)? {
             tracing::warn!(path = %self.lock_path.display(), epoch = %self.epoch, "the lock file was deleted or renamed; the term must end");
-            return Err(ElectionError::LockFileMoved {
+            return Err(LocalError::LockFileMoved {
                 path: self.lock_path.clone(),
             });
         }
@@ -278,11 +279,11 @@ impl Leadership {
     /// Ends the term and releases the claim. Dropping the `Leadership` does
     /// the same; this reports an error, although the claim is released
     /// whatever happens, because closing the connection closes the file.
-    pub fn resign(mut self) -> Result<(), ElectionError> {
+    pub fn resign(mut self) -> Result<(), LocalError> {
         self.end("resigned")
     }
 
-    fn end(&mut self, how: &'static str) -> Result<(), ElectionError> {
+    fn end(&mut self, how: &'static str) -> Result<(), LocalError> {
         let Some(connection) = self.connection.take() else {
             return Ok(());
         };
@@ -290,7 +291,7 @@ impl Leadership {
         // closes the file, which releases the lock.
         let closed = connection.close();
         tracing::info!(directory = %self.directory.display(), epoch = %self.epoch, how, "coordinator term ended");
-        closed.map_err(|(_connection, error)| ElectionError::Resign {
+        closed.map_err(|(_connection, error)| LocalError::Resign {
             path: self.lock_path.clone(),
             error,
         })

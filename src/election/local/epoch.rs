@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::protocol::Epoch;
 
-use crate::election::ElectionError;
+use super::LocalError;
 
 /// The name of the file, in the flight directory, that holds the epoch of the
 /// latest term (SPEC.md §7.1).
@@ -73,10 +73,10 @@ impl fmt::Display for EpochProblem {
 
 /// The epoch of the next term: one more than the file's, or
 /// [`Epoch::FIRST`] if there is no file (SPEC.md §7.3).
-pub(super) fn next_epoch(path: &Path) -> Result<Epoch, ElectionError> {
+pub(super) fn next_epoch(path: &Path) -> Result<Epoch, LocalError> {
     match read_epoch(path)? {
         None => Ok(Epoch::FIRST),
-        Some(latest) => latest.next().ok_or_else(|| ElectionError::EpochExhausted {
+        Some(latest) => latest.next().ok_or_else(|| LocalError::EpochExhausted {
             path: path.to_owned(),
         }),
     }
@@ -84,12 +84,12 @@ pub(super) fn next_epoch(path: &Path) -> Result<Epoch, ElectionError> {
 
 /// The epoch in the file, `None` if there is no file. Anything else that is
 /// not an epoch fails closed: guessing a number could reuse fencing tokens.
-fn read_epoch(path: &Path) -> Result<Option<Epoch>, ElectionError> {
+fn read_epoch(path: &Path) -> Result<Option<Epoch>, LocalError> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(error) => {
-            return Err(ElectionError::EpochUnreadable {
+            return Err(LocalError::EpochUnreadable {
                 path: path.to_owned(),
                 error,
             });
@@ -97,7 +97,7 @@ fn read_epoch(path: &Path) -> Result<Option<Epoch>, ElectionError> {
     };
     parse_epoch(&bytes)
         .map(Some)
-        .map_err(|problem| ElectionError::EpochCorrupt {
+        .map_err(|problem| LocalError::EpochCorrupt {
             path: path.to_owned(),
             problem,
         })
@@ -173,13 +173,13 @@ pub(super) fn write_epoch(
     directory: &Path,
     path: &Path,
     epoch: Epoch,
-) -> Result<(), ElectionError> {
+) -> Result<(), LocalError> {
     let temp = directory.join(format!(
         "{EPOCH_TEMP_PREFIX}{}.{}",
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
-    let failed = |step: DurableStep, error: io::Error| ElectionError::EpochWrite {
+    let failed = |step: DurableStep, error: io::Error| LocalError::EpochWrite {
         path: path.to_owned(),
         step,
         error,

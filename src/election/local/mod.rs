@@ -5,6 +5,7 @@
 mod claim;
 mod directory;
 mod epoch;
+mod error;
 mod network;
 
 use std::fs;
@@ -12,16 +13,21 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use claim::{ElectionOptions, LOCK_FILE, LeaderElection, Leadership, POLL_INTERVAL};
-pub use directory::{
-    DIRECTORY_MODE, DirectoryError, DirectoryOptions, NetworkDirectoryError, prepare_directory,
+pub use claim::{ElectionOptions, LeaderElection, Leadership, POLL_INTERVAL};
+pub use directory::{DirectoryError, DirectoryOptions};
+pub use epoch::{DurableStep, EpochProblem};
+pub use error::LocalError;
+// What the tests and harnesses check against.
+#[cfg(feature = "_internal")]
+pub use {
+    claim::LOCK_FILE,
+    directory::{DIRECTORY_MODE, NetworkDirectoryError, prepare_directory},
+    epoch::{EPOCH_FILE, EPOCH_TEMP_PREFIX},
+    network::NETWORK_FUSE_TYPES,
 };
-pub use epoch::{DurableStep, EPOCH_FILE, EPOCH_TEMP_PREFIX, EpochProblem};
-pub use network::NETWORK_FUSE_TYPES;
 
-use super::{Election, ElectionError, Term};
+use super::{Election, Term};
 use crate::protocol::Epoch;
-use crate::transport::unix::InDirectory;
 
 /// A file whose presence tells the next term that the previous one ended
 /// with no flight in progress, so that it needs no grace window (SPEC.md
@@ -39,7 +45,7 @@ impl LocalElection {
     pub fn new(
         directory: impl Into<PathBuf>,
         options: ElectionOptions,
-    ) -> Result<LocalElection, ElectionError> {
+    ) -> Result<LocalElection, LocalError> {
         Ok(LocalElection {
             election: LeaderElection::new(directory, options)?,
         })
@@ -47,19 +53,22 @@ impl LocalElection {
 }
 
 impl Election for LocalElection {
-    type Address = InDirectory;
+    /// The directory's socket, the one place a local coordinator listens:
+    /// nothing to name.
+    type Address = ();
     type Term = LocalTerm;
+    type Error = LocalError;
 
     /// A local coordinator is always found at the directory's socket; only
     /// connecting tells whether one listens there (§10.1).
-    async fn coordinator(&mut self) -> Result<Option<InDirectory>, ElectionError> {
-        Ok(Some(InDirectory))
+    async fn coordinator(&mut self) -> Result<Option<()>, LocalError> {
+        Ok(Some(()))
     }
 
     /// One attempt at the claim. It blocks for a few system calls (and, when
     /// won, the epoch's fsyncs), which the single-flight thread can afford:
     /// nothing else of this process waits on it while it has no coordinator.
-    async fn campaign(&mut self) -> Result<Option<LocalTerm>, ElectionError> {
+    async fn campaign(&mut self) -> Result<Option<LocalTerm>, LocalError> {
         let Some(leadership) = self.election.campaign(Duration::ZERO)? else {
             return Ok(None);
         };
@@ -88,6 +97,8 @@ impl LocalTerm {
 }
 
 impl Term for LocalTerm {
+    type Error = LocalError;
+
     fn epoch(&self) -> Epoch {
         self.leadership.epoch()
     }
@@ -97,7 +108,7 @@ impl Term for LocalTerm {
     }
 
     /// One `stat` of the lock file's path (§7.2).
-    fn check(&mut self) -> Result<(), ElectionError> {
+    fn check(&mut self) -> Result<(), LocalError> {
         self.leadership.check()
     }
 

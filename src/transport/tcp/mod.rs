@@ -42,7 +42,9 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use stream::PeerStream;
-pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigError, TlsFile};
+pub use tls::TlsConfigError;
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use tls::{MAX_PEM_FILE_BYTES, TlsFile};
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{
@@ -93,6 +95,7 @@ pub const USER_TIMEOUT: Duration = Duration::from_secs(4);
 /// with data in flight is ended [`USER_TIMEOUT`] after the oldest
 /// unacknowledged byte. Stated for the documentation and the lead's
 /// arithmetic; nothing waits for it.
+#[cfg_attr(not(feature = "_internal"), allow(dead_code))]
 pub const DEAD_PEER_BOUND: Duration = Duration::from_secs(5);
 
 /// Connections the kernel holds for the coordinator before it accepts them.

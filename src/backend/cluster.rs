@@ -1,16 +1,16 @@
-//! Cluster mode's configuration (SPEC.md §14): etcd, the cluster's name,
-//! where to listen and what to advertise, and the certificates. This is
-//! where the cluster's election and transport are put together; the shell
-//! that drives them is the same as the local mode's.
+//! The cluster backend (SPEC.md §14): its configuration (etcd, the
+//! cluster's name, where to listen and what to advertise, the certificates),
+//! and the election through etcd and the transport over TCP with mutual TLS
+//! that it puts together. The shell that drives them is the same as the
+//! local mode's.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::api::{Builder, Place};
-use super::options::Options;
-use crate::election::ElectionError;
-use crate::election::etcd::{EtcdElection, EtcdOptions, EtcdTls};
+use super::{Backend, BackendError};
+use crate::election::Election;
+use crate::election::etcd::{EtcdElection, EtcdError, EtcdOptions, EtcdTls};
 use crate::transport::tcp::{Security, TcpConfigError, TcpOptions, TcpTransport};
 
 /// The grace window of a cluster's term that follows another (SPEC.md
@@ -28,9 +28,8 @@ pub const DEFAULT_CLUSTER_GRACE_WINDOW: Duration = Duration::from_secs(2);
 pub const CLUSTER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Where the processes of a cluster meet (SPEC.md §14). Build one with
-/// [`Cluster::etcd`], then open it with [`SingleFlight::cluster`].
-///
-/// [`SingleFlight::cluster`]: super::SingleFlight::cluster
+/// [`Cluster::etcd`], then open it with
+/// [`SingleFlight::cluster`](crate::SingleFlight::cluster).
 #[derive(Clone, Debug)]
 pub struct Cluster {
     etcd: EtcdOptions,
@@ -43,9 +42,9 @@ pub struct Cluster {
 /// Why cluster mode could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ClusterError {
+pub(crate) enum ClusterError {
     #[error(transparent)]
-    Election(#[from] ElectionError),
+    Election(#[from] EtcdError),
     #[error(transparent)]
     Transport(#[from] TcpConfigError),
     #[error(
@@ -146,8 +145,18 @@ impl Cluster {
         self
     }
 
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.etcd.cluster
+    }
+
+    /// The etcd endpoints.
+    pub fn endpoints(&self) -> &[String] {
+        &self.etcd.endpoints
+    }
+
     /// What this process advertises with `transport`'s real port.
-    pub(crate) fn advertised(&self, transport: &TcpTransport) -> String {
+    fn advertised(&self, transport: &TcpTransport) -> String {
         match &self.advertise {
             Some(address) => address.clone(),
             None => transport.local_address().to_string(),
@@ -156,7 +165,7 @@ impl Cluster {
 
     /// Loads the certificates, binds the listen port once to learn it, and
     /// connects to etcd.
-    pub(crate) async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
+    async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
         let security = self.security.clone().ok_or(ClusterError::NoSecurity)?;
         if self.advertise.is_none() && self.listen.ip().is_unspecified() {
             return Err(ClusterError::NothingToAdvertise {
@@ -185,39 +194,39 @@ impl Cluster {
     }
 }
 
-impl super::SingleFlight {
-    /// Single-flight for the processes of a cluster of machines (SPEC.md
-    /// §14), with cluster mode's defaults: a grace window of
-    /// [`DEFAULT_CLUSTER_GRACE_WINDOW`], attempts every
-    /// [`CLUSTER_POLL_INTERVAL`].
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use single_flight::{Cluster, SingleFlight};
-    ///
-    /// let cluster = Cluster::etcd(["https://10.0.0.5:2379"], "ci-cache")
-    ///     .listen("10.0.0.1:7000".parse()?)
-    ///     .tls("ca.pem", "host.pem", "host-key.pem");
-    /// let flights = SingleFlight::cluster(cluster).open().await?;
-    /// let landed = flights
-    ///     .run("artifact:abc123", |token| async move {
-    ///         Ok::<_, std::io::Error>(format!("fetched under token {token}"))
-    ///     })
-    ///     .await?;
-    /// println!("{}", landed.value);
-    /// flights.close().await;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn cluster(cluster: Cluster) -> Builder {
-        Builder {
-            place: Place::Cluster(Box::new(cluster)),
-            options: Options {
-                grace_window: DEFAULT_CLUSTER_GRACE_WINDOW,
-                poll_interval: CLUSTER_POLL_INTERVAL,
-                ..Options::default()
-            },
-        }
+impl Backend for Cluster {
+    type Election = EtcdElection;
+    type Transport = TcpTransport;
+
+    const GRACE_WINDOW: Duration = DEFAULT_CLUSTER_GRACE_WINDOW;
+    const POLL_INTERVAL: Duration = CLUSTER_POLL_INTERVAL;
+
+    /// etcd paces the cluster's attempts itself (`CLUSTER_POLL_INTERVAL`);
+    /// the poll interval is the shell's.
+    async fn open(&self, _: Duration) -> Result<(EtcdElection, TcpTransport), BackendError> {
+        self.connect().await.map_err(BackendError::new)
+    }
+
+    /// The coordinator that the cluster's key names (SPEC.md §14.3).
+    async fn find(&self) -> Result<Option<(TcpTransport, String)>, BackendError> {
+        let (mut election, transport) = self.connect().await.map_err(BackendError::new)?;
+        let address = election.coordinator().await.map_err(BackendError::new)?;
+        Ok(address.map(|address| (transport, address)))
+    }
+
+    fn shown(address: &String) -> Option<String> {
+        Some(address.clone())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the cluster {:?} at {}",
+            self.etcd.cluster,
+            self.etcd.endpoints.join(",")
+        )
+    }
+
+    fn serving_at(&self, transport: &TcpTransport) -> String {
+        self.advertised(transport)
     }
 }

@@ -1,0 +1,185 @@
+//! Where the processes meet, and the one place that picks a backend for it.
+//!
+//! A backend is an [`Election`] (who coordinates) and a [`Transport`] (how
+//! the others reach it) that go together, behind the [`Backend`] trait; each
+//! is one module:
+//!
+//! - [`local`]: a flight directory on this machine: the SQLite claim and the
+//!   Unix socket (SPEC.md §7, §11.1);
+//! - `cluster` (feature `cluster`): the machines of a cluster: etcd and TCP
+//!   with mutual TLS (§14).
+//!
+//! The shell above is generic over [`Backend`] and never asks which one
+//! runs: `open`, `serve` and `status` each hand a [`Visit`] to
+//! [`Place::with`], the only `match` on the backends. A new backend is a
+//! module here, a variant of [`Place`] and an arm of [`Place::with`].
+
+#[cfg(feature = "cluster")]
+pub(crate) mod cluster;
+pub(crate) mod local;
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::election::Election;
+use crate::transport::Transport;
+
+/// One backend: the election and the transport of one kind of place.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Who coordinates.
+    type Election: Election<Address = <Self::Transport as Transport>::Address>;
+    /// How the others reach the coordinator.
+    type Transport: Transport;
+
+    /// The grace window of a term that follows another, by default
+    /// (SPEC.md §10.2, §14.4).
+    const GRACE_WINDOW: Duration;
+    /// The time between attempts to reach or elect a coordinator, by
+    /// default (SPEC.md §7.2).
+    const POLL_INTERVAL: Duration;
+
+    /// Readies this process to take part: checks (or creates) the
+    /// directory, or loads the certificates and connects to etcd.
+    fn open(
+        &self,
+        poll_interval: Duration,
+    ) -> impl Future<Output = Result<(Self::Election, Self::Transport), BackendError>> + Send;
+
+    /// Finds the coordinator for one look at it (SPEC.md §3.5), creating
+    /// nothing: `None` when nobody coordinates.
+    fn find(&self) -> impl Future<Output = Result<Found<Self>, BackendError>> + Send;
+
+    /// The coordinator's address as a status shows it (SPEC.md §3.5);
+    /// `None` where there is nothing to show.
+    fn shown(address: &<Self::Transport as Transport>::Address) -> Option<String>;
+
+    /// What to call this place in messages.
+    fn describe(&self) -> String;
+
+    /// Where this process serves when it coordinates, for logs and errors.
+    fn serving_at(&self, transport: &Self::Transport) -> String;
+}
+
+/// A coordinator that [`Backend::find`] found: the transport to reach it,
+/// and its address.
+pub(crate) type Found<B> = Option<(
+    <B as Backend>::Transport,
+    <<B as Backend>::Transport as Transport>::Address,
+)>;
+
+/// Something to do with whichever backend a [`Place`] has: the shell's
+/// `open`, `serve` and `status` are each one.
+pub(crate) trait Visit: Send {
+    /// What it comes to.
+    type Output;
+
+    /// Does it with `backend`.
+    fn visit<B: Backend>(self, backend: B) -> impl Future<Output = Self::Output> + Send;
+}
+
+/// Where the processes meet.
+#[derive(Clone, Debug)]
+pub(crate) enum Place {
+    /// A flight directory on this machine (SPEC.md §7, §11).
+    Directory(local::Directory),
+    /// A cluster of machines (SPEC.md §14).
+    #[cfg(feature = "cluster")]
+    Cluster(Box<cluster::Cluster>),
+}
+
+impl Place {
+    /// Does `visit` with this place's backend.
+    pub(crate) async fn with<V: Visit>(self, visit: V) -> V::Output {
+        match self {
+            Place::Directory(directory) => visit.visit(directory).await,
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => visit.visit(*cluster).await,
+        }
+    }
+
+    /// This backend's default grace window and poll interval.
+    pub(crate) fn defaults(&self) -> (Duration, Duration) {
+        fn of<B: Backend>(_: &B) -> (Duration, Duration) {
+            (B::GRACE_WINDOW, B::POLL_INTERVAL)
+        }
+        match self {
+            Place::Directory(directory) => of(directory),
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => of(&**cluster),
+        }
+    }
+
+    /// The flight directory; `None` for a cluster, which has none.
+    pub(crate) fn directory(&self) -> Option<&Path> {
+        match self {
+            Place::Directory(directory) => Some(directory.path()),
+            #[cfg(feature = "cluster")]
+            Place::Cluster(_) => None,
+        }
+    }
+
+    /// The cluster; `None` for a directory.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster(&self) -> Option<&cluster::Cluster> {
+        match self {
+            Place::Directory(_) => None,
+            Place::Cluster(cluster) => Some(cluster),
+        }
+    }
+
+    /// Trusts a FUSE file system type as local (SPEC.md §7.4); a cluster
+    /// has no directory to judge.
+    pub(crate) fn trust_fuse_type(&mut self, fuse_type: String) {
+        match self {
+            Place::Directory(directory) => directory.trust_fuse_type(fuse_type),
+            #[cfg(feature = "cluster")]
+            Place::Cluster(_) => {}
+        }
+    }
+}
+
+/// Why a backend could not be used: the flight directory, the election,
+/// etcd, the certificates, the coordinator's transport. Each backend has
+/// errors of its own, which this carries whole (as rustls's `Error::Other`
+/// does), so that a new backend adds no variant to any public error. Its
+/// message says what happened and what to do; [`source`](Error::source)
+/// is the backend's error's own source.
+#[derive(Clone)]
+pub struct BackendError(Arc<dyn Error + Send + Sync>);
+
+impl BackendError {
+    /// Carries a backend's `error`.
+    pub(crate) fn new(error: impl Error + Send + Sync + 'static) -> BackendError {
+        BackendError(Arc::new(error))
+    }
+
+    /// The backend's error, when it is a `T`: for tests and diagnostics;
+    /// the backends' types are not a stable part of the API.
+    #[doc(hidden)]
+    pub fn downcast_ref<T: Error + 'static>(&self) -> Option<&T> {
+        let error: &(dyn Error + 'static) = &*self.0;
+        error.downcast_ref()
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl Error for BackendError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        self.0.source()
+    }
+}

@@ -1,0 +1,60 @@
+//! Why the cluster's election failed (SPEC.md §14.1–§14.6). Each message
+//! says what to check.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::protocol::Epoch;
+
+/// Why a campaign in etcd failed or a term there ended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EtcdError {
+    /// A cluster name that could reach into other clusters' keys (§14.1).
+    #[error(
+        "the cluster name {name:?} is not allowed: use 1 to 128 letters, digits, '.', '_' or '-' (SPEC.md §14.1)"
+    )]
+    ClusterName { name: String },
+    /// No etcd member answers (§14.6).
+    #[error(
+        "cannot reach etcd at {endpoints}: {error}; check that the members run and that these URLs (--etcd, SINGLE_FLIGHT_ETCD) are right"
+    )]
+    EtcdUnreachable { endpoints: String, error: String },
+    /// etcd did not answer a request in time or refused it: quorum lost,
+    /// members unreachable (§14.6).
+    #[error(
+        "etcd at {endpoints} failed while {what}: {error}; if a majority of its members is down or cut off, service resumes when they are back"
+    )]
+    EtcdRequest {
+        what: &'static str,
+        endpoints: String,
+        error: String,
+    },
+    /// `https://` endpoints without certificates.
+    #[error(
+        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
+    )]
+    EtcdTlsMissing { endpoints: String },
+    #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
+    EtcdTlsFile {
+        what: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
+    /// The epoch counter holds no epoch; the election fails closed (§14.1).
+    #[error(
+        "the etcd key {key} holds {value:?}, which is not an epoch: refusing to start a term, because a guess could reuse fencing tokens. Put into it a number larger than every epoch this cluster has used (a fencing token divided by 4294967296)"
+    )]
+    EtcdEpochCorrupt { key: String, value: String },
+    /// The epoch counter reached the largest epoch (§6, §14.1).
+    #[error(
+        "the etcd key {key} holds {}, the largest epoch (SPEC.md §6): no further term can start in this cluster. Use a new cluster name, and reset the highest token that each fenced resource has stored",
+        Epoch::MAX
+    )]
+    EtcdEpochExhausted { key: String },
+    /// The term can no longer prove that its lease lives (§14.2).
+    #[error(
+        "the coordinator's lease on {key} can no longer be proven alive ({reason}); this term has ended"
+    )]
+    LeaseLost { key: String, reason: String },
+}

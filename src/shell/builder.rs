@@ -1,0 +1,166 @@
+//! Configuring a [`SingleFlight`] before it opens, and the three things to
+//! do with a place: take part in it ([`Builder::open`]), hold its
+//! coordinator ([`Builder::serve`]), or look at it ([`Builder::status`]).
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use super::api::{SingleFlight, opened_with, start_thread};
+use super::error::OpenError;
+use super::options::Options;
+use super::serve::{self, ServeError};
+use super::status::{self, Status, StatusError};
+use crate::backend::Place;
+use crate::backend::local::Directory;
+
+/// Configures a [`SingleFlight`] before it opens.
+#[derive(Clone, Debug)]
+pub struct Builder {
+    place: Place,
+    options: Options,
+}
+
+impl Builder {
+    fn new(place: Place) -> Builder {
+        let (grace_window, poll_interval) = place.defaults();
+        Builder {
+            place,
+            options: Options {
+                grace_window,
+                poll_interval,
+            },
+        }
+    }
+
+    /// The grace window a new coordinator opens after a failover
+    /// (SPEC.md §10.2); [`DEFAULT_GRACE_WINDOW`](crate::DEFAULT_GRACE_WINDOW)
+    /// in a directory by default. Every process of a directory should use
+    /// the same.
+    pub fn grace_window(mut self, window: Duration) -> Builder {
+        self.options.grace_window = window;
+        self
+    }
+
+    /// The time between attempts to reach or elect a coordinator
+    /// (SPEC.md §7.2); 10 ms in a directory by default.
+    pub fn poll_interval(mut self, interval: Duration) -> Builder {
+        self.options.poll_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// FUSE file system types that you vouch are local to this machine
+    /// (SPEC.md §7.4), such as `"fuse.mergerfs"`. A cluster has no
+    /// directory to judge, and ignores it.
+    pub fn trust_fuse_type(mut self, fuse_type: impl Into<String>) -> Builder {
+        self.place.trust_fuse_type(fuse_type.into());
+        self
+    }
+
+    /// The flight directory; `None` for a cluster.
+    pub fn directory(&self) -> Option<&Path> {
+        self.place.directory()
+    }
+
+    /// The cluster; `None` for a directory.
+    #[cfg(feature = "cluster")]
+    pub fn cluster(&self) -> Option<&crate::Cluster> {
+        self.place.cluster()
+    }
+
+    /// Checks the directory (creating it with mode 0700 if missing,
+    /// SPEC.md §7.4), or connects to etcd and loads the certificates in
+    /// cluster mode (§14), and starts this process's single-flight thread.
+    /// It connects to the coordinator, or becomes it, at the first call.
+    pub async fn open(self) -> Result<SingleFlight, OpenError> {
+        let (flights, opened) = self.start()?;
+        opened_with(flights, opened.await)
+    }
+
+    /// Starts opening; the async [`open`](Self::open) awaits the answer and
+    /// the blocking one waits for it (SPEC.md §9.7).
+    pub(super) fn start(self) -> Result<(SingleFlight, super::api::Opened), OpenError> {
+        start_thread(self.place, self.options)
+    }
+
+    /// Campaigns until this process coordinates, then serves until
+    /// `shutdown` resolves, and ends the term cleanly (SPEC.md §10.4). If a
+    /// term is lost (its lock file moved, SPEC.md §7.2) it campaigns again.
+    /// Returns an error when the election fails closed.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), single_flight::ServeError> {
+    /// single_flight::SingleFlight::builder(std::env::temp_dir().join("my-app-flights"))
+    ///     .serve(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .await
+    /// # }
+    /// ```
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        serve::serve(self.place, self.options, shutdown).await
+    }
+
+    /// One look at the coordinator: its term and flights (SPEC.md §3.5).
+    /// Creates nothing: a directory that does not exist has no coordinator.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let dir = std::env::temp_dir().join("single-flight-doc-status-nobody");
+    /// match single_flight::SingleFlight::builder(&dir).status().await {
+    ///     Ok(status) => println!("term {} served by pid {}", status.epoch, status.pid),
+    ///     Err(error) => println!("{error}"), // no coordinator answers in …
+    /// }
+    /// # }
+    /// ```
+    pub async fn status(&self) -> Result<Status, StatusError> {
+        status::look(self.place.clone()).await
+    }
+}
+
+impl SingleFlight {
+    /// Opens `directory` with the default options. See [`Builder::open`].
+    pub async fn open(directory: impl AsRef<Path>) -> Result<SingleFlight, OpenError> {
+        SingleFlight::builder(directory).open().await
+    }
+
+    /// Options other than the defaults, for the processes that share
+    /// `directory`.
+    pub fn builder(directory: impl AsRef<Path>) -> Builder {
+        Builder::new(Place::Directory(Directory::new(directory.as_ref())))
+    }
+
+    /// Single-flight for the processes of a cluster of machines (SPEC.md
+    /// §14), with cluster mode's defaults: a grace window of
+    /// [`DEFAULT_CLUSTER_GRACE_WINDOW`](crate::DEFAULT_CLUSTER_GRACE_WINDOW)
+    /// and attempts every 100 ms.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use single_flight::{Cluster, SingleFlight};
+    ///
+    /// let cluster = Cluster::etcd(["https://10.0.0.5:2379"], "ci-cache")
+    ///     .listen("10.0.0.1:7000".parse()?)
+    ///     .tls("ca.pem", "host.pem", "host-key.pem");
+    /// let flights = SingleFlight::cluster(cluster).open().await?;
+    /// let landed = flights
+    ///     .run("artifact:abc123", |token| async move {
+    ///         Ok::<_, std::io::Error>(format!("fetched under token {token}"))
+    ///     })
+    ///     .await?;
+    /// println!("{}", landed.value);
+    /// flights.close().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "cluster")]
+    pub fn cluster(cluster: crate::Cluster) -> Builder {
+        Builder::new(Place::Cluster(Box::new(cluster)))
+    }
+}
