@@ -30,6 +30,26 @@ pub const CLUSTER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Where the processes of a cluster meet (SPEC.md §14). Build one with
 /// [`Cluster::etcd`], then open it with
 /// [`SingleFlight::cluster`](crate::SingleFlight::cluster).
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use single_flight::{Cluster, SingleFlight};
+///
+/// let cluster = Cluster::etcd(["https://10.0.0.5:2379"], "ci-cache")
+///     .listen("10.0.0.1:7000".parse()?)
+///     .tls("ca.pem", "host.pem", "host-key.pem");
+/// let flights = SingleFlight::cluster(cluster).open().await?;
+/// let landed = flights
+///     .run("artifact:abc123", |token| async move {
+///         Ok::<_, std::io::Error>(format!("fetched under token {token}"))
+///     })
+///     .await?;
+/// println!("{}", landed.value);
+/// flights.close().await;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Cluster {
     etcd: EtcdOptions,

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::codec::{Codec, Json};
+use super::landed::{Landed, Role};
 use super::driver::{CallEvent, Command, Driver, PANIC_LAND_TIMEOUT};
 use super::error::{OpenError, RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
@@ -22,30 +23,6 @@ use crate::backend::{Backend, Place, Visit};
 use crate::client::{CallId, CallOptions, Resolution};
 use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
 use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
-
-/// Whether a call ran the work or received another's outcome.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// This call led the flight: the value is its own work's.
-    Led,
-    /// This call joined a flight led elsewhere (in this process or another).
-    Joined,
-    /// This call asked for a reuse window and received the value that a
-    /// flight of its key had landed within it (SPEC.md §16): nothing ran
-    /// for it.
-    Reused,
-}
-
-/// A call's value, and how it got it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Landed<T> {
-    /// The flight's value: this call's own work's, or the one it received.
-    pub value: T,
-    /// Whether this call led, joined or reused.
-    pub role: Role,
-    /// The flight's fencing token (SPEC.md §6).
-    pub token: FencingToken,
-}
 
 /// Single-flight for the processes that share one directory.
 ///
@@ -193,9 +170,10 @@ pub(super) fn opened_with(
 /// every handle is gone.
 ///
 /// The backend is opened there, not on the caller's runtime: a blocking
-/// caller has none, and a runtime made only to open would take the etcd
-/// client's tasks (its channel to etcd) with it when dropped. The thread's
-/// runtime lives as long as the election that uses them.
+/// caller has none, and a runtime made only to open would take the tasks of
+/// a backend's client (a cluster's channel to its election) with it when
+/// dropped. The thread's runtime lives as long as the election that uses
+/// them.
 pub(super) fn start_thread(place: Place, options: Options) -> Result<(SingleFlight, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (commands, inbox) = mpsc::unbounded_channel();

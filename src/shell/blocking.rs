@@ -45,7 +45,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::api::{self, Answer, Finished, Landed};
+use super::api::{self, Answer, Finished};
+use super::landed::Landed;
 use super::codec::{Codec, Json};
 use super::error::{OpenError, RunError};
 use super::failure::IntoFailure;
@@ -132,7 +133,7 @@ impl Builder {
     }
 
     /// Opens, as [`crate::Builder::open`] does, waiting on this thread. The
-    /// parts that need a runtime (etcd, in cluster mode) run on the
+    /// parts that need a runtime (the election, in cluster mode) run on the
     /// single-flight thread's, which opening starts anyway, so the caller
     /// needs none and no other runtime is started.
     #[track_caller]

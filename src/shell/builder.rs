@@ -69,7 +69,7 @@ impl Builder {
     }
 
     /// Checks the directory (creating it with mode 0700 if missing,
-    /// SPEC.md §7.4), or connects to etcd and loads the certificates in
+    /// SPEC.md §7.4), or connects to the cluster's election and loads the certificates in
     /// cluster mode (§14), and starts this process's single-flight thread.
     /// It connects to the coordinator, or becomes it, at the first call.
     pub async fn open(self) -> Result<SingleFlight, OpenError> {
@@ -138,27 +138,8 @@ impl SingleFlight {
     /// Single-flight for the processes of a cluster of machines (SPEC.md
     /// §14), with cluster mode's defaults: a grace window of
     /// [`DEFAULT_CLUSTER_GRACE_WINDOW`](crate::DEFAULT_CLUSTER_GRACE_WINDOW)
-    /// and attempts every 100 ms.
-    ///
-    /// ```no_run
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use single_flight::{Cluster, SingleFlight};
-    ///
-    /// let cluster = Cluster::etcd(["https://10.0.0.5:2379"], "ci-cache")
-    ///     .listen("10.0.0.1:7000".parse()?)
-    ///     .tls("ca.pem", "host.pem", "host-key.pem");
-    /// let flights = SingleFlight::cluster(cluster).open().await?;
-    /// let landed = flights
-    ///     .run("artifact:abc123", |token| async move {
-    ///         Ok::<_, std::io::Error>(format!("fetched under token {token}"))
-    ///     })
-    ///     .await?;
-    /// println!("{}", landed.value);
-    /// flights.close().await;
-    /// # Ok(())
-    /// # }
-    /// ```
+    /// and attempts every 100 ms. [`Cluster`](crate::Cluster) has an
+    /// example.
     #[cfg(feature = "cluster")]
     pub fn cluster(cluster: crate::Cluster) -> Builder {
         Builder::new(Place::Cluster(Box::new(cluster)))

@@ -153,7 +153,7 @@ where
         // After an attempt to reach a coordinator failed, the next one comes
         // a poll interval later (§7.2, §14.3), whatever wakes the loop in
         // between: a caller that retries at once on `Unavailable` must not
-        // turn the attempts, each a read from etcd in a cluster, into a busy
+        // turn the attempts, each a read from the election's store in a cluster, into a busy
         // loop.
         let mut next_attempt: Option<tokio::time::Instant> = None;
         loop {

@@ -13,7 +13,7 @@ use crate::protocol::{DecodeError, Failure, HandshakeError};
 #[non_exhaustive]
 pub enum OpenError {
     /// The place could not be used: the directory was refused (SPEC.md
-    /// §7.4), or cluster mode could not start (§14: etcd, the certificates
+    /// §7.4), or cluster mode could not start (§14: its election, the certificates
     /// or the listen address). The message says why and what to do.
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -29,8 +29,8 @@ pub enum OpenError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unavailable {
-    /// The election failed (a damaged epoch file, a lost lock file, etcd
-    /// out of reach, …; SPEC.md §7, §14). The message names the file or
+    /// The election failed (a damaged epoch file, a lost lock file, a cluster's
+    /// election out of reach, …; SPEC.md §7, §14). The message names the file or
     /// setting and what to do.
     #[error(transparent)]
     Backend(#[from] BackendError),

@@ -9,6 +9,7 @@ mod codec;
 mod driver;
 mod error;
 mod failure;
+mod landed;
 mod lines;
 mod options;
 mod serve;
@@ -16,7 +17,8 @@ mod server;
 mod stats;
 mod status;
 
-pub use api::{Call, Detached, Landed, Role, SingleFlight};
+pub use api::{Call, Detached, SingleFlight};
+pub use landed::{Landed, Role};
 pub use builder::Builder;
 pub use codec::{Codec, Json};
 #[cfg(feature = "_internal")] // for the tests and harnesses only

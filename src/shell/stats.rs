@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::api::{Landed, Role};
+use super::landed::{Landed, Role};
 use super::error::RunError;
 
 /// This process's calls since its [`SingleFlight`](super::SingleFlight)

@@ -79,7 +79,7 @@ pub enum StatusError {
     /// The connection failed.
     #[error("talking to the coordinator: {0}")]
     Io(#[from] io::Error),
-    /// The place could not be used: etcd, the certificates (SPEC.md §14),
+    /// The place could not be used: the cluster's election, the certificates (SPEC.md §14),
     /// the directory.
     #[error(transparent)]
     Backend(#[from] BackendError),
