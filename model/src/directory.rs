@@ -6,10 +6,10 @@ use std::fmt::Write as _;
 
 use single_flight_core::client::{self, CallId, Resolution};
 use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
+use single_flight_core::protocol::{Epoch, FencingToken};
 use single_flight_core::protocol::{
     Failure, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
 };
-use single_flight_core::protocol::{Epoch, FencingToken};
 use stateright::{Model, Property};
 
 use crate::properties;

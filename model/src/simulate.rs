@@ -197,7 +197,7 @@ impl Simulation {
     /// The command that walks trace `index` again and prints it.
     pub fn replay_command(&self, index: u64) -> String {
         let mut command = format!(
-            "cargo run -p single-flight-model --release -- simulate {} --seed {} --trace {index}",
+            "cd model && cargo run --release -- simulate {} --seed {} --trace {index}",
             self.configuration, self.seed
         );
         if let Some(mutant) = self.directory.mutant {

@@ -7,8 +7,8 @@ use std::hash::{Hash, Hasher};
 
 use single_flight_core::client::{CallId, Client};
 use single_flight_core::coordinator::{ConnectionId, Coordinator};
-use single_flight_core::protocol::{Key, Outcome, Request, Response};
 use single_flight_core::protocol::{Epoch, FencingToken};
+use single_flight_core::protocol::{Key, Outcome, Request, Response};
 
 use crate::directory::Ending;
 

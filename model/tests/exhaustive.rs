@@ -113,7 +113,7 @@ fn reuse_windows_keep_every_property() {
 }
 
 #[test]
-#[ignore = "takes half a minute: cargo test -p single-flight-model --release -- --ignored"]
+#[ignore = "takes half a minute: cd model && cargo test --release -- --ignored"]
 fn detached_calls_with_reuse_windows_keep_every_property() {
     keeps_every_property(
         Directory::detach_and_reuse(),
@@ -135,7 +135,7 @@ const GOAL_UNIQUE_STATES: usize = 186_419_909;
 
 /// `large` with a broken connection: both core bugs' shapes at once.
 #[test]
-#[ignore = "takes a quarter of an hour on two cores and 2.6 GB: cargo test -p single-flight-model --release -- --ignored"]
+#[ignore = "takes a quarter of an hour on two cores and 2.6 GB: cd model && cargo test --release -- --ignored"]
 fn goal_directory_keeps_every_property() {
     keeps_every_property(Directory::goal(), GOAL_UNIQUE_STATES);
 }
@@ -159,7 +159,7 @@ fn overlapping_terms_keep_every_property() {
 /// As above, and the current term's coordinator dies too: a third term
 /// begins while the deposed one may still serve.
 #[test]
-#[ignore = "takes minutes: cargo test -p single-flight-model --release -- --ignored"]
+#[ignore = "takes minutes: cd model && cargo test --release -- --ignored"]
 fn overlapping_terms_with_a_failover_keep_every_property() {
     let directory = Directory {
         coordinator_deaths: 1,

@@ -12,16 +12,30 @@ pub struct CallId(pub u64);
 pub enum Event {
     /// The caller started a call for `key`.
     CallStarted {
+        /// The call's number, new in this process.
         call: CallId,
+        /// The key of the flight to lead or join.
         key: Key,
+        /// What the caller chose for the call.
         options: CallOptions,
     },
     /// A response arrived on the current connection.
-    ResponseReceived { response: Response },
+    ResponseReceived {
+        /// The response, decoded.
+        response: Response,
+    },
     /// The work that `call` leads finished with `outcome`.
-    WorkFinished { call: CallId, outcome: Outcome },
+    WorkFinished {
+        /// The call whose work finished.
+        call: CallId,
+        /// How the work ended.
+        outcome: Outcome,
+    },
     /// The caller gave up on `call` (dropped it, or its deadline passed).
-    CallCancelled { call: CallId },
+    CallCancelled {
+        /// The call given up.
+        call: CallId,
+    },
     /// The connection to the coordinator is gone.
     ConnectionLost,
     /// A connection to a coordinator (perhaps a new one) finished its
@@ -46,15 +60,27 @@ pub enum Effect {
     /// Write `request` on the current connection.
     Send(Request),
     /// `call` leads: start its work under `token`.
-    StartWork { call: CallId, token: FencingToken },
+    StartWork {
+        /// The call that leads.
+        call: CallId,
+        /// The flight's token, which the work passes to what it writes (§6).
+        token: FencingToken,
+    },
     /// `call` is over; tell its caller.
     Resolve {
+        /// The call that is over.
         call: CallId,
+        /// How it ended.
         resolution: Resolution,
     },
     /// Stop the work of the detached call `call`, whose caller has left
     /// (SPEC.md §15.3): drop it, and forget the call.
-    StopWork { call: CallId, why: StopReason },
+    StopWork {
+        /// The detached call.
+        call: CallId,
+        /// Why its work is stopped.
+        why: StopReason,
+    },
 }
 
 /// Why a detached call's work is stopped (SPEC.md §15.3).
@@ -75,16 +101,23 @@ pub enum StopReason {
 pub enum Resolution {
     /// The call led the flight `token` and its work finished: the caller's
     /// result is its own work's.
-    Led { token: FencingToken },
+    Led {
+        /// The token of the flight it led.
+        token: FencingToken,
+    },
     /// The call joined the flight `flight`, which landed with `outcome`.
     Joined {
+        /// The token of the flight it joined.
         flight: FencingToken,
+        /// The outcome its leader landed.
         outcome: Outcome,
     },
     /// The call received the value that the flight `flight` had landed
     /// within its reuse window (SPEC.md §16.3).
     Reused {
+        /// The token of the flight that landed the value.
         flight: FencingToken,
+        /// The value that flight landed.
         outcome: Outcome,
     },
     /// The flight ended without an outcome for this caller (SPEC.md §3.3):

@@ -53,6 +53,7 @@ enum CallState {
 }
 
 impl Client {
+    /// A client with no calls, not connected.
     pub fn new() -> Client {
         Client::default()
     }

@@ -23,21 +23,36 @@ pub enum Term {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Event {
     /// A client finished the handshake (SPEC.md §4.2) on a new connection.
-    ConnectionOpened { connection: ConnectionId },
+    ConnectionOpened {
+        /// The new connection's number.
+        connection: ConnectionId,
+    },
     /// A line of an open connection decoded to a request (SPEC.md §3).
     RequestReceived {
+        /// The connection the line came on.
         connection: ConnectionId,
+        /// The request, or the `op` and `id` of one this version does not
+        /// know (§3.6).
         request: Incoming,
     },
     /// The connection is gone: its peer closed it, it failed, or the shell
     /// closed it (also after an [`Effect::Close`]).
-    ConnectionClosed { connection: ConnectionId },
+    ConnectionClosed {
+        /// The connection that is gone.
+        connection: ConnectionId,
+    },
     /// The grace window of a [`Term::AfterFailover`] is over (SPEC.md §8.4).
     GraceWindowEnded,
     /// The reuse window of the value that the flight `token` of `key`
     /// landed is over (SPEC.md §16.2): the timer of an
     /// [`Effect::KeepFor`] fired.
-    ReuseExpired { key: Key, token: FencingToken },
+    ReuseExpired {
+        /// The key of the kept value, as the [`Effect::KeepFor`] named it.
+        key: Key,
+        /// The token of the flight that landed it, as the
+        /// [`Effect::KeepFor`] named it.
+        token: FencingToken,
+    },
 }
 
 /// A command for the shell, to be carried out in the order given.
@@ -45,13 +60,17 @@ pub enum Event {
 pub enum Effect {
     /// Write `response` as one line on `connection`.
     Send {
+        /// The connection to write on.
         connection: ConnectionId,
+        /// The response to write.
         response: Response,
     },
     /// Close `connection`. The coordinator has already withdrawn its parties;
     /// events that still arrive for it are ignored.
     Close {
+        /// The connection to close.
         connection: ConnectionId,
+        /// Why it is closed.
         reason: CloseReason,
     },
     /// The value of the flight `token` of `key` is kept for reuse (SPEC.md
@@ -59,8 +78,11 @@ pub enum Effect {
     /// key and token. A timer that fires after its value was replaced or
     /// evicted is harmless; timers need not be cancelled.
     KeepFor {
+        /// The key of the kept value.
         key: Key,
+        /// The token of the flight that landed it.
         token: FencingToken,
+        /// How long it is kept.
         window: ReuseWindow,
     },
     /// This term cannot go on (SPEC.md §8.9): resign the claim and close

@@ -224,10 +224,12 @@ impl Coordinator {
         self
     }
 
+    /// The epoch of this coordinator's term (SPEC.md §6).
     pub fn epoch(&self) -> Epoch {
         self.epoch
     }
 
+    /// Whether the term's grace window is still open (SPEC.md §8.4).
     pub fn in_grace(&self) -> bool {
         self.in_grace
     }

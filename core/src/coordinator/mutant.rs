@@ -26,6 +26,10 @@ use super::machine::Coordinator;
 /// Without `--cfg single_flight_mutants` it exists only to name the hooks, and
 /// nothing outside the coordinator sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    not(single_flight_mutants),
+    allow(unreachable_pub, reason = "public only where the model re-exports it")
+)]
 pub enum Mutant {
     /// §8.2: a rejoin whose flight is gone leads a new flight.
     RejoinMayLead,
@@ -67,6 +71,7 @@ pub enum Mutant {
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
+    /// Every seeded bug, in the order declared.
     pub const ALL: [Mutant; 14] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,

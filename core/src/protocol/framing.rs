@@ -26,6 +26,7 @@ pub struct LineReader {
 }
 
 impl LineReader {
+    /// A reader of lines of at most `max` bytes, without their `\n`.
     pub fn new(max: usize) -> LineReader {
         LineReader {
             buffer: Vec::new(),

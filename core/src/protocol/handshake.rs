@@ -17,14 +17,18 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// A client's first line.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientHello {
+    /// The protocol's name, [`PROTOCOL_NAME`] for a hello.
     pub protocol: String,
+    /// The version the client speaks.
     pub version: u32,
 }
 
 /// The coordinator's first line: its version, and which term it serves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CoordinatorHello {
+    /// The protocol's name, [`PROTOCOL_NAME`] for a hello.
     pub protocol: String,
+    /// The version the coordinator speaks.
     pub version: u32,
     /// The coordinator's term, as decimal text like tokens.
     pub epoch: String,
@@ -50,22 +54,31 @@ pub const MAX_HOST_BYTES: usize = 255;
      process that shares the directory"
 )]
 pub struct ProtocolVersionError {
+    /// The version this process speaks.
     pub ours: u32,
+    /// The version the peer's hello names.
     pub theirs: u32,
 }
 
 /// Why a first line is not an acceptable hello.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
+    /// The first line is not a hello: not JSON, another protocol, or a
+    /// field that is not what a hello holds.
     #[error(
         "the peer's first line is not a single-flight hello ({reason}); is another program using this socket?"
     )]
-    NotAHello { reason: String },
+    NotAHello {
+        /// What is wrong with the line.
+        reason: String,
+    },
+    /// A hello of another version.
     #[error(transparent)]
     Version(#[from] ProtocolVersionError),
 }
 
 impl ClientHello {
+    /// The hello of this build: [`PROTOCOL_NAME`], [`PROTOCOL_VERSION`].
     pub fn current() -> ClientHello {
         ClientHello {
             protocol: PROTOCOL_NAME.to_owned(),

@@ -60,6 +60,7 @@ macro_rules! bounded_text {
                 Ok($type(text))
             }
 
+            /// The text, as it is on the wire.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -92,8 +93,11 @@ bounded_text!(RequestId, "id", MAX_ID_BYTES);
 /// boundary (SPEC.md §3.4).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Failure {
+    /// The error's name, such as `Error` or [`VALUE_TOO_LARGE`].
     pub name: String,
+    /// The error's message.
     pub message: String,
+    /// The error's code, when it has one; absent on the wire otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub code: Option<FailureCode>,
 }
@@ -115,7 +119,9 @@ impl std::error::Error for Failure {}
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(untagged)]
 pub enum FailureCode {
+    /// A code that is text, such as `ENOSPC`.
     Text(String),
+    /// A code that is an integer in the signed 64-bit range.
     Number(i64),
 }
 
@@ -123,8 +129,10 @@ pub enum FailureCode {
 /// failure (SPEC.md §3.4).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Outcome {
+    /// The work's value, as the caller's codec encoded it: `{"value": …}`.
     #[serde(rename = "value")]
     Value(String),
+    /// The work's error: `{"failure": {…}}`.
     #[serde(rename = "failure")]
     Failure(Failure),
 }
@@ -203,10 +211,12 @@ impl ReuseWindow {
         ReuseWindow::from_millis(u64::try_from(millis).ok()?)
     }
 
+    /// The window in milliseconds, as it is on the wire.
     pub const fn as_millis(self) -> u32 {
         self.0.get()
     }
 
+    /// The window as a [`Duration`](std::time::Duration).
     pub fn as_duration(self) -> std::time::Duration {
         std::time::Duration::from_millis(u64::from(self.0.get()))
     }
@@ -220,8 +230,11 @@ pub enum Request {
     /// Leads the flight of `key`, or joins the one in progress; with `flight`,
     /// a rejoin that never leads.
     Run {
+        /// The request's id (§3.1).
         id: RequestId,
+        /// The key of the flight to lead or join.
         key: Key,
+        /// Only on a rejoin: the token of the flight to join again (§8.2).
         #[serde(skip_serializing_if = "Option::is_none")]
         flight: Option<FencingToken>,
         /// Extension (SPEC.md §16.1): the call takes a kept value of its key,
@@ -230,64 +243,107 @@ pub enum Request {
         reuse: Option<ReuseWindow>,
     },
     /// The leader of `id` ends its flight with `outcome`.
-    Land { id: RequestId, outcome: Outcome },
+    Land {
+        /// The id of the `run` that leads the flight.
+        id: RequestId,
+        /// How the work ended.
+        outcome: Outcome,
+    },
     /// Withdraws a run, a joiner, or a leader (which interrupts its flight).
-    Cancel { id: RequestId },
+    Cancel {
+        /// The id of the `run` to withdraw.
+        id: RequestId,
+    },
     /// A leader from an earlier term claims its flight again; with
     /// `outcome`, a leader whose work already finished hands the outcome to
     /// the flight's rejoiners without making the flight live again.
     Reassert {
+        /// The request's id (§3.1): the party it opens when accepted.
         id: RequestId,
+        /// The key of the flight claimed.
         key: Key,
+        /// The token the flight was led under in the earlier term.
         token: FencingToken,
+        /// Only from a leader whose work already finished: how it ended.
         #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<Outcome>,
     },
     /// Asks for the coordinator's view of its flights (SPEC.md §3.5, an
     /// extension that older coordinators answer `unsupported`).
-    Status { id: RequestId },
+    Status {
+        /// The request's id (§3.1).
+        id: RequestId,
+    },
     /// Extension (SPEC.md §15.1): the caller of the leading call `id` left;
     /// its work goes on while anyone waits for the flight.
-    Detach { id: RequestId },
+    Detach {
+        /// The id of the `run` that leads the flight.
+        id: RequestId,
+    },
 }
 
 /// What the coordinator answers (SPEC.md §3.3), in the order SPEC.md lists them.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum Response {
+    /// The run leads a new flight: run the work under `token`.
     Lead {
+        /// The id of the `run`.
         id: RequestId,
+        /// The fresh token of the flight (§6).
         token: FencingToken,
     },
+    /// The run joined the flight in progress; `landed` or `interrupted`
+    /// follows.
     Joined {
+        /// The id of the `run`.
         id: RequestId,
+        /// The token of the flight joined.
         flight: FencingToken,
     },
+    /// The joined flight landed with `outcome`. Final.
     Landed {
+        /// The id of the `run`.
         id: RequestId,
+        /// The outcome its leader landed, or the `ValueTooLarge` failure in
+        /// its place (§3.4).
         outcome: Outcome,
     },
+    /// The joined (or rejoining) flight ended without an outcome. Final.
     Interrupted {
+        /// The id of the `run`.
         id: RequestId,
     },
+    /// The `land` (or landed `reassert`) of `id` was accepted and its
+    /// outcome handed to the joiners. Final.
     Ack {
+        /// The id of the `land` or `reassert`.
         id: RequestId,
     },
+    /// The `land` or `reassert` of `id` came too late, from a party that
+    /// does not lead that flight, or with an outcome too large to share
+    /// (§8.3, §8.5). Final.
     Rejected {
+        /// The id of the `land` or `reassert`.
         id: RequestId,
     },
+    /// The coordinator does not know the request's `op` (§3.6). Final.
     Unsupported {
+        /// The id of the request.
         id: RequestId,
     },
     /// Extension (SPEC.md §15.1): nobody waits for the detached flight that
     /// `id` leads any more; stop its work. Final.
     Stop {
+        /// The id of the `run` that leads the flight.
         id: RequestId,
     },
     /// Extension (SPEC.md §16.1): the run receives the value that the flight
     /// `flight` of its key landed within its reuse window. Final.
     Reused {
+        /// The id of the `run`.
         id: RequestId,
+        /// The token of the flight whose value is reused.
         flight: FencingToken,
         /// Boxed: inline, it would make every `Response` and every
         /// coordinator effect larger, for an answer most terms never send
@@ -296,7 +352,10 @@ pub enum Response {
     },
     /// The answer to `status` (SPEC.md §3.5).
     Status {
+        /// The id of the `status` request.
         id: RequestId,
+        /// The flights in progress, in key order; during a grace window, the
+        /// held ones.
         flights: Vec<FlightStatus>,
         /// Only while the grace window is open (§8.4): how many runs wait
         /// for it to end. Absent on the wire otherwise, and from
@@ -322,7 +381,9 @@ pub enum Response {
 /// One flight in progress, as `status` reports it (SPEC.md §3.5).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct FlightStatus {
+    /// The flight's key.
     pub key: Key,
+    /// The flight's token.
     pub token: FencingToken,
     /// How many callers wait for this flight's outcome besides its leader.
     pub joiners: u64,
@@ -385,11 +446,19 @@ fn ratio(part: u64, whole: u64) -> Option<f64> {
 /// answers `unsupported` while keeping the connection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Incoming {
+    /// A request this version knows.
     Request(Request),
-    Unknown { op: String, id: RequestId },
+    /// A request whose `op` this version does not know (§3.6).
+    Unknown {
+        /// The unknown `op`, within `MAX_OP_BYTES`.
+        op: String,
+        /// The request's id, for the `unsupported` answer.
+        id: RequestId,
+    },
 }
 
 impl Request {
+    /// The request's id (§3.1).
     pub fn id(&self) -> &RequestId {
         match self {
             Request::Run { id, .. }
@@ -403,6 +472,7 @@ impl Request {
 }
 
 impl Response {
+    /// The id of the request this answers (§3.1).
     pub fn id(&self) -> &RequestId {
         match self {
             Response::Lead { id, .. }
@@ -462,6 +532,7 @@ pub struct LineEncoder {
 }
 
 impl LineEncoder {
+    /// The line of `response`: its JSON text and the `\n`.
     pub fn line(&mut self, response: &Response) -> Vec<u8> {
         let Response::Landed { id, outcome } = response else {
             let mut line = encode(response).into_bytes();

@@ -31,6 +31,7 @@ impl Epoch {
         }
     }
 
+    /// The epoch as a number, from 1 to [`Epoch::MAX`].
     pub fn get(self) -> u32 {
         self.0
     }
@@ -58,16 +59,20 @@ pub struct FencingToken(u64);
 /// Why a text is not a fencing token (SPEC.md §6).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// The text is empty.
     #[error("a fencing token is a decimal number, but this text is empty")]
     Empty,
+    /// The text holds something other than digits, or starts with `0`.
     #[error(
         "a fencing token is written with the digits 0-9 only, without sign, spaces or leading zeros"
     )]
     NotDecimal,
+    /// The number is above `i64::MAX`.
     #[error(
         "a fencing token has at most {MAX_TOKEN_DIGITS} digits and is at most 9223372036854775807"
     )]
     TooLarge,
+    /// The number's epoch or sequence is 0.
     #[error(
         "a fencing token's epoch (the number divided by 2^32) is at least 1, and its sequence (the remainder) is at least 1"
     )]

@@ -1928,7 +1928,7 @@ proptest! {
 /// as a hello (of any version).
 #[test]
 fn fuzz_seeds_sit_on_the_side_of_the_edge_they_name() {
-    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
     let mut checked = 0;
     for target in ["request_decode", "response_decode"] {
         for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
