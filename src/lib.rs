@@ -63,6 +63,7 @@
 // The public API is documented. Not checked with `_internal`, which makes
 // the library's insides public for its tests and harnesses.
 #![cfg_attr(not(feature = "_internal"), warn(missing_docs))]
+#![cfg_attr(feature = "_internal", warn(unreachable_pub))]
 // docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml): `doc_cfg` marks
 // each item that a cargo feature gates with that feature's name. (It took in
 // the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)

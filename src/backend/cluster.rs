@@ -25,7 +25,7 @@ pub const DEFAULT_CLUSTER_GRACE_WINDOW: Duration = Duration::from_secs(2);
 /// mode. Each attempt is a read from etcd, so 10 ms as locally would make a
 /// hundred processes without a coordinator send 10 000 requests a second;
 /// 100 ms keeps that modest and is small beside the lease TTL.
-pub const CLUSTER_POLL_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const CLUSTER_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Where the processes of a cluster meet (SPEC.md §14). Build one with
 /// [`Cluster::etcd`], then open it with

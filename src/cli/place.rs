@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cluster")]
 use std::time::Duration;
 
 use clap::Args;
@@ -18,6 +19,7 @@ const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that
 /// The cluster name when `--cluster` is not given: one etcd serves one
 /// fleet in the common case, and a quickstart should not need a name.
 /// Fleets that share an etcd give each its own (SPEC.md §14.1).
+#[cfg(feature = "cluster")]
 const DEFAULT_CLUSTER: &str = "default";
 
 /// The flight directory or the cluster, as the command line gives them.

@@ -38,7 +38,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 const DRAIN_IDLE: Duration = Duration::from_millis(500);
 
 /// What a call asks of the driver.
-pub enum Command {
+pub(super) enum Command {
     Start {
         call: CallId,
         key: Key,
@@ -63,7 +63,7 @@ pub enum Command {
 }
 
 /// What the driver tells a call.
-pub enum CallEvent {
+pub(super) enum CallEvent {
     Lead(FencingToken),
     Resolved(Resolution),
     Unavailable(Arc<Unavailable>),
@@ -80,7 +80,7 @@ pub enum CallEvent {
 /// lives (§9.3).
 pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
-pub struct Driver<E, T> {
+pub(super) struct Driver<E, T> {
     election: E,
     transport: T,
     options: Options,
@@ -120,7 +120,7 @@ where
     E: Election,
     T: Transport<Address = E::Address>,
 {
-    pub fn new(
+    pub(super) fn new(
         election: E,
         transport: T,
         options: Options,
@@ -142,7 +142,7 @@ where
     }
 
     /// Runs until every handle is gone or [`Command::Close`] arrives.
-    pub async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+    pub(super) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut lines: Option<Lines<T::Reader>> = None;
         let mut gone: Option<Gone> = None;
         // After the coordinator's term is over: when to look again, and the

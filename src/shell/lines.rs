@@ -12,7 +12,7 @@ use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 const READ_CHUNK_BYTES: usize = 8 * 1024;
 
 /// Reads lines of at most [`MAX_FRAME_BYTES`].
-pub struct Lines<R> {
+pub(super) struct Lines<R> {
     stream: R,
     reader: LineReader,
     chunk: Box<[u8]>,
@@ -22,7 +22,7 @@ pub struct Lines<R> {
 
 /// Why no further line can be read.
 #[derive(Debug)]
-pub enum LineError {
+pub(super) enum LineError {
     /// The stream ended (the bytes of an unfinished line are discarded,
     /// SPEC.md §4.1).
     Closed,
@@ -31,7 +31,7 @@ pub enum LineError {
 }
 
 impl<R: AsyncRead + Unpin> Lines<R> {
-    pub fn new(stream: R) -> Lines<R> {
+    pub(super) fn new(stream: R) -> Lines<R> {
         Lines {
             stream,
             reader: LineReader::new(MAX_FRAME_BYTES),
@@ -41,13 +41,13 @@ impl<R: AsyncRead + Unpin> Lines<R> {
     }
 
     /// How many bytes were read from the stream so far.
-    pub fn received(&self) -> u64 {
+    pub(super) fn received(&self) -> u64 {
         self.received
     }
 
     /// The next line, without its newline. Cancel-safe: a line is only
     /// taken out of the buffer when it is returned.
-    pub async fn next(&mut self) -> Result<Vec<u8>, LineError> {
+    pub(super) async fn next(&mut self) -> Result<Vec<u8>, LineError> {
         loop {
             if let Some(line) = self.reader.next_line() {
                 return Ok(line);

@@ -95,13 +95,13 @@ struct Writer {
 
 /// A term being served. Dropping `stop` (or sending on it) ends the term
 /// cleanly; the task then resigns.
-pub struct Serving {
+pub(super) struct Serving {
     pub stop: oneshot::Sender<()>,
     pub done: tokio::task::JoinHandle<()>,
 }
 
 /// Serves `term` on `listener`, on the current (single-flight) runtime.
-pub fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> Serving {
+pub(super) fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> Serving {
     let kind = if term.follows_failover() {
         coordinator::Term::AfterFailover
     } else {

@@ -86,6 +86,8 @@ pub enum ConnectError {
     /// The coordinator's address cannot be used as it is written, or not
     /// with this transport's settings; trying again will not help.
     #[error("cannot use the coordinator's address {address}: {reason}")]
+    // Only the cluster's transport has addresses to get wrong.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Address { address: String, reason: String },
 }
 
@@ -101,9 +103,12 @@ pub enum PeerRefused {
     /// who ("the client at 10.0.0.2:51234", "the coordinator at
     /// 10.0.0.1:7000"), `problem` what it presented.
     #[error("{peer} presented {problem}")]
+    // Only the cluster's transport checks certificates and sets up TLS.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Certificate { peer: String, problem: String },
     /// The connection could not be set up for another reason (a TLS
     /// handshake that failed or took too long).
     #[error("cannot set up the connection with {peer}: {reason}")]
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Setup { peer: String, reason: String },
 }

@@ -157,7 +157,7 @@ pub(crate) struct SocketDirectory {
 }
 
 impl SocketDirectory {
-    pub fn new(directory: &Path) -> io::Result<SocketDirectory> {
+    pub(crate) fn new(directory: &Path) -> io::Result<SocketDirectory> {
         let longest = directory.as_os_str().len() + 1 + TEMP_NAME_BYTES;
         if longest <= MAX_SOCKET_PATH_BYTES {
             return Ok(SocketDirectory {
@@ -179,7 +179,7 @@ impl SocketDirectory {
     }
 
     /// The path to connect to.
-    pub fn socket(&self) -> PathBuf {
+    pub(crate) fn socket(&self) -> PathBuf {
         self.base.join(SOCKET_FILE)
     }
 
@@ -188,7 +188,7 @@ impl SocketDirectory {
     /// connections of a dead coordinator or reaches a listening one; never a
     /// bound socket that does not listen yet (SPEC.md §11.1). Only the holder
     /// of the claim may call this.
-    pub fn bind(&self, attempt: u64) -> io::Result<(std::os::unix::net::UnixListener, u64)> {
+    pub(crate) fn bind(&self, attempt: u64) -> io::Result<(std::os::unix::net::UnixListener, u64)> {
         let temp = self.base.join(format!(
             "{SOCKET_TEMP_PREFIX}{}.{attempt}",
             std::process::id()
@@ -207,14 +207,14 @@ impl SocketDirectory {
 
     /// Whether the socket path still names the socket bound with `inode`:
     /// a cleaner or a person may have removed or replaced it (SPEC.md §11.1).
-    pub fn still_bound(&self, inode: u64) -> bool {
+    pub(crate) fn still_bound(&self, inode: u64) -> bool {
         fs::symlink_metadata(self.socket()).is_ok_and(|m| m.ino() == inode)
     }
 
     /// Removes temporary socket names that earlier coordinators left behind
     /// when they died between bind and rename. Only the holder of the claim
     /// may call this: no other process is binding then.
-    pub fn remove_stale_temporaries(&self) {
+    pub(crate) fn remove_stale_temporaries(&self) {
         let Ok(entries) = fs::read_dir(&self.base) else {
             return;
         };

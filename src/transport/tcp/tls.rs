@@ -134,7 +134,7 @@ pub(super) struct TlsConfigs {
 }
 
 impl TlsConfigs {
-    pub fn load(ca: &Path, certificate: &Path, key: &Path) -> Result<TlsConfigs, TlsConfigError> {
+    pub(super) fn load(ca: &Path, certificate: &Path, key: &Path) -> Result<TlsConfigs, TlsConfigError> {
         let roots = Arc::new(load_roots(ca)?);
         let chain = load_certificates(TlsFile::Certificate, certificate)?;
         let private_key = load_key(key)?;

@@ -5,13 +5,13 @@
 //! API"); CI fails when the two differ.
 
 /// etcd's KV, Watch and Lease services (`etcdserverpb.proto`).
-#[allow(clippy::all, clippy::pedantic, missing_docs)]
-pub mod etcdserverpb {
+#[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
+pub(crate) mod etcdserverpb {
     include!("generated/etcdserverpb.rs");
 }
 
 /// etcd's lock service (`v3lockpb.proto`), for the benchmarks.
-#[allow(clippy::all, clippy::pedantic, missing_docs)]
-pub mod v3lockpb {
+#[allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
+pub(crate) mod v3lockpb {
     include!("generated/v3lockpb.rs");
 }
