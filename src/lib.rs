@@ -88,5 +88,6 @@ pub use shell::{Cluster, ClusterError, cluster_status};
 #[cfg(feature = "_internal")]
 #[doc(hidden)]
 pub mod _internal {
+    pub use crate::shell::LOG_TARGET;
     pub use crate::{election, shell, transport};
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+use single_flight::_internal::LOG_TARGET;
 use single_flight::{SingleFlight, Status};
 
 use crate::check;
@@ -675,10 +676,7 @@ pub async fn supervise(shared: Arc<Shared>, slot: usize) {
                     .arg(listen.to_string())
                     // The coordinator's answers (debug) and its terms (info)
                     // are what the cluster checker reads.
-                    .env(
-                        "RUST_LOG",
-                        "single_flight=info,single_flight::_internal::shell::server=debug",
-                    );
+                    .env("RUST_LOG", format!("single_flight=info,{LOG_TARGET}=debug"));
             }
         }
         let mut child = match command.spawn() {

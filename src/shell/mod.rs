@@ -27,7 +27,7 @@ pub use error::{OpenError, RunError, Unavailable};
 pub use failure::IntoFailure;
 pub use options::{DEFAULT_GRACE_WINDOW, HANDSHAKE_TIMEOUT, Options};
 pub use serve::ServeError;
-pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+pub use server::{LOG_TARGET, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use stats::Stats;
 #[cfg(feature = "cluster")]
 pub use status::cluster_status;
