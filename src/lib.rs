@@ -89,5 +89,7 @@ pub use shell::{Cluster, ClusterError, cluster_status};
 #[doc(hidden)]
 pub mod _internal {
     pub use crate::shell::LOG_TARGET;
+    #[cfg(feature = "cluster")]
+    pub use crate::transport::tcp::TlsConfigs;
     pub use crate::{election, shell, transport};
 }

@@ -42,12 +42,11 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use stream::PeerStream;
-pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigError, TlsFile};
+pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigError, TlsConfigs, TlsFile};
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{
-    TlsConfigs, client_certificate_problem, coordinator_certificate_problem, handshake_problem,
-    rustls_error,
+    client_certificate_problem, coordinator_certificate_problem, handshake_problem, rustls_error,
 };
 
 /// How long either side waits for the other to complete the TLS handshake.

@@ -128,7 +128,7 @@ pub enum TlsConfigError {
 
 /// The loaded files, ready for either side of a connection.
 #[derive(Clone, Debug)]
-pub(super) struct TlsConfigs {
+pub struct TlsConfigs {
     pub server: Arc<ServerConfig>,
     pub client: Arc<ClientConfig>,
 }
