@@ -107,7 +107,8 @@ async fn work(
 ) -> Result<String, std::io::Error> {
     let everyone_joined = async {
         loop {
-            let joined = single_flight::status(directory)
+            let joined = single_flight::SingleFlight::builder(directory)
+                .status()
                 .await
                 .ok()
                 .and_then(|status| {

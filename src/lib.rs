@@ -106,5 +106,8 @@ pub use single_flight_core::protocol::{
 #[cfg(feature = "_internal")]
 #[doc(hidden)]
 pub mod _internal {
+    pub use crate::shell::LOG_TARGET;
+    #[cfg(feature = "cluster")]
+    pub use crate::transport::tcp::TlsConfigs;
     pub use crate::{backend, election, shell, transport};
 }

@@ -29,6 +29,6 @@ pub use failure::{ERROR_NAME, IntoFailure};
 pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use server::{MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+pub use server::{LOG_TARGET, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use stats::Stats;
 pub use status::{Status, StatusError, status};

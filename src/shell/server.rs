@@ -25,6 +25,12 @@ use crate::protocol::{
 };
 use crate::transport::{Connection, Listener};
 
+/// The tracing target of every line the coordinator logs, named rather than
+/// left to the module path, so that moving this module changes no log
+/// filter. The cluster chaos harness's checker matches it in the workers'
+/// logs (the terms and their answers, RELIABILITY.md).
+pub const LOG_TARGET: &str = "single_flight::coordinator";
+
 /// Connections served at once. Each costs two tasks and up to
 /// [`MAX_QUEUED_BYTES`]; a flood beyond this is refused at accept, so that it
 /// cannot exhaust descriptors or memory (SPEC.md §11.3).
@@ -107,7 +113,7 @@ pub(super) fn start<T: Term, L: Listener>(term: T, listener: L, options: &Option
     } else {
         coordinator::Term::First
     };
-    info!(epoch = %term.epoch(), term = ?kind, "coordinating");
+    info!(target: LOG_TARGET, epoch = %term.epoch(), term = ?kind, "coordinating");
     let (stop, stopped) = oneshot::channel();
     let hello = CoordinatorHello {
         protocol: PROTOCOL_NAME.to_owned(),
@@ -192,7 +198,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     Err(error) => {
                         // Out of descriptors or memory: an immediate retry
                         // would fail the same way and spin.
-                        warn!(%error, "cannot accept a connection");
+                        warn!(target: LOG_TARGET, %error, "cannot accept a connection");
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
@@ -203,7 +209,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                 }
                 () = &mut grace_over, if grace_pending => {
                     grace_pending = false;
-                    info!(epoch = %self.coordinator.epoch(), "grace window over");
+                    info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "grace window over");
                     if !self.step(Event::GraceWindowEnded) {
                         break End::Lost;
                     }
@@ -230,6 +236,7 @@ impl<T: Term, L: Listener> Server<T, L> {
         if self.readers.len() >= MAX_CONNECTIONS {
             self.refused += 1;
             warn!(
+                target: LOG_TARGET,
                 limit = MAX_CONNECTIONS,
                 "refused a connection: too many open"
             );
@@ -282,7 +289,7 @@ impl<T: Term, L: Listener> Server<T, L> {
         // not even to the event that woke it: another coordinator may serve
         // already (SPEC.md §7).
         if !self.term.still_holds() {
-            warn!(epoch = %self.coordinator.epoch(), "this term can no longer prove it holds; ending it before it answers");
+            warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term can no longer prove it holds; ending it before it answers");
             return false;
         }
         let mut closed = Vec::new();
@@ -307,7 +314,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     }
                 }
                 Effect::Close { connection, reason } => {
-                    warn!(?connection, ?reason, "closing a connection");
+                    warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
                     self.forget(connection);
                 }
                 Effect::KeepFor { key, token, window } => {
@@ -320,7 +327,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     self.reuse_timer_of.insert(key, timer);
                 }
                 Effect::EndTerm => {
-                    warn!(epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
+                    warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
                     return false;
                 }
             }
@@ -329,6 +336,7 @@ impl<T: Term, L: Listener> Server<T, L> {
         // step, so that the effects of this event stay in order.
         for connection in closed {
             warn!(
+                target: LOG_TARGET,
                 ?connection,
                 limit = MAX_QUEUED_BYTES,
                 "closing a connection that does not read its responses"
@@ -365,11 +373,11 @@ impl<T: Term, L: Listener> Server<T, L> {
     /// §7.2, §11.1: the term and its listener must still be its own.
     fn check(&mut self) -> bool {
         if let Err(error) = self.term.check() {
-            warn!(%error, "ending the term");
+            warn!(target: LOG_TARGET, %error, "ending the term");
             return false;
         }
         if let Err(error) = self.listener.check() {
-            warn!(%error, "cannot listen any more; ending the term");
+            warn!(target: LOG_TARGET, %error, "cannot listen any more; ending the term");
             return false;
         }
         true
@@ -405,20 +413,26 @@ impl<T: Term, L: Listener> Server<T, L> {
             }
         }
         self.listener.close();
-        info!(epoch = %self.coordinator.epoch(), clean, "term over");
+        info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), clean, "term over");
         self.term.resign(clean).await;
     }
 }
 
 fn trace_response(connection: ConnectionId, response: &Response) {
     match response {
-        Response::Lead { id, token } => debug!(?connection, %id, %token, "lead"),
-        Response::Joined { id, flight } => debug!(?connection, %id, %flight, "joined"),
-        Response::Landed { id, .. } => debug!(?connection, %id, "landed"),
-        Response::Interrupted { id } => debug!(?connection, %id, "interrupted"),
-        Response::Rejected { id } => debug!(?connection, %id, "rejected"),
-        Response::Stop { id } => debug!(?connection, %id, "stop: nobody waits"),
-        Response::Reused { id, flight, .. } => debug!(?connection, %id, %flight, "reused"),
+        Response::Lead { id, token } => {
+            debug!(target: LOG_TARGET, ?connection, %id, %token, "lead")
+        }
+        Response::Joined { id, flight } => {
+            debug!(target: LOG_TARGET, ?connection, %id, %flight, "joined")
+        }
+        Response::Landed { id, .. } => debug!(target: LOG_TARGET, ?connection, %id, "landed"),
+        Response::Interrupted { id } => debug!(target: LOG_TARGET, ?connection, %id, "interrupted"),
+        Response::Rejected { id } => debug!(target: LOG_TARGET, ?connection, %id, "rejected"),
+        Response::Stop { id } => debug!(target: LOG_TARGET, ?connection, %id, "stop: nobody waits"),
+        Response::Reused { id, flight, .. } => {
+            debug!(target: LOG_TARGET, ?connection, %id, %flight, "reused")
+        }
         _ => {}
     }
 }
@@ -457,13 +471,13 @@ async fn connection_task<L: Listener>(
             Ok(line) => match decode_request(&line) {
                 Ok(request) => request,
                 Err(error) => {
-                    warn!(?connection, %error, "closing a connection that sent a malformed request (SPEC.md §3.7)");
+                    warn!(target: LOG_TARGET, ?connection, %error, "closing a connection that sent a malformed request (SPEC.md §3.7)");
                     break;
                 }
             },
             Err(LineError::Closed) => break,
             Err(error) => {
-                warn!(?connection, %error, "closing a connection");
+                warn!(target: LOG_TARGET, ?connection, %error, "closing a connection");
                 break;
             }
         };
@@ -502,7 +516,7 @@ async fn handshake<L: Listener>(
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
         Err(error) => {
-            warn!(?connection, %error, "refused a connection (SPEC.md §11.2)");
+            warn!(target: LOG_TARGET, ?connection, %error, "refused a connection (SPEC.md §11.2)");
             return Err(NotOpened::Refused);
         }
     };
@@ -515,11 +529,11 @@ async fn handshake<L: Listener>(
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
         Ok(Ok(line)) => line,
         Ok(Err(error)) => {
-            debug!(?connection, %error, "closed before its hello");
+            debug!(target: LOG_TARGET, ?connection, %error, "closed before its hello");
             return Err(NotOpened::Left);
         }
         Err(_) => {
-            debug!(?connection, "no hello in time; closing");
+            debug!(target: LOG_TARGET, ?connection, "no hello in time; closing");
             return Err(NotOpened::Refused);
         }
     };
@@ -528,7 +542,7 @@ async fn handshake<L: Listener>(
         if matches!(error, HandshakeError::Version(_)) {
             let _ = lines_out.send(our_hello);
         }
-        warn!(?connection, %error, "refused a handshake");
+        warn!(target: LOG_TARGET, ?connection, %error, "refused a handshake");
         return Err(NotOpened::Refused);
     }
     // The writer subtracts every line it writes from `queued`, the hello too.

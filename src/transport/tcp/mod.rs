@@ -44,12 +44,11 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 pub use stream::PeerStream;
 pub use tls::TlsConfigError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use tls::{MAX_PEM_FILE_BYTES, TlsFile};
+pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigs, TlsFile};
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{
-    TlsConfigs, client_certificate_problem, coordinator_certificate_problem, handshake_problem,
-    rustls_error,
+    client_certificate_problem, coordinator_certificate_problem, handshake_problem, rustls_error,
 };
 
 /// How long either side waits for the other to complete the TLS handshake.

@@ -128,13 +128,13 @@ pub enum TlsConfigError {
 
 /// The loaded files, ready for either side of a connection.
 #[derive(Clone, Debug)]
-pub(super) struct TlsConfigs {
+pub struct TlsConfigs {
     pub server: Arc<ServerConfig>,
     pub client: Arc<ClientConfig>,
 }
 
 impl TlsConfigs {
-    pub(super) fn load(ca: &Path, certificate: &Path, key: &Path) -> Result<TlsConfigs, TlsConfigError> {
+    pub fn load(ca: &Path, certificate: &Path, key: &Path) -> Result<TlsConfigs, TlsConfigError> {
         let roots = Arc::new(load_roots(ca)?);
         let chain = load_certificates(TlsFile::Certificate, certificate)?;
         let private_key = load_key(key)?;

@@ -5,12 +5,12 @@
 //! SPEC.md was broken. See RELIABILITY.md for the figures and commands.
 //!
 //! ```text
-//! cargo run --release --example chaos -- --seconds 90           # short form
-//! cargo run --release --example chaos -- --minutes 30           # long form
-//! cargo run --release --example chaos -- --seed 42 --seconds 90 # replay a seed
-//! cargo run --release --example chaos -- --schedule 20 --seed 42
-//! cargo run --release --example chaos -- check <kept run directory>
-//! cargo run --release --example chaos -- --cluster --seconds 120 # hosts and etcd (root)
+//! cargo run --release -p single-flight-chaos -- --seconds 90           # short form
+//! cargo run --release -p single-flight-chaos -- --minutes 30           # long form
+//! cargo run --release -p single-flight-chaos -- --seed 42 --seconds 90 # replay a seed
+//! cargo run --release -p single-flight-chaos -- --schedule 20 --seed 42
+//! cargo run --release -p single-flight-chaos -- check <kept run directory>
+//! cargo run --release -p single-flight-chaos -- --cluster --seconds 120 # hosts and etcd (root)
 //! ```
 //!
 //! The binary runs itself again as each worker (`chaos worker …`).
@@ -46,10 +46,9 @@ mod schedule;
 mod tls;
 mod worker;
 
-// The cluster tests' etcd, hosts and certificates, shared with them rather
-// than copied.
+// The cluster tests' etcd, hosts and certificate script, shared with them
+// rather than copied (certs_support.rs says why it is not their certs.rs).
 #[cfg(feature = "cluster")]
-#[path = "../../tests/support/certs.rs"]
 mod certs_support;
 #[cfg(feature = "cluster")]
 #[path = "../../tests/support/etcd.rs"]

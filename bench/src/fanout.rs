@@ -87,7 +87,7 @@ fn collect(leader: &mut Worker, joiners: &mut [Worker]) -> u64 {
 async fn wait_for_joiners(dir: &Path, key: &str, joiners: u64) {
     let start = Instant::now();
     loop {
-        if let Ok(status) = single_flight::status(dir).await
+        if let Ok(status) = single_flight::SingleFlight::builder(dir).status().await
             && status
                 .flights
                 .iter()

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+use single_flight::_internal::LOG_TARGET;
 use single_flight::{SingleFlight, Status};
 
 use crate::check;
@@ -354,10 +355,13 @@ pub fn signal(pid: u32, signal: Signal) -> bool {
 /// The coordinator's status, within a bound: `None` when nobody answers
 /// (no coordinator, or a stopped one).
 pub async fn fresh_status(dir: &Path) -> Option<Status> {
-    tokio::time::timeout(Duration::from_millis(2500), single_flight::status(dir))
-        .await
-        .ok()?
-        .ok()
+    tokio::time::timeout(
+        Duration::from_millis(2500),
+        single_flight::SingleFlight::builder(dir).status(),
+    )
+    .await
+    .ok()?
+    .ok()
 }
 
 pub fn main(config: RunConfig) -> i32 {
@@ -675,10 +679,7 @@ pub async fn supervise(shared: Arc<Shared>, slot: usize) {
                     .arg(listen.to_string())
                     // The coordinator's answers (debug) and its terms (info)
                     // are what the cluster checker reads.
-                    .env(
-                        "RUST_LOG",
-                        "single_flight=info,single_flight::_internal::shell::server=debug",
-                    );
+                    .env("RUST_LOG", format!("single_flight=info,{LOG_TARGET}=debug"));
             }
         }
         let mut child = match command.spawn() {

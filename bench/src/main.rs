@@ -3,9 +3,9 @@
 //! throughput under contention against flock and Redis, and failover.
 //!
 //! ```text
-//! cargo run --release --example bench                # the full run (a few minutes)
-//! cargo run --release --example bench -- smoke       # every benchmark once, small (seconds)
-//! cargo run --release --example bench -- full --rounds 3 --only floor,uncontended
+//! cargo run --release -p single-flight-bench                # the full run (a few minutes)
+//! cargo run --release -p single-flight-bench -- smoke       # every benchmark once, small (seconds)
+//! cargo run --release -p single-flight-bench -- full --rounds 3 --only floor,uncontended
 //! ```
 //!
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, fanout,
@@ -45,7 +45,6 @@ mod uncontended;
 // Cluster mode (BENCHMARKS.md, "Cluster mode"), on the multi-host tests'
 // own harness.
 #[cfg(feature = "cluster")]
-#[path = "../../tests/support/certs.rs"]
 mod certs;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -267,7 +266,7 @@ fn main() {
                 config.cluster.grace = Some(Duration::from_millis(number(value())));
             }
             other => {
-                eprintln!("unknown option {other:?} (see the top of examples/bench/main.rs)");
+                eprintln!("unknown option {other:?} (see the top of bench/src/main.rs)");
                 std::process::exit(2);
             }
         }

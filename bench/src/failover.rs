@@ -48,7 +48,7 @@ pub fn measure(shape: Shape) -> Vec<f64> {
     let mut times = Vec::with_capacity(shape.kills);
     for _ in 0..shape.kills {
         let status = runtime
-            .block_on(single_flight::status(&dir))
+            .block_on(single_flight::SingleFlight::builder(&dir).status())
             .expect("a coordinator answers");
         let at = workers
             .iter()

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use single_flight::_internal::election::etcd::DEFAULT_TTL;
-use single_flight::_internal::shell::DEFAULT_CLUSTER_GRACE_WINDOW;
+use single_flight::DEFAULT_CLUSTER_GRACE_WINDOW;
 
 use crate::cluster_failover::{self, Kill};
 use crate::contended::{self, Placement, RedisTarget, System, Throughput};

@@ -5,22 +5,22 @@
 //!
 //! When each term answered comes from the coordinators' own logs: every
 //! worker logs its library's `coordinating` line (with the epoch) at info
-//! and each answer it sends as coordinator at debug
-//! (`single_flight::_internal::shell::server`), each with the wall-clock time of
-//! tracing's formatter, the clock the harness's records use too.
+//! and each answer it sends as coordinator at debug, both under the
+//! coordinator's explicit log target ([`LOG_TARGET`]), each with the
+//! wall-clock time of tracing's formatter, the clock the harness's records
+//! use too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
+
+use single_flight::_internal::LOG_TARGET;
 
 use crate::check::{CLOCK_SLACK_US, Row, percentile};
 use crate::records::{Ending, Record};
 
 /// The library's answers as its server logs them (`trace_response`).
 const ANSWERS: [&str; 5] = ["lead", "joined", "landed", "interrupted", "rejected"];
-
-/// The log target of the coordinator's lines.
-const SERVER_TARGET: &str = " single_flight::_internal::shell::server: ";
 
 /// What the cluster rows need from the rest of the checker.
 pub struct Input<'a> {
@@ -81,6 +81,9 @@ fn field<'a>(fields: &'a str, name: &str) -> Option<&'a str> {
 /// epoch) → when it answered.
 fn read_terms(stderr: &Path) -> BTreeMap<(u32, u32), Term> {
     let mut terms: BTreeMap<(u32, u32), Term> = BTreeMap::new();
+    // How tracing's formatter writes the target between the level and the
+    // message.
+    let target = format!(" {LOG_TARGET}: ");
     let Ok(entries) = std::fs::read_dir(stderr) else {
         return terms;
     };
@@ -98,7 +101,7 @@ fn read_terms(stderr: &Path) -> BTreeMap<(u32, u32), Term> {
         };
         let mut epoch: Option<u32> = None;
         for line in content.lines() {
-            let Some((_, message)) = line.split_once(SERVER_TARGET) else {
+            let Some((_, message)) = line.split_once(&target) else {
                 continue;
             };
             let Some(t) = line.split_whitespace().next().and_then(parse_time) else {
@@ -365,6 +368,39 @@ pub fn check(input: &Input) -> Output {
 
 #[cfg(test)]
 mod tests {
+    use single_flight::_internal::LOG_TARGET;
+
+    /// The checker finds a term and its answers in a log written as a
+    /// worker writes it (worker.rs: tracing's formatter, no colours) under
+    /// the coordinator's target: a change of either would blind the
+    /// overlapping-terms row without failing it.
+    #[test]
+    fn reads_the_terms_from_a_workers_log() {
+        let dir = std::env::temp_dir().join(format!("chaos-check-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let log = std::fs::File::create(dir.join("worker-7.txt")).expect("a log file");
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::sync::Mutex::new(log))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: LOG_TARGET, epoch = 3, term = "First", "coordinating");
+            tracing::debug!(target: LOG_TARGET, connection = 1, id = 1, token = "3.1", "lead");
+            tracing::debug!(target: LOG_TARGET, connection = 1, id = 2, "landed");
+            tracing::info!(target: LOG_TARGET, epoch = 3, clean = true, "term over");
+            tracing::debug!(target: LOG_TARGET, connection = 2, id = 3, "lead");
+        });
+        let terms = super::read_terms(&dir);
+        std::fs::remove_dir_all(&dir).expect("remove the temporary directory");
+        assert_eq!(terms.keys().copied().collect::<Vec<_>>(), [(7, 3)]);
+        assert_eq!(
+            terms[&(7, 3)].answers.len(),
+            2,
+            "the answers within the term"
+        );
+    }
+
     #[test]
     fn parses_tracing_times() {
         assert_eq!(

@@ -68,7 +68,11 @@ pub fn serve(dir: &str, grace_ms: &str) {
                 .grace_window(grace)
                 .serve(std::future::pending()),
         );
-        while single_flight::status(dir.as_ref()).await.is_err() {
+        while single_flight::SingleFlight::builder(&*dir)
+            .status()
+            .await
+            .is_err()
+        {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         crate::process::say("READY");

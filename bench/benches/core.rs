@@ -12,8 +12,9 @@
 //!   shell's coordinator, counted by a global allocator that tallies live
 //!   bytes; and the allocations `step` makes per event.
 //!
-//! `cargo bench --bench core` measures; `cargo test --bench core` runs each
-//! benchmark once and the memory table on small sizes (the CI smoke run).
+//! `cargo bench -p single-flight-bench --bench core` measures; `cargo test
+//! -p single-flight-bench --bench core` runs each benchmark once and the
+//! memory table on small sizes (the CI smoke run).
 
 // Benchmarks are shell-side code: they read clocks and sleep to let the
 // in-process server settle, and a HashMap-free core is not their concern.
@@ -439,7 +440,7 @@ fn serve_lines(coordinator: &mut Coordinator, lines: &[Wire]) -> usize {
 
 // ------------------------------------------------------------ criterion
 
-/// Whether criterion runs each benchmark once (`cargo test --bench core`, or
+/// Whether criterion runs each benchmark once (`cargo test ... --bench core`, or
 /// `-- --test`): then the memory table uses small sizes too.
 fn quick() -> bool {
     let args: Vec<String> = std::env::args().collect();

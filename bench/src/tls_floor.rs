@@ -1,24 +1,20 @@
 //! The floor of a cluster call: one small line each way between two hosts
 //! over an established TCP connection with mutual TLS 1.3, with blocking
-//! reads and writes and no parsing. The rustls configuration is of the
-//! library's class (TLS 1.3 only, ring, a client certificate required and
+//! reads and writes and no parsing. The rustls configuration is the
+//! library's own (TLS 1.3 only, ring, a client certificate required and
 //! checked against the cluster's CA, the server's checked for its address,
-//! no resumption), built here from the same files rather than taken from
-//! the library, so that the floor owes nothing to the code it is the floor
-//! of.
+//! no resumption), loaded from the same files by the same code, so that the
+//! floor's TLS is exactly a cluster connection's and cannot drift from it.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio_rustls::rustls::crypto::ring;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
+use single_flight::_internal::TlsConfigs;
+use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::{
-    self, ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection,
-    StreamOwned,
+    ClientConfig, ClientConnection, ServerConfig, ServerConnection, StreamOwned,
 };
 
 use crate::floor::{ANSWER, REQUEST};
@@ -47,40 +43,17 @@ pub fn measure(lab: &Lab, pings: usize) -> f64 {
     ping.expect("result").parse().expect("nanoseconds")
 }
 
-/// Both ends' configurations from the lab's files: each end presents the
-/// process certificate, as every process of a cluster does.
+/// Both ends' configurations from the lab's files, as the library loads
+/// them: each end presents the process certificate, as every process of a
+/// cluster does.
 fn configs(certs: &Path) -> (Arc<ServerConfig>, Arc<ClientConfig>) {
-    let read = |name: &str| std::fs::read(certs.join(name)).expect("the lab's certificates");
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&read("server.pem"))
-        .collect::<Result<_, _>>()
-        .expect("a PEM certificate");
-    let key = PrivateKeyDer::from_pem_slice(&read("server.key")).expect("a PEM key");
-    let mut roots = RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(&read("ca.pem")) {
-        roots.add(ca.expect("a PEM CA")).expect("a trust anchor");
-    }
-    let roots = Arc::new(roots);
-    let provider = Arc::new(ring::default_provider());
-    let tls13: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
-    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-        .build()
-        .expect("a client verifier");
-    let mut server = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(tls13)
-        .expect("TLS 1.3")
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain.clone(), key.clone_key())
-        .expect("the certificate and its key");
-    server.session_storage = Arc::new(NoServerSessionStorage {});
-    server.send_tls13_tickets = 0;
-    let mut client = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(tls13)
-        .expect("TLS 1.3")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("the certificate and its key");
-    client.resumption = rustls::client::Resumption::disabled();
-    (Arc::new(server), Arc::new(client))
+    let configs = TlsConfigs::load(
+        &certs.join("ca.pem"),
+        &certs.join("server.pem"),
+        &certs.join("server.key"),
+    )
+    .expect("the lab's certificates");
+    (configs.server, configs.client)
 }
 
 /// Reads one line (up to its newline) into `line`; `false` at the end.

@@ -293,9 +293,11 @@ async fn caller(context: Arc<Context>, mut rng: Rng) {
                 }
                 Err(RunError::Interrupted { .. }) => (Ending::Interrupted, None, None, None),
                 Err(RunError::DeadlineExceeded { .. }) => (Ending::Deadline, None, None, None),
-                Err(RunError::Invalid { reason, .. }) => {
-                    (Ending::Invalid, None, None, Some(reason))
-                }
+                Err(
+                    RunError::InvalidCall { reason, .. }
+                    | RunError::Codec { reason, .. }
+                    | RunError::Protocol { reason, .. },
+                ) => (Ending::Invalid, None, None, Some(reason)),
                 Err(other) => (Ending::Unavailable, None, None, Some(other.to_string())),
             },
         };

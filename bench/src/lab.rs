@@ -72,7 +72,7 @@ impl Settings {
         Settings {
             cluster: format!("{name}-{}", std::process::id()),
             ttl: None,
-            grace: single_flight::_internal::shell::DEFAULT_CLUSTER_GRACE_WINDOW,
+            grace: single_flight::DEFAULT_CLUSTER_GRACE_WINDOW,
         }
     }
 }
@@ -276,7 +276,8 @@ impl Lab {
         let runtime = process::runtime();
         let start = Instant::now();
         loop {
-            let status = runtime.block_on(single_flight::cluster_status(&observer));
+            let status =
+                runtime.block_on(single_flight::SingleFlight::cluster(observer.clone()).status());
             if let Ok(status) = &status
                 && ready(status)
             {
