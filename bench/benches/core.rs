@@ -16,10 +16,6 @@
 //! -p single-flight-bench --bench core` runs each benchmark once and the
 //! memory table on small sizes (the CI smoke run).
 
-// Benchmarks are shell-side code: they read clocks and sleep to let the
-// in-process server settle, and a HashMap-free core is not their concern.
-#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::io::{Read, Write};

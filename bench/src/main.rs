@@ -28,10 +28,6 @@
 //! again as worker processes (`bench worker KIND …`). Smoke mode checks only
 //! that everything runs and prints; it never judges a time.
 
-// A benchmark is shell-side code: it reads clocks, sleeps while it polls
-// other processes, and spawns threads as callers do.
-#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
-
 mod contended;
 mod failover;
 mod fanout;

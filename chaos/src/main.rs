@@ -25,10 +25,6 @@
 //! nemesis lane of partitions, host deaths, etcd failures and pauses past
 //! the lease.
 #![forbid(unsafe_code)]
-// The harness is shell-side code: it owns clocks, sleeps and processes, and
-// its maps are never stored by a model checker; the workspace's bans on
-// them are for the pure core.
-#![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 
 mod check;
 mod check_cluster;

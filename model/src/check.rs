@@ -55,7 +55,6 @@ pub fn must_hold() -> BTreeSet<&'static str> {
 fn run(directory: Directory, finish_when: HasDiscoveries) -> Report {
     // The model is not the pure core: it may read a clock, to report how
     // long a check took (never to decide anything).
-    #[allow(clippy::disallowed_methods)]
     let started = Instant::now();
     let checker = directory
         .clone()

@@ -105,7 +105,6 @@ pub fn mutant(name: &str) -> Option<Mutant> {
 pub fn fresh_seed() -> u64 {
     // The model is not the pure core: it may read a clock, here only to
     // pick a seed that the run then prints (the walk itself reads none).
-    #[allow(clippy::disallowed_methods)]
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -220,7 +219,6 @@ impl Simulation {
         // The model may read a clock, to report how long a run took and to
         // keep to a budget of time; it decides which traces are walked,
         // never what a trace does.
-        #[allow(clippy::disallowed_methods)]
         let started = Instant::now();
         let checks = Checks::of(&self.directory);
         // The lowest trace index known to break a property.

@@ -2,9 +2,6 @@
 //! COMMAND, and everything around it that a process needs: signals, a
 //! timeout, the output of a joiner, the exit code.
 
-// Shell code: it waits on real timers.
-#![allow(clippy::disallowed_methods)]
-
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

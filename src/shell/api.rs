@@ -185,7 +185,6 @@ pub(super) fn start_thread(place: Place, options: Options) -> Result<(SingleFlig
     let handle = runtime.handle().clone();
     let counters = Arc::new(Counters::default());
     let driver_counters = counters.clone();
-    #[allow(clippy::disallowed_methods)] // the shell owns threads
     std::thread::Builder::new()
         .name("single-flight".into())
         .spawn(move || {

@@ -377,7 +377,6 @@ impl Drop for Expiry {
 }
 
 fn deadline_after(deadline: Duration) -> tokio::time::Instant {
-    #[allow(clippy::disallowed_methods)] // the shell owns time
     let now = tokio::time::Instant::now();
     now + deadline
 }

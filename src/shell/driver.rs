@@ -169,7 +169,6 @@ where
                     .then(|| deadline_after(self.options.poll_interval));
             }
             if let Some((deadline, _)) = &closing {
-                #[allow(clippy::disallowed_methods)] // the shell owns time
                 let late = tokio::time::Instant::now() >= *deadline;
                 if self.client.is_idle() || late {
                     break;
@@ -516,7 +515,6 @@ where
 }
 
 fn deadline_after(duration: Duration) -> tokio::time::Instant {
-    #[allow(clippy::disallowed_methods)] // the shell owns time
     let now = tokio::time::Instant::now();
     now + duration
 }

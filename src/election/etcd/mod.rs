@@ -5,9 +5,6 @@
 //! key. The holder renews its lease and stops answering as soon as it can no
 //! longer prove the lease alive (§14.2).
 
-// The election is I/O code, not the pure core: it reads the clock to know
-// how long its lease is proven, and sleeps between renewals.
-#![allow(clippy::disallowed_methods)]
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

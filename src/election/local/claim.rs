@@ -2,10 +2,6 @@
 //! `flight.lock`, held for the whole term, so that the kernel ends the term
 //! when the holder's process dies.
 
-// The election is I/O code, not the pure core: a campaign reads the clock to
-// honour its timeout and sleeps between attempts, on a thread the caller has
-// set aside for it (see the driving contract in `mod.rs`).
-#![allow(clippy::disallowed_methods)]
 
 use std::ffi::c_int;
 use std::fs;
