@@ -5,7 +5,6 @@
 //! key. The holder renews its lease and stops answering as soon as it can no
 //! longer prove the lease alive (§14.2).
 
-
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,7 +2,6 @@
 //! `flight.lock`, held for the whole term, so that the kernel ends the term
 //! when the holder's process dies.
 
-
 use std::ffi::c_int;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
