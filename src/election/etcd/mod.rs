@@ -33,7 +33,7 @@ mod proto;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 
 /// etcd grants no lease shorter than about twice its election timeout (2 s
-/// with its defaults) and silently raises shorter ones (TRAPS.md); asking
+/// with its defaults) and silently raises shorter ones; asking
 /// for less would only make the granted TTL differ from the configured one.
 pub const MIN_TTL: Duration = Duration::from_secs(2);
 
