@@ -9,7 +9,7 @@
 //! The example starts itself again as that many child processes. Each opens
 //! the same flight directory and calls `run("report", work)`. The work of the
 //! leader waits until every other process has joined (it asks the
-//! coordinator with `single_flight::status`), so that the race always ends
+//! coordinator with `Builder::status`), so that the race always ends
 //! with one lead, however slowly the processes start.
 
 use std::process::{Command, Stdio};

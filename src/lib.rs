@@ -47,7 +47,8 @@
 //!   the panic goes on in its own caller (SPEC.md §9.6).
 //! - [`blocking::SingleFlight`] is the same API for callers without an
 //!   async runtime; its works are closures run on the calling thread.
-//! - [`status`] asks a directory's coordinator for its term and flights.
+//! - [`Builder::status`] asks the coordinator of a directory or a cluster
+//!   for its term and flights.
 //!
 //! `SPEC.md` is the normative protocol, with what is and is not guaranteed;
 //! `RELIABILITY.md` and `BENCHMARKS.md` measure it. The default feature `cli`
@@ -93,7 +94,7 @@ pub use backend::local::DEFAULT_GRACE_WINDOW;
 pub use shell::blocking;
 pub use shell::{
     Builder, Call, Codec, Detached, ERROR_NAME, IntoFailure, Json, Landed, OpenError, Role,
-    RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable, status,
+    RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable,
 };
 pub use single_flight_core::protocol::{
     CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus,

@@ -31,4 +31,4 @@ pub use serve::ServeError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use server::{LOG_TARGET, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
 pub use stats::Stats;
-pub use status::{Status, StatusError, status};
+pub use status::{Status, StatusError};

@@ -1,7 +1,6 @@
 //! One look at the coordinator (`single-flight status`, SPEC.md §3.5).
 
 use std::io;
-use std::path::Path;
 
 use tokio::io::AsyncWriteExt;
 
@@ -83,12 +82,6 @@ pub enum StatusError {
     /// the directory.
     #[error(transparent)]
     Backend(#[from] BackendError),
-}
-
-/// Asks the coordinator of `directory` for its term and flights; the same
-/// as [`SingleFlight::builder(directory).status()`](super::Builder::status).
-pub async fn status(directory: &Path) -> Result<Status, StatusError> {
-    super::SingleFlight::builder(directory).status().await
 }
 
 /// Asks the coordinator of `place` for its term and flights.
