@@ -66,8 +66,8 @@
 #![cfg_attr(not(feature = "_internal"), warn(missing_docs))]
 #![cfg_attr(feature = "_internal", warn(unreachable_pub))]
 // docs.rs builds with `--cfg docsrs` on nightly (Cargo.toml): `doc_cfg` marks
-// each item that a cargo feature gates with that feature's name. (It took in
-// the former `doc_auto_cfg`, which nightly rustdoc no longer knows.)
+// each item that a cargo feature gates with that feature's name. (Nightly
+// rustdoc does not know `doc_auto_cfg`: `doc_cfg` alone does this.)
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use single_flight_core::{client, coordinator, protocol};

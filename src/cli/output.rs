@@ -290,8 +290,7 @@ mod tests {
     /// §13.2: the value's text for known records, byte for byte: standard
     /// base64 with padding, each count of padding, every byte value. The
     /// texts were made by an encoder independent of this crate's (Python's
-    /// `base64.b64encode`), and matched the hand-written encoder this command
-    /// had before the `base64` crate.
+    /// `base64.b64encode`).
     #[test]
     fn values_are_pinned_byte_for_byte() {
         let every_byte: Vec<u8> = (0..=255).collect();

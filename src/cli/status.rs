@@ -83,7 +83,7 @@ fn json(place: &Place, status: Option<&Status>) -> String {
     #[derive(Serialize)]
     struct Report<'a> {
         directory: Option<String>,
-        /// Only in cluster mode: a local report is as it always was.
+        /// Only in cluster mode: a directory's report has no `cluster`.
         #[serde(skip_serializing_if = "Option::is_none")]
         cluster: Option<Cluster<'a>>,
         coordinator: Option<Coordinator<'a>>,
@@ -175,7 +175,7 @@ fn text(place: &Place, status: &Status) -> String {
         Some((name, etcd)) => format!("cluster      {name} (etcd {})\n", etcd.join(",")),
     };
     let mut coordinator = format!("coordinator  pid {}", status.pid);
-    // Locally the coordinator is on this host, and the line is as it was.
+    // Locally the coordinator is on this host, so the line names no host.
     if let Some(host) = place.cluster().and(status.host.as_ref()) {
         coordinator.push_str(&format!(" on {host}"));
     }
@@ -321,7 +321,7 @@ mod tests {
     }
 
     /// §13.5: a cluster's report names it, and the coordinator's host and
-    /// address; a directory's is as it always was.
+    /// address; a directory's names neither a cluster nor a host.
     #[test]
     fn the_coordinators_host_and_address_are_reported_in_a_cluster() {
         let directory = &Place::from(single_flight::SingleFlight::builder("/d"));

@@ -7,7 +7,7 @@ use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 
 /// Bytes asked of the socket per read. Every connection holds one such
 /// buffer on each side, so it bounds the coordinator's memory per client
-/// (64 KiB cost 69 KB a client, BENCHMARKS.md); 8 KiB holds any ordinary
+/// (BENCHMARKS.md, "Hot spots", item 2); 8 KiB holds any ordinary
 /// message in one read, and a large value merely takes more reads.
 const READ_CHUNK_BYTES: usize = 8 * 1024;
 

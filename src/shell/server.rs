@@ -60,8 +60,8 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// The slowest a reading client is expected to take queued bytes at the
 /// end of a term: a landed value of megabytes over TLS to a process on a
 /// loaded host. 1 MiB/s gives the largest frame 8 s more, where a fixed
-/// second cut such a line off, and its joiner, which had its value all but
-/// delivered, was told `interrupted`.
+/// second would cut such a line off, and its joiner, which had its value all
+/// but delivered, would be told `interrupted`.
 const FLUSH_BYTES_PER_SECOND: f64 = (1 << 20) as f64;
 
 /// How long `queued` bytes may take to reach a client at the end of a term.

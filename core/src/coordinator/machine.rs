@@ -101,9 +101,9 @@ pub struct Coordinator {
     ///
     /// This and the next two are side tables rather than fields of each
     /// flight and party: a call that uses neither extension then pays only
-    /// an emptiness check, where fields made every party and flight larger
-    /// and every step measurably slower (BENCHMARKS.md, "Detached calls and
-    /// the reuse window").
+    /// an emptiness check, where fields would make every party and flight
+    /// larger and every step measurably slower (BENCHMARKS.md, "Detached
+    /// calls and the reuse window").
     detached: BTreeSet<FencingToken>,
     /// The reuse windows of the flights in progress whose leader had one:
     /// how long their value is kept once they land (SPEC.md §16.2).
@@ -132,8 +132,7 @@ pub struct Coordinator {
 /// stores coordinators by their hash (model/src/state.rs). Counted into the
 /// hash, two states that behave alike but were reached by different paths
 /// would be two states, and the explored space would grow with every count
-/// (SPEC.md §12): with them in the hash the model's `small` configuration
-/// has 734 977 unique states instead of its pinned 619 256.
+/// (SPEC.md §12; model/README.md, "What is modelled", gives the figures).
 #[derive(Clone, Copy, Debug, Default)]
 struct Tally(CoordinatorStats);
 

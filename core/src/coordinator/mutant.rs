@@ -10,9 +10,9 @@
 //! The seeded bugs live in this file, not in machine.rs, for mutation testing
 //! (model/README.md, "Mutation score"): cargo-mutants mutates machine.rs and
 //! cannot see that a hook is off in a shipped build, so a hook written there
-//! as `!self.mutant(..)`, `.. && self.mutant(..)` or a match guard gave
-//! mutants that change only the seeded bugs, and the choice itself (`==`, a
-//! function returning `bool`) gave more. Each hook in machine.rs is instead
+//! as `!self.mutant(..)`, `.. && self.mutant(..)` or a match guard would
+//! give mutants that change only the seeded bugs, and the choice itself
+//! (`==`, a function returning `bool`) would give more. Each hook in machine.rs is instead
 //! one call of `Coordinator::hook` that takes the shipped value and the seeded
 //! one: a call is not mutated, and the shipped expression passed in gives
 //! the mutants it would give without the hook. So in machine.rs the result
@@ -49,8 +49,7 @@ pub enum Mutant {
     ForgetsLandingsInGrace,
     /// §8.3: a reasserted flight is not held: the waiting runs of its key
     /// join it at once, so a later flight of the key reasserted after it
-    /// interrupts them when it supersedes it (the rule before the model
-    /// found this).
+    /// interrupts them when it supersedes it.
     JoinsHeldFlights,
     /// §15.2: a leader's detach stops its flight although callers join it,
     /// who are interrupted.

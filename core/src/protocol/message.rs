@@ -6,8 +6,8 @@
 //! checks every field by hand, so that a malformed message from another
 //! process gets a [`DecodeError`] that names the field and what is wrong with
 //! it, never a panic. It builds no `serde_json::Value`: a map of owned strings
-//! per message made decoding the coordinator's hot spot (BENCHMARKS.md, "Hot
-//! spots").
+//! per message would make decoding the coordinator's hot spot (BENCHMARKS.md,
+//! "Hot spots").
 //!
 //! The view has a visitor of its own rather than `#[derive(Deserialize)]`
 //! because a line must decode to the same message or error as when it was
@@ -150,8 +150,8 @@ impl Outcome {
     /// it was and what to do.
     pub fn shareable(self) -> Result<Outcome, Failure> {
         // Each byte of a string takes at most six on the wire (`\u0001`), so
-        // a value this short fits without being counted. Most values are;
-        // counting one of 8 MiB costs about half as much as encoding it.
+        // a value this short fits without being counted. Most values are, and
+        // counting a large one costs a good part of what encoding it does.
         const AROUND_A_VALUE: usize = r#"{"value":""}"#.len();
         if let Outcome::Value(text) = &self
             && text.len() <= (MAX_OUTCOME_BYTES - AROUND_A_VALUE) / 6
@@ -519,8 +519,8 @@ pub fn encoded_len<M: Serialize>(message: &M) -> usize {
 
 /// Encodes responses as lines (with their `\n`), writing the outcome of a
 /// landed flight once for all its joiners: a flight's `landed` lines differ
-/// only in their `id`, and escaping a large value again for each of 64
-/// joiners was most of the coordinator's work in a fan-out (BENCHMARKS.md,
+/// only in their `id`, and escaping a large value again for each joiner
+/// would be most of the coordinator's work in a fan-out (BENCHMARKS.md,
 /// "Hot spots"). Each line is byte for byte what [`encode`] writes.
 ///
 /// Keep one for the responses of one coordinator step: it holds the last
@@ -729,8 +729,8 @@ where
 
 /// Reads one JSON value into the place it is kept. Reading in place, rather
 /// than returning each value up through serde_json's layers, keeps a message's
-/// fields from being copied at every layer: that copying took about a third
-/// of the time of a `run` line.
+/// fields from being copied at every layer, which would be a large share of
+/// the time a `run` line takes to decode (BENCHMARKS.md, "Hot spots").
 struct Place<'p, T>(&'p mut T);
 
 impl<'a, F: Fields<'a>, I: Items<'a>> DeserializeSeed<'a> for Place<'_, Json<'a, F, I>> {

@@ -10,7 +10,7 @@
 //! generates its code from etcd's `.proto` files in a build script, which
 //! needs `protoc` on every machine that builds it, and it compiles tonic's
 //! server router (axum) that nothing here uses. The election needs a dozen
-//! requests: what this module does for them is what etcd-client did (one
+//! requests: this module does for them what etcd-client does (one
 //! channel balanced over every member, a deadline on every request and
 //! connection, TLS with a CA and a client identity through tonic's rustls),
 //! and the election's retries across members stay in `super`.
