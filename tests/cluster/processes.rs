@@ -3,29 +3,18 @@
 //! hosts.rs); every process is a child of this test binary, run on its host
 //! with `ip netns exec`. Without etcd, or without root for the namespaces,
 //! the tests say so and skip (CI requires both).
-#![cfg(feature = "cluster")]
-// Tests own time and threads: they wait for children with deadlines.
-#![allow(clippy::disallowed_methods)]
 
-mod support;
-
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use single_flight::{Cluster, Role, RunError, SingleFlight};
-use support::etcd::{self, Etcd};
-use support::hosts::Hosts;
+use single_flight::{Cluster, SingleFlight};
 
-/// The longest any wait of these tests may take before it fails: a
-/// failover after a host's death takes the lease TTL (2 s here) and the
-/// grace window (1 s here), and a loaded machine more.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The environment variable that makes the test binary a child.
-const CHILD: &str = "SINGLE_FLIGHT_CLUSTER_CHILD";
+use crate::support::child::{self, Children, say, unknown, var};
+use crate::support::etcd::{self, Etcd};
+use crate::support::hosts::Hosts;
+use crate::support::scene::describe;
+use crate::support::{BINARY, PATIENCE, certs};
 
 /// The lease the children ask for: etcd's minimum (§14.2), so that a dead
 /// host's term ends soon. It leaves a term only a second of proven lease
@@ -35,39 +24,26 @@ const TTL: Duration = Duration::from_secs(2);
 
 // ---------------------------------------------------------------- children
 
-/// Runs as a child when the environment says so; as a test it does nothing.
-#[test]
-fn child() {
-    let Ok(role) = std::env::var(CHILD) else {
-        return;
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A child of this module in `role` (support/child.rs); its exit code.
+pub fn child(role: &str) -> i32 {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let code = runtime.block_on(run_child(&role));
-    std::process::exit(code);
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
+        .unwrap()
+        .block_on(run_child(role))
 }
 
 fn cluster_of_env() -> Cluster {
-    let certs = PathBuf::from(env("SF_CERTS"));
-    let prefix = env("SF_CERT");
-    Cluster::etcd(env("SF_ETCD").split(','), env("SF_CLUSTER"))
-        .listen(env("SF_LISTEN").parse().expect("SF_LISTEN"))
+    let certs = PathBuf::from(var("SF_CERTS"));
+    let prefix = var("SF_CERT");
+    Cluster::etcd(var("SF_ETCD").split(','), var("SF_CLUSTER"))
+        .listen(var("SF_LISTEN").parse().expect("SF_LISTEN"))
         .tls(
-            certs.join(format!("{}ca.pem", env("SF_CA"))),
+            certs.join(format!("{}ca.pem", var("SF_CA"))),
             certs.join(format!("{prefix}.pem")),
             certs.join(format!("{prefix}.key")),
         )
-        .ttl(match env("SF_TTL_S").parse() {
+        .ttl(match var("SF_TTL_S").parse() {
             Ok(seconds) => Duration::from_secs(seconds),
             Err(_) => TTL,
         })
@@ -81,7 +57,7 @@ async fn run_child(role: &str) -> i32 {
     {
         Ok(flights) => flights,
         Err(error) => {
-            println!("RESULT open-error {error}");
+            say(format_args!("RESULT open-error {error}"));
             return 0;
         }
     };
@@ -91,25 +67,25 @@ async fn run_child(role: &str) -> i32 {
             let key = format!("warm-{}", std::process::id());
             let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
             warm.await.expect("warm-up call");
-            println!("READY");
+            say("READY");
             std::future::pending::<()>().await;
             0
         }
         "call" => {
-            let key = env("SF_KEY");
-            let runs = PathBuf::from(env("SF_RUNS"));
+            let key = var("SF_KEY");
+            let runs = PathBuf::from(var("SF_RUNS"));
             let mut call = flights.call(&key);
-            if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+            if let Ok(ms) = var("SF_DEADLINE_MS").parse() {
                 call = call.deadline(Duration::from_millis(ms));
             }
             let result = call
                 .run(|token| async move {
                     let pid = std::process::id();
                     std::fs::write(runs.join(format!("ran-{pid}")), token.to_string())?;
-                    println!("LEADING");
+                    say("LEADING");
                     // The test lets the work finish by creating `release`
                     // (or the file that `SF_RELEASE` names).
-                    let release = match env("SF_RELEASE") {
+                    let release = match var("SF_RELEASE") {
                         name if name.is_empty() => "release".to_owned(),
                         name => name,
                     };
@@ -117,29 +93,15 @@ async fn run_child(role: &str) -> i32 {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     }
                     let verdict = fenced_write(&runs.join("resource"), token.get());
-                    println!("WRITE {verdict}");
+                    say(format_args!("WRITE {verdict}"));
                     Ok::<_, std::io::Error>(format!("value-of-{pid}"))
                 })
                 .await;
-            let line = match result {
-                Ok(landed) => {
-                    let role = if landed.role == Role::Led {
-                        "led"
-                    } else {
-                        "joined"
-                    };
-                    format!("{role} {} {}", landed.token, landed.value)
-                }
-                Err(RunError::Interrupted { .. }) => "interrupted".to_owned(),
-                Err(RunError::DeadlineExceeded { .. }) => "deadline".to_owned(),
-                Err(RunError::Unavailable(reason)) => format!("unavailable {reason}"),
-                Err(other) => format!("error {other}"),
-            };
-            println!("RESULT {line}");
+            say(format_args!("RESULT {}", describe(result)));
             flights.close().await;
             0
         }
-        _ => 2,
+        _ => unknown(role),
     }
 }
 
@@ -170,52 +132,15 @@ fn fenced_write(path: &Path, token: u64) -> &'static str {
 
 // ---------------------------------------------------------------- harness
 
-/// A child process and the lines it prints.
-struct Process {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Process {
-    /// The next line that holds `prefix`, from it on, skipping others (the
-    /// test harness of the child may print before it on the same line).
-    fn expect(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(prefix) => {
-                    let start = line.find(prefix).expect("contained");
-                    return line[start..].to_owned();
-                }
-                Ok(_) => {}
-                Err(_) => panic!("no line starting with {prefix:?} in {PATIENCE:?}"),
-            }
-        }
-    }
-
-    fn result(&mut self) -> String {
-        self.expect("RESULT ")
-            .trim_start_matches("RESULT ")
-            .to_owned()
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One test's world: etcd, certificates, a scratch directory, and where
-/// each process runs.
+/// One test's world: etcd, certificates, a scratch directory, where each
+/// process runs, and the children of the test binary that run there.
 struct World {
     scratch: PathBuf,
     etcd: Etcd,
     cluster: String,
     /// `None`: everything on loopback.
     hosts: Option<Hosts>,
+    children: Children,
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -238,14 +163,14 @@ impl World {
         let sans: Vec<String> = (0..count)
             .map(|index| format!("IP:{}", hosts.address(index)))
             .collect();
-        support::certs::make(&scratch.join("certs"), &sans.join(","))
-            .expect("the test certificates");
+        certs::make(&scratch.join("certs"), &sans.join(",")).expect("the test certificates");
         let etcd = Etcd::start(&[(hosts.address(count), hosts.prefix(count))]);
         Some(World {
             scratch,
             etcd,
             cluster: name.to_owned(),
             hosts: Some(hosts),
+            children: Children::new(),
         })
     }
 
@@ -255,7 +180,7 @@ impl World {
             return None;
         }
         let scratch = scratch(name);
-        support::certs::make(&scratch.join("certs"), "").expect("the test certificates");
+        certs::make(&scratch.join("certs"), "").expect("the test certificates");
         let etcd = if members == 1 {
             Etcd::single()
         } else {
@@ -266,6 +191,7 @@ impl World {
             etcd,
             cluster: name.to_owned(),
             hosts: None,
+            children: Children::new(),
         })
     }
 
@@ -286,9 +212,10 @@ impl World {
         std::fs::write(self.runs().join("release"), b"").unwrap();
     }
 
-    /// Starts a child on `host` (`None`: loopback) in `role`.
-    fn spawn(&self, host: Option<usize>, role: &str, extra: &[(&str, &str)]) -> Process {
-        let binary = std::env::current_exe().unwrap();
+    /// Starts a child on `host` (`None`: loopback) in `role`; returns its
+    /// index.
+    fn spawn(&mut self, host: Option<usize>, role: &str, extra: &[(&str, &str)]) -> usize {
+        let binary = child::binary();
         let (mut command, listen) = match (host, &self.hosts) {
             (Some(index), Some(hosts)) => (
                 hosts.command(index, &binary),
@@ -296,33 +223,28 @@ impl World {
             ),
             _ => (Command::new(&binary), "127.0.0.1:0".to_owned()),
         };
-        command
-            .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
-            .env(CHILD, role)
+        child::as_child(&mut command, "processes", role)
             .env("SF_ETCD", self.etcd.endpoints().join(","))
             .env("SF_CLUSTER", &self.cluster)
             .env("SF_LISTEN", listen)
             .env("SF_CERTS", self.scratch.join("certs"))
             .env("SF_CERT", "server")
             .env("SF_CA", "")
-            .env("SF_RUNS", self.runs())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .env("SF_RUNS", self.runs());
         for (name, value) in extra {
             command.env(name, value);
         }
-        let mut child = command.spawn().expect("a child starts");
-        let stdout = child.stdout.take().unwrap();
-        let (sender, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if sender.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Process { child, lines }
+        self.children.spawn(command)
+    }
+
+    /// The rest of a child's next report that starts with `prefix`.
+    fn line(&mut self, child: usize, prefix: &str) -> String {
+        self.children.line(child, prefix)
+    }
+
+    /// The RESULT line of a child.
+    fn result(&mut self, child: usize) -> String {
+        self.line(child, "RESULT ")
     }
 
     /// `single-flight run --key KEY -- sh -c SCRIPT` on `host` in this
@@ -338,7 +260,7 @@ impl World {
     fn command(&self, host: usize, subcommand: &str) -> Command {
         let hosts = self.hosts.as_ref().expect("command tests run on hosts");
         let certs = self.scratch.join("certs");
-        let mut command = hosts.command(host, env!("CARGO_BIN_EXE_single-flight"));
+        let mut command = hosts.command(host, BINARY);
         command
             .arg(subcommand)
             .arg("--etcd")
@@ -401,6 +323,7 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        self.children.kill_all();
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }
@@ -416,10 +339,10 @@ fn token(result: &str) -> &str {
 /// every caller receives its value under one token.
 #[test]
 fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
-    let Some(world) = World::hosts("stampede", 3) else {
+    let Some(mut world) = World::hosts("stampede", 3) else {
         return;
     };
-    let mut callers: Vec<Process> = (0..6)
+    let callers: Vec<usize> = (0..6)
         .map(|index| {
             world.spawn(
                 Some(index % 3),
@@ -430,7 +353,7 @@ fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
         .collect();
     world.wait_for_joiners("artifact", 5);
     world.release();
-    let results: Vec<String> = callers.iter_mut().map(Process::result).collect();
+    let results: Vec<String> = callers.iter().map(|&caller| world.result(caller)).collect();
     assert_eq!(world.ran(), 1, "the work ran once: {results:?}");
     let led = results.iter().filter(|r| r.starts_with("led ")).count();
     let joined = results.iter().filter(|r| r.starts_with("joined ")).count();
@@ -594,28 +517,28 @@ fn s14_8_an_output_too_large_for_a_cluster_fails_its_joiners_clearly() {
 /// value, and nothing runs twice.
 #[test]
 fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
-    let Some(world) = World::hosts("host-death", 3) else {
+    let Some(mut world) = World::hosts("host-death", 3) else {
         return;
     };
-    let mut coordinator = world.spawn(Some(0), "idle", &[]);
-    coordinator.expect("READY");
-    let mut leader = world.spawn(Some(1), "call", &[("SF_KEY", "refill")]);
-    leader.expect("LEADING");
-    let mut joiners: Vec<Process> = [1, 2, 2]
+    let coordinator = world.spawn(Some(0), "idle", &[]);
+    world.line(coordinator, "READY");
+    let leader = world.spawn(Some(1), "call", &[("SF_KEY", "refill")]);
+    world.line(leader, "LEADING");
+    let joiners: Vec<usize> = [1, 2, 2]
         .into_iter()
         .map(|host| world.spawn(Some(host), "call", &[("SF_KEY", "refill")]))
         .collect();
     world.wait_for_joiners("refill", 3);
     world.hosts.as_ref().unwrap().kill_all(0);
-    drop(coordinator);
+    world.children.kill(coordinator);
     // The new term's grace window holds the reasserted flight; the status
     // of the new coordinator shows it with its rejoined joiners.
     world.wait_for_joiners("refill", 3);
     world.release();
-    let led = leader.result();
+    let led = world.result(leader);
     assert!(led.starts_with("led "), "{led}");
-    for joiner in &mut joiners {
-        let joined = joiner.result();
+    for joiner in joiners {
+        let joined = world.result(joiner);
         assert!(joined.starts_with("joined "), "{joined}");
         assert_eq!(token(&joined), token(&led));
     }
@@ -626,12 +549,12 @@ fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
 /// call ends `Unavailable` with the reason, and the coordinator logs who.
 #[test]
 fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
-    let Some(world) = World::loopback("other-ca", 1) else {
+    let Some(mut world) = World::loopback("other-ca", 1) else {
         return;
     };
-    let mut coordinator = world.spawn(None, "idle", &[]);
-    coordinator.expect("READY");
-    let mut stranger = world.spawn(
+    let coordinator = world.spawn(None, "idle", &[]);
+    world.line(coordinator, "READY");
+    let stranger = world.spawn(
         None,
         "call",
         &[
@@ -640,7 +563,7 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
             ("SF_DEADLINE_MS", "20000"),
         ],
     );
-    let result = stranger.result();
+    let result = world.result(stranger);
     assert!(result.starts_with("unavailable "), "{result}");
     assert!(
         result.to_lowercase().contains("certificate") || result.contains("CA"),
@@ -654,11 +577,11 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
 /// `MAX_CONNECTIONS` of them would shut every client out for the term.
 #[test]
 fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
-    let Some(world) = World::loopback("handshakes", 1) else {
+    let Some(mut world) = World::loopback("handshakes", 1) else {
         return;
     };
-    let mut coordinator = world.spawn(None, "idle", &[("SF_TTL_S", "5")]);
-    coordinator.expect("READY");
+    let coordinator = world.spawn(None, "idle", &[("SF_TTL_S", "5")]);
+    world.line(coordinator, "READY");
     let address = world
         .status()
         .expect("the coordinator answers")
@@ -668,7 +591,7 @@ fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
         // Connected, then closed without a byte: the TLS handshake fails.
         drop(std::net::TcpStream::connect(&address).expect("the coordinator accepts"));
     }
-    let mut caller = world.spawn(
+    let caller = world.spawn(
         None,
         "call",
         &[
@@ -677,9 +600,9 @@ fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
             ("SF_TTL_S", "5"),
         ],
     );
-    caller.expect("LEADING");
+    world.line(caller, "LEADING");
     world.release();
-    let result = caller.result();
+    let result = world.result(caller);
     assert!(result.starts_with("led "), "{result}");
     // And a new connection still gets a slot. (Whether the flight is still
     // listed depends on when its land arrived: the leader's call returns
@@ -697,20 +620,20 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
         return;
     };
     world.release();
-    let mut first = world.spawn(None, "call", &[("SF_KEY", "a")]);
-    let result = first.result();
+    let first = world.spawn(None, "call", &[("SF_KEY", "a")]);
+    let result = world.result(first);
     assert!(result.starts_with("led "), "{result}");
     world.etcd.kill(0);
-    let mut second = world.spawn(None, "call", &[("SF_KEY", "b")]);
-    let result = second.result();
+    let second = world.spawn(None, "call", &[("SF_KEY", "b")]);
+    let result = world.result(second);
     assert!(result.starts_with("led "), "one member down: {result}");
     world.etcd.kill(1);
-    let mut third = world.spawn(
+    let third = world.spawn(
         None,
         "call",
         &[("SF_KEY", "c"), ("SF_DEADLINE_MS", "15000")],
     );
-    let result = third.result();
+    let result = world.result(third);
     assert!(
         result.starts_with("unavailable")
             || result.starts_with("open-error")
@@ -722,8 +645,8 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
     world.etcd.wait_healthy();
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let mut again = world.spawn(None, "call", &[("SF_KEY", "d")]);
-        let result = again.result();
+        let again = world.spawn(None, "call", &[("SF_KEY", "d")]);
+        let result = world.result(again);
         if result.starts_with("led ") {
             break;
         }
@@ -741,33 +664,32 @@ fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
 /// first, and the cut-off leader's late write is refused by the fence.
 #[test]
 fn s14_2_a_partitioned_coordinator_steps_down_and_the_fence_refuses_its_leader() {
-    let Some(world) = World::hosts("partition", 3) else {
+    let Some(mut world) = World::hosts("partition", 3) else {
         return;
     };
-    let hosts = world.hosts.as_ref().unwrap();
-    let mut coordinator = world.spawn(Some(0), "idle", &[]);
-    coordinator.expect("READY");
-    let mut cut_off = world.spawn(
+    let coordinator = world.spawn(Some(0), "idle", &[]);
+    world.line(coordinator, "READY");
+    let cut_off = world.spawn(
         Some(0),
         "call",
         &[("SF_KEY", "report"), ("SF_RELEASE", "release-old")],
     );
-    cut_off.expect("LEADING");
-    let mut joiner = world.spawn(Some(1), "call", &[("SF_KEY", "report")]);
+    world.line(cut_off, "LEADING");
+    let joiner = world.spawn(Some(1), "call", &[("SF_KEY", "report")]);
     world.wait_for_joiners("report", 1);
-    hosts.partition(0);
-    let interrupted = joiner.result();
+    world.hosts.as_ref().unwrap().partition(0);
+    let interrupted = world.result(joiner);
     assert_eq!(interrupted, "interrupted", "its leader cannot reassert");
     // A new flight of the key, on a host that can reach the new term.
     std::fs::write(world.runs().join("release"), b"").unwrap();
-    let mut fresh = world.spawn(Some(2), "call", &[("SF_KEY", "report")]);
-    assert_eq!(fresh.expect("WRITE "), "WRITE accepted");
-    let led = fresh.result();
+    let fresh = world.spawn(Some(2), "call", &[("SF_KEY", "report")]);
+    assert_eq!(world.line(fresh, "WRITE "), "accepted");
+    let led = world.result(fresh);
     assert!(led.starts_with("led "), "{led}");
     // The cut-off leader, released now, writes after the new flight with
     // an older token.
     std::fs::write(world.runs().join("release-old"), b"").unwrap();
-    assert_eq!(cut_off.expect("WRITE "), "WRITE refused");
+    assert_eq!(world.line(cut_off, "WRITE "), "refused");
     let old: u64 = std::fs::read_to_string(world.runs().join("resource"))
         .unwrap()
         .trim()
@@ -778,5 +700,5 @@ fn s14_2_a_partitioned_coordinator_steps_down_and_the_fence_refuses_its_leader()
         token(&led),
         "the resource holds the newer token"
     );
-    hosts.heal(0);
+    world.hosts.as_ref().unwrap().heal(0);
 }

@@ -1,58 +1,42 @@
 //! The tokio shell with real processes (SPEC.md §10, §11): the test binary
 //! runs itself again as child processes, each a `SingleFlight` user, and the
-//! test watches them through the coordinator's `status` (SPEC.md §3.5).
+//! test watches them through the coordinator's `status` (SPEC.md §3.5);
+//! support/scene.rs is the stage.
 //!
 //! No test asserts on time: every wait polls for a state and gives up after
 //! a generous bound, so a slow machine only makes them slower.
 
-// Tests are the shell's peers: they poll with real clocks and sleeps.
-#![allow(clippy::disallowed_methods)]
-
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use single_flight::{Role, RunError, SingleFlight};
-use single_flight_core::protocol::{FlightStatus, Response, decode_response};
+use single_flight::SingleFlight;
+use single_flight_core::protocol::FlightStatus;
 
-/// The longest any wait of these tests may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(30);
+use crate::support::PATIENCE;
+use crate::support::child::{say, unknown, var};
+use crate::support::scene::{Scene, describe, executions, joiners, until_exists, work};
 
-/// The environment variable that makes the test binary a child.
-const CHILD: &str = "SINGLE_FLIGHT_TEST_CHILD";
+/// The scene of a test of this module, whose children play its roles.
+fn scene(name: &str) -> Scene {
+    Scene::new("shell", name)
+}
 
 // ---------------------------------------------------------------- children
 
-/// Runs as a child when the environment says so; as a test it does nothing.
-#[test]
-fn child() {
-    let Ok(role) = std::env::var(CHILD) else {
-        return;
-    };
-    // `RUST_LOG=single_flight=debug` shows what each child does.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A child of this module in `role` (support/child.rs); its exit code.
+pub fn child(role: &str) -> i32 {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let code = runtime.block_on(run_child(&role));
-    std::process::exit(code);
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
+        .unwrap()
+        .block_on(run_child(role))
 }
 
 async fn run_child(role: &str) -> i32 {
-    let dir = PathBuf::from(env("SF_DIR"));
+    let dir = PathBuf::from(var("SF_DIR"));
     let mut builder = SingleFlight::builder(&dir);
-    if let Ok(ms) = env("SF_GRACE_MS").parse() {
+    if let Ok(ms) = var("SF_GRACE_MS").parse() {
         builder = builder.grace_window(Duration::from_millis(ms));
     }
     let flights = builder.open().await.expect("open");
@@ -62,298 +46,36 @@ async fn run_child(role: &str) -> i32 {
             let key = format!("warm-{}", std::process::id());
             let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
             warm.await.expect("warm-up call");
-            println!("READY");
+            say("READY");
             std::future::pending::<()>().await;
             0
         }
+        // One call of `SF_KEY`, whose work does `SF_WORK` (support/scene.rs).
         "call" => {
-            let key = env("SF_KEY");
-            let runs = PathBuf::from(env("SF_RUNS"));
+            let key = var("SF_KEY");
+            let runs = PathBuf::from(var("SF_RUNS"));
             let mut call = flights.call(&key);
-            if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+            if let Ok(ms) = var("SF_DEADLINE_MS").parse() {
                 call = call.deadline(Duration::from_millis(ms));
             }
-            let running = call.run(|token| work(runs.clone(), key.clone(), token));
+            let running = call.run(|token| work(runs.clone(), key.clone(), token, var("SF_WORK")));
             // `SF_ABANDON=<file>`: the caller drops the call once the test
             // creates that file (SPEC.md §9.5).
-            let abandon = env("SF_ABANDON");
+            let abandon = var("SF_ABANDON");
             let result = tokio::select! {
                 result = running => result,
-                () = wait_for(runs.join(&abandon)), if !abandon.is_empty() => {
-                    println!("RESULT abandoned");
+                () = until_exists(runs.join(&abandon)), if !abandon.is_empty() => {
+                    say("RESULT abandoned");
                     flights.close().await;
                     return 0;
                 }
             };
-            let line = match result {
-                Ok(landed) => {
-                    let role = if landed.role == Role::Led {
-                        "led"
-                    } else {
-                        "joined"
-                    };
-                    format!("{role} {} {}", landed.token, landed.value)
-                }
-                Err(RunError::FlightFailed { failure, .. }) => {
-                    format!("failed {} {}", failure.name, failure.message)
-                }
-                Err(RunError::Work(error)) => format!("own-failure {error}"),
-                Err(RunError::Interrupted { .. }) => "interrupted".to_owned(),
-                Err(RunError::DeadlineExceeded { .. }) => "deadline".to_owned(),
-                Err(other) => format!("error {other}"),
-            };
-            println!("RESULT {line}");
+            say(format_args!("RESULT {}", describe(result)));
             flights.close().await;
             0
         }
-        _ => 2,
+        _ => unknown(role),
     }
-}
-
-/// The work of a child: records that it ran (a file named after the key and
-/// the process, holding the token), then behaves as `SF_WORK` says.
-async fn work(
-    runs: PathBuf,
-    key: String,
-    token: single_flight::FencingToken,
-) -> Result<String, std::io::Error> {
-    let pid = std::process::id();
-    // Written whole under a temporary name, so that the test never reads
-    // a half-written token.
-    let temp = runs.join(format!("{key}.{pid}.tmp"));
-    std::fs::write(&temp, token.to_string())?;
-    std::fs::rename(&temp, runs.join(format!("{key}.{pid}")))?;
-    // `SF_WORK` is a comma-separated list of steps, done in order.
-    for step in env("SF_WORK").split(',') {
-        if let Some(release) = step.strip_prefix("wait:") {
-            // Runs until the test creates the release file.
-            while !runs.join(release).exists() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        if let Some(other) = step.strip_prefix("needs:") {
-            // Finishes only once the work of another key has started:
-            // proves that the two run at the same time.
-            while !has_run(&runs, other) {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        if step == "fail" {
-            return Err(std::io::Error::other("the disk is on fire"));
-        }
-        // `value:N` / `error:N`: a value or an error message of N bytes.
-        if let Some(len) = step.strip_prefix("value:") {
-            return Ok("v".repeat(len.parse().expect("a length")));
-        }
-        if let Some(len) = step.strip_prefix("error:") {
-            let message = "x".repeat(len.parse().expect("a length"));
-            return Err(std::io::Error::other(message));
-        }
-    }
-    Ok(format!("value-of-{key}-from-{pid}"))
-}
-
-async fn wait_for(file: PathBuf) {
-    while !file.exists() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-fn has_run(runs: &Path, key: &str) -> bool {
-    executions(runs, key) > 0
-}
-
-fn executions(runs: &Path, key: &str) -> usize {
-    std::fs::read_dir(runs)
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_prefix(key)
-                .is_some_and(|rest| rest.starts_with('.') && rest[1..].parse::<u32>().is_ok())
-        })
-        .count()
-}
-
-// ---------------------------------------------------------------- harness
-
-struct Scene {
-    root: PathBuf,
-    dir: PathBuf,
-    runs: PathBuf,
-    children: Vec<Child>,
-}
-
-impl Scene {
-    fn new(name: &str) -> Scene {
-        let root = std::env::temp_dir().join(format!("sf-shell-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let dir = root.join("flights");
-        let runs = root.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        Scene {
-            root,
-            dir,
-            runs,
-            children: Vec::new(),
-        }
-    }
-
-    /// Starts a child; returns its index.
-    fn spawn(&mut self, role: &str, vars: &[(&str, &str)]) -> usize {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(CHILD, role)
-            .env("SF_DIR", &self.dir)
-            .env("SF_RUNS", &self.runs)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        self.children.push(command.spawn().unwrap());
-        self.children.len() - 1
-    }
-
-    /// Waits for the line of a child that starts with `prefix`.
-    fn line(&mut self, child: usize, prefix: &str) -> String {
-        let stdout = self.children[child].stdout.as_mut().unwrap();
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = reader.read_line(&mut line).unwrap();
-            assert!(read > 0, "child {child} ended without a {prefix:?} line");
-            // libtest prints "test child ... " before the child's own output.
-            if let Some(at) = line.find(prefix) {
-                return line[at + prefix.len()..].trim().to_owned();
-            }
-        }
-    }
-
-    /// The RESULT line of a child, and its exit.
-    fn result(&mut self, child: usize) -> String {
-        let result = self.line(child, "RESULT");
-        let status = wait_bounded(&mut self.children[child]);
-        assert!(status.success(), "child {child} exited with {status}");
-        result
-    }
-
-    fn kill(&mut self, child: usize) {
-        self.children[child].kill().unwrap();
-        self.children[child].wait().unwrap();
-    }
-
-    /// Polls the coordinator's `status` until `ready` holds.
-    fn until(&self, what: &str, ready: impl Fn(&[FlightStatus]) -> bool) -> Vec<FlightStatus> {
-        let start = Instant::now();
-        loop {
-            if let Some(flights) = status(&self.dir)
-                && ready(&flights)
-            {
-                return flights;
-            }
-            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Polls the coordinator's whole `status` answer until `ready` holds.
-    fn until_answer(&self, what: &str, ready: impl Fn(&(Vec<FlightStatus>, Option<u64>)) -> bool) {
-        let start = Instant::now();
-        while !status_answer(&self.dir).is_some_and(|answer| ready(&answer)) {
-            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn release(&self, name: &str) {
-        std::fs::write(self.runs.join(name), b"").unwrap();
-    }
-
-    /// The token of the run of `key`, once its work has recorded it (the
-    /// coordinator's answer reaches `status` before the work starts).
-    fn token_of_run(&self, key: &str) -> u64 {
-        let start = Instant::now();
-        loop {
-            for entry in std::fs::read_dir(&self.runs).unwrap().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let run = name
-                    .strip_prefix(key)
-                    .and_then(|rest| rest.strip_prefix('.'))
-                    .is_some_and(|pid| pid.parse::<u32>().is_ok());
-                if run {
-                    return std::fs::read_to_string(entry.path())
-                        .unwrap()
-                        .parse()
-                        .unwrap();
-                }
-            }
-            assert!(start.elapsed() < PATIENCE, "no run of {key}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-fn wait_bounded(child: &mut Child) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > PATIENCE {
-            let _ = child.kill();
-            panic!("a child did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// The flights in progress, as the coordinator reports them; `None` while
-/// no coordinator answers.
-fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
-    status_answer(dir).map(|(flights, _)| flights)
-}
-
-/// The coordinator's answer to `status`: the flights in progress, and the
-/// runs waiting for its grace window (`None` when it is closed).
-fn status_answer(dir: &Path) -> Option<(Vec<FlightStatus>, Option<u64>)> {
-    let mut stream = UnixStream::connect(dir.join("flight.sock")).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream
-        .write_all(
-            b"{\"protocol\":\"single-flight\",\"version\":1}\n{\"op\":\"status\",\"id\":\"s\"}\n",
-        )
-        .ok()?;
-    let mut text = String::new();
-    let mut reader = BufReader::new(stream.try_clone().ok()?);
-    reader.read_line(&mut text).ok()?; // the coordinator's hello
-    text.clear();
-    reader.read_line(&mut text).ok()?;
-    match decode_response(text.trim_end().as_bytes()).ok()? {
-        Response::Status {
-            flights, waiting, ..
-        } => Some((flights, waiting)),
-        _ => None,
-    }
-}
-
-fn joiners(flights: &[FlightStatus], key: &str) -> Option<u64> {
-    flights
-        .iter()
-        .find(|f| f.key.as_str() == key)
-        .map(|f| f.joiners)
 }
 
 // ---------------------------------------------------------------- tests
@@ -362,13 +84,13 @@ fn joiners(flights: &[FlightStatus], key: &str) -> Option<u64> {
 /// get its value.
 #[test]
 fn one_key_many_processes_one_execution() {
-    let mut scene = Scene::new("one-key");
+    let mut scene = scene("one-key");
     let callers: Vec<usize> = (0..6)
         .map(|_| scene.spawn("call", &[("SF_KEY", "k"), ("SF_WORK", "wait:go")]))
         .collect();
     scene.until("five joiners", |f| joiners(f, "k") == Some(5));
     scene.release("go");
-    let results: Vec<String> = callers.iter().map(|&c| scene.result(c)).collect();
+    let results: Vec<String> = callers.iter().map(|&c| scene.finish(c)).collect();
     assert_eq!(executions(&scene.runs, "k"), 1);
     let led: Vec<&String> = results.iter().filter(|r| r.starts_with("led ")).collect();
     assert_eq!(led.len(), 1, "{results:?}");
@@ -388,21 +110,21 @@ fn one_key_many_processes_one_execution() {
 /// §8.5: the leader's failure reaches every joiner as that failure.
 #[test]
 fn leader_failure_reaches_joiners() {
-    let mut scene = Scene::new("failure");
+    let mut scene = scene("failure");
     let callers: Vec<usize> = (0..4)
         .map(|_| scene.spawn("call", &[("SF_KEY", "k"), ("SF_WORK", "wait:go,fail")]))
         .collect();
     scene.until("three joiners", |f| joiners(f, "k") == Some(3));
     scene.release("go");
-    let mut results: Vec<String> = callers.iter().map(|&c| scene.result(c)).collect();
+    let mut results: Vec<String> = callers.iter().map(|&c| scene.finish(c)).collect();
     results.sort();
     assert_eq!(executions(&scene.runs, "k"), 1);
     assert_eq!(
         results,
         [
-            "failed Error the disk is on fire",
-            "failed Error the disk is on fire",
-            "failed Error the disk is on fire",
+            "failed Error: the disk is on fire",
+            "failed Error: the disk is on fire",
+            "failed Error: the disk is on fire",
             "own-failure the disk is on fire",
         ]
     );
@@ -428,14 +150,14 @@ fn outcomes_over_the_limit_reach_joiners_as_value_too_large() {
             value(MAX_OUTCOME_BYTES + 1),
             "failed ValueTooLarge",
         ),
-        ("error-at", error(MAX_OUTCOME_BYTES), "failed Error xxx"),
+        ("error-at", error(MAX_OUTCOME_BYTES), "failed Error: xxx"),
         (
             "error-over",
             error(MAX_OUTCOME_BYTES + 1),
             "failed ValueTooLarge",
         ),
     ];
-    let mut scene = Scene::new("too-large");
+    let mut scene = scene("too-large");
     let coordinator = scene.spawn("idle", &[]);
     scene.line(coordinator, "READY");
     let mut callers = Vec::new();
@@ -448,12 +170,12 @@ fn outcomes_over_the_limit_reach_joiners_as_value_too_large() {
     }
     scene.release("go");
     for ((key, _, expected), (leader, joiner)) in cases.iter().zip(callers) {
-        let led = scene.result(leader);
+        let led = scene.finish(leader);
         assert!(
             led.starts_with("led ") || led.starts_with("own-failure xxx"),
             "{key}: the leader keeps its result"
         );
-        let joined = scene.result(joiner);
+        let joined = scene.finish(joiner);
         assert!(
             joined.starts_with(expected),
             "{key}: {}",
@@ -470,18 +192,18 @@ fn outcomes_over_the_limit_reach_joiners_as_value_too_large() {
 /// other has started.
 #[test]
 fn different_keys_run_in_parallel() {
-    let mut scene = Scene::new("parallel");
+    let mut scene = scene("parallel");
     let a = scene.spawn("call", &[("SF_KEY", "a"), ("SF_WORK", "needs:b")]);
     let b = scene.spawn("call", &[("SF_KEY", "b"), ("SF_WORK", "needs:a")]);
-    assert!(scene.result(a).starts_with("led "));
-    assert!(scene.result(b).starts_with("led "));
+    assert!(scene.finish(a).starts_with("led "));
+    assert!(scene.finish(b).starts_with("led "));
 }
 
 /// §8.7: a leader killed with SIGKILL: its joiners are interrupted (and do
 /// not run the work), and a new call leads a new flight with a larger token.
 #[test]
 fn killed_leader_interrupts_joiners() {
-    let mut scene = Scene::new("killed-leader");
+    let mut scene = scene("killed-leader");
     let coordinator = scene.spawn("idle", &[]);
     scene.line(coordinator, "READY");
     let leader = scene.spawn("call", &[("SF_KEY", "k"), ("SF_WORK", "wait:never")]);
@@ -493,11 +215,11 @@ fn killed_leader_interrupts_joiners() {
     scene.until("three joiners", |f| joiners(f, "k") == Some(3));
     scene.kill(leader);
     for j in joiners_ {
-        assert_eq!(scene.result(j), "interrupted");
+        assert_eq!(scene.finish(j), "interrupted");
     }
     assert_eq!(executions(&scene.runs, "k"), 1, "a joiner ran the work");
     let next = scene.spawn("call", &[("SF_KEY", "k")]);
-    let result = scene.result(next);
+    let result = scene.finish(next);
     let token: u64 = result.split(' ').nth(1).unwrap().parse().unwrap();
     assert!(
         result.starts_with("led ") && token > old_token,
@@ -510,7 +232,7 @@ fn killed_leader_interrupts_joiners() {
 /// rejoin and receive its value, and nobody runs the work again.
 #[test]
 fn killed_coordinator_fails_over_without_rerun() {
-    let mut scene = Scene::new("failover");
+    let mut scene = scene("failover");
     let coordinator = scene.spawn("idle", &[]);
     scene.line(coordinator, "READY");
     let leader = scene.spawn("call", &[("SF_KEY", "k"), ("SF_WORK", "wait:go")]);
@@ -527,11 +249,11 @@ fn killed_coordinator_fails_over_without_rerun() {
             .any(|f| f.key.as_str() == "k" && f.token.get() == token && f.joiners == 3)
     });
     scene.release("go");
-    let led = scene.result(leader);
+    let led = scene.finish(leader);
     assert!(led.starts_with(&format!("led {token} ")), "{led}");
     let value = led.rsplit(' ').next().unwrap().to_owned();
     for j in joiners_ {
-        assert_eq!(scene.result(j), format!("joined {token} {value}"));
+        assert_eq!(scene.finish(j), format!("joined {token} {value}"));
     }
     assert_eq!(executions(&scene.runs, "k"), 1, "the work ran again");
 }
@@ -543,7 +265,7 @@ fn killed_coordinator_fails_over_without_rerun() {
 /// when the flight lands; nothing in the test waits for it to end.
 #[test]
 fn a_flight_landing_in_the_grace_window_answers_the_runs_that_wait() {
-    let mut scene = Scene::new("held");
+    let mut scene = scene("held");
     let grace = [("SF_GRACE_MS", "60000")];
     let coordinator = scene.spawn("idle", &grace);
     scene.line(coordinator, "READY");
@@ -565,10 +287,10 @@ fn a_flight_landing_in_the_grace_window_answers_the_runs_that_wait() {
     let waiter = scene.spawn("call", &[grace[0], ("SF_KEY", "k"), ("SF_WORK", "fail")]);
     scene.until_answer("the run waiting for the window", held(1));
     scene.release("go");
-    let led = scene.result(leader);
+    let led = scene.finish(leader);
     assert!(led.starts_with(&format!("led {token} ")), "{led}");
     let value = led.rsplit(' ').next().unwrap().to_owned();
-    assert_eq!(scene.result(waiter), format!("joined {token} {value}"));
+    assert_eq!(scene.finish(waiter), format!("joined {token} {value}"));
     assert_eq!(executions(&scene.runs, "k"), 1, "the work ran again");
 }
 
@@ -576,16 +298,16 @@ fn a_flight_landing_in_the_grace_window_answers_the_runs_that_wait() {
 /// gives up interrupts its joiners.
 #[test]
 fn cancelled_calls() {
-    let mut scene = Scene::new("cancel");
+    let mut scene = scene("cancel");
     let leader = scene.spawn("call", &[("SF_KEY", "k"), ("SF_WORK", "wait:go")]);
     scene.until("a flight", |f| joiners(f, "k").is_some());
     let impatient = scene.spawn("call", &[("SF_KEY", "k"), ("SF_DEADLINE_MS", "300")]);
     let patient = scene.spawn("call", &[("SF_KEY", "k")]);
-    assert_eq!(scene.result(impatient), "deadline");
+    assert_eq!(scene.finish(impatient), "deadline");
     scene.until("one joiner left", |f| joiners(f, "k") == Some(1));
     scene.release("go");
-    assert!(scene.result(leader).starts_with("led "));
-    assert!(scene.result(patient).starts_with("joined "));
+    assert!(scene.finish(leader).starts_with("led "));
+    assert!(scene.finish(patient).starts_with("joined "));
 
     let leader = scene.spawn(
         "call",
@@ -599,15 +321,15 @@ fn cancelled_calls() {
     let joiner = scene.spawn("call", &[("SF_KEY", "j")]);
     scene.until("a joiner", |f| joiners(f, "j") == Some(1));
     scene.release("drop");
-    assert_eq!(scene.result(leader), "abandoned");
-    assert_eq!(scene.result(joiner), "interrupted");
+    assert_eq!(scene.finish(leader), "abandoned");
+    assert_eq!(scene.finish(joiner), "interrupted");
 }
 
 /// §7.4: a directory others may write to, or a symlink, is refused at open.
 #[tokio::test]
 async fn refused_directories() {
     use std::os::unix::fs::PermissionsExt;
-    let scene = Scene::new("refused");
+    let scene = scene("refused");
     std::fs::create_dir_all(&scene.dir).unwrap();
     std::fs::set_permissions(&scene.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let error = SingleFlight::open(&scene.dir).await.err().expect("refused");
@@ -622,7 +344,7 @@ async fn refused_directories() {
 /// reports its term; a clean stop leaves `flight.clean` for the next term.
 #[tokio::test]
 async fn serve_and_status() {
-    let scene = Scene::new("serve");
+    let scene = scene("serve");
     let missing = single_flight::status(&scene.dir).await;
     assert!(
         matches!(
@@ -666,7 +388,7 @@ async fn serve_and_status() {
 /// exist has no coordinator, like a short one.
 #[tokio::test]
 async fn status_of_a_missing_long_directory() {
-    let scene = Scene::new("status-long");
+    let scene = scene("status-long");
     let long = scene.root.join("d".repeat(150)).join("missing");
     let missing = single_flight::status(&long).await;
     assert!(

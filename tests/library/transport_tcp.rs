@@ -3,7 +3,6 @@
 //! on loopback only, the listen/close cycle of terms, and the errors for
 //! unusable TLS files. Certificates are made by tests/support/make-certs.sh,
 //! the recipe README.md documents.
-#![cfg(feature = "cluster")]
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,6 +19,8 @@ use single_flight::_internal::transport::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+use crate::support::certs;
+
 /// A directory of certificates made for one test, removed when it ends.
 struct Certificates {
     directory: PathBuf,
@@ -35,13 +36,7 @@ impl Certificates {
         ));
         let _ = std::fs::remove_dir_all(&directory);
         std::fs::create_dir_all(&directory).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/make-certs.sh");
-        let made = std::process::Command::new("sh")
-            .arg(&script)
-            .arg(&directory)
-            .status()
-            .expect("the openssl recipe runs");
-        assert!(made.success(), "tests/support/make-certs.sh failed");
+        certs::make(&directory, "").expect("the test certificates");
         Certificates { directory }
     }
 

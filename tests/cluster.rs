@@ -1,0 +1,26 @@
+//! Cluster mode against a real etcd (SPEC.md §14): the election (§14.1–
+//! §14.3), and processes on hosts that are network namespaces. Without etcd,
+//! or without root for the namespaces, the tests say so and skip (CI
+//! requires both). One test binary, one module each; support/ is what they
+//! share.
+#![cfg(feature = "cluster")]
+// Tests own time and threads: they wait for etcd and for children with
+// deadlines, which the pure core may not (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+#[path = "cluster/election.rs"]
+mod election;
+#[path = "cluster/processes.rs"]
+mod processes;
+
+/// The entry point of this binary's child processes (support/child.rs).
+#[test]
+#[ignore = "the entry point of child processes, which run it by name"]
+fn child() {
+    support::child::enter(|module, role| match module {
+        "processes" => processes::child(role),
+        _ => support::child::unknown(module),
+    });
+}
