@@ -13,7 +13,7 @@ use single_flight::{Cluster, SingleFlight};
 use crate::support::child::{self, Children, say, unknown, var};
 use crate::support::etcd::{self, Etcd};
 use crate::support::hosts::Hosts;
-use crate::support::scene::describe;
+use crate::support::scene::{describe, idle};
 use crate::support::{BINARY, PATIENCE, certs};
 
 /// The lease the children ask for: etcd's minimum (§14.2), so that a dead
@@ -62,15 +62,7 @@ async fn run_child(role: &str) -> i32 {
         }
     };
     match role {
-        // Becomes the coordinator (when first) and stays until killed.
-        "idle" => {
-            let key = format!("warm-{}", std::process::id());
-            let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
-            warm.await.expect("warm-up call");
-            say("READY");
-            std::future::pending::<()>().await;
-            0
-        }
+        "idle" => idle(&flights).await,
         "call" => {
             let key = var("SF_KEY");
             let runs = PathBuf::from(var("SF_RUNS"));

@@ -258,33 +258,28 @@ fn stampede(
 /// and token.
 #[test]
 fn a_blocking_leader_and_async_joiners_share_one_run() {
-    let mut scene = scene("blocking-leads");
-    let (leader, joining) = stampede(
-        &mut scene,
-        ("blocking", &[("SF_WORK", "wait:go")]),
-        "k",
+    one_run_shared(
+        "blocking-leads",
+        "blocking",
         &["async", "async", "blocking"],
     );
-    scene.release("go");
-    let led = scene.result(leader);
-    let shared = led.strip_prefix("led ").unwrap_or_else(|| panic!("{led}"));
-    for joiner in joining {
-        assert_eq!(scene.result(joiner), format!("joined {shared}"));
-        scene.exit(joiner);
-    }
-    scene.exit(leader);
-    assert_eq!(executions(&scene.runs, "k"), 1);
 }
 
 /// §9.7, §8.2: the reverse: an async leader and blocking joiners.
 #[test]
 fn an_async_leader_and_blocking_joiners_share_one_run() {
-    let mut scene = scene("async-leads");
+    one_run_shared("async-leads", "async", &["blocking", "blocking", "async"]);
+}
+
+/// A leader of the kind `leader` and joiners of the kinds `joiners_of`:
+/// the work runs once, and every joiner gets the leader's value and token.
+fn one_run_shared(name: &str, leader: &str, joiners_of: &[&str]) {
+    let mut scene = scene(name);
     let (leader, joining) = stampede(
         &mut scene,
-        ("async", &[("SF_WORK", "wait:go")]),
+        (leader, &[("SF_WORK", "wait:go")]),
         "k",
-        &["blocking", "blocking", "async"],
+        joiners_of,
     );
     scene.release("go");
     let led = scene.result(leader);

@@ -15,7 +15,7 @@ use single_flight_core::protocol::FlightStatus;
 
 use crate::support::PATIENCE;
 use crate::support::child::{say, unknown, var};
-use crate::support::scene::{Scene, describe, executions, joiners, until_exists, work};
+use crate::support::scene::{Scene, describe, executions, idle, joiners, until_exists, work};
 
 /// The scene of a test of this module, whose children play its roles.
 fn scene(name: &str) -> Scene {
@@ -41,15 +41,7 @@ async fn run_child(role: &str) -> i32 {
     }
     let flights = builder.open().await.expect("open");
     match role {
-        // Becomes the coordinator (when first) and stays until killed.
-        "idle" => {
-            let key = format!("warm-{}", std::process::id());
-            let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
-            warm.await.expect("warm-up call");
-            say("READY");
-            std::future::pending::<()>().await;
-            0
-        }
+        "idle" => idle(&flights).await,
         // One call of `SF_KEY`, whose work does `SF_WORK` (support/scene.rs).
         "call" => {
             let key = var("SF_KEY");

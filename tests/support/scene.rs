@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use single_flight::{FencingToken, Landed, Role, RunError};
+use single_flight::{FencingToken, Landed, Role, RunError, SingleFlight};
 use single_flight_core::protocol::{FlightStatus, Response, decode_response};
 
 use super::PATIENCE;
-use super::child::{self, Children};
+use super::child::{self, Children, say};
 
 /// One test's flight directory and the children that use it; dropping it
 /// kills them and removes both directories.
@@ -263,6 +263,16 @@ pub fn record_run(runs: &Path, key: &str, token: FencingToken) -> std::io::Resul
     let temp = runs.join(format!("{key}.{pid}.tmp"));
     std::fs::write(&temp, token.to_string())?;
     std::fs::rename(&temp, runs.join(format!("{key}.{pid}")))
+}
+
+/// The role `idle` of a child: one call, so that its process coordinates
+/// when it is the first, then `READY`, and nothing until it is killed.
+pub async fn idle(flights: &SingleFlight) -> i32 {
+    let key = format!("warm-{}", std::process::id());
+    let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
+    warm.await.expect("a warm-up call");
+    say("READY");
+    std::future::pending().await
 }
 
 /// A call's end as a child reports it.
