@@ -1,5 +1,5 @@
 //! A strict reading of an OpenMetrics exposition (SPEC.md §13.5), shared by
-//! the command's unit tests and tests/cli.rs.
+//! the command's unit tests and tests/command/cli.rs.
 //!
 //! The text is parsed by `nom-openmetrics`, an OpenMetrics parser written
 //! from the specification's grammar by others (it requires the final

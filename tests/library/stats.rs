@@ -7,17 +7,13 @@
 //! No test asserts on time: every wait polls for a state and gives up after
 //! a generous bound.
 
-// Tests are the shell's peers: they poll with real clocks and sleeps.
-#![allow(clippy::disallowed_methods)]
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use single_flight::{RunError, SingleFlight, Stats};
 use tokio::sync::oneshot;
 
-/// The longest any wait of this test may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(30);
+use crate::support::PATIENCE;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sf-stats-{name}-{}", std::process::id()));

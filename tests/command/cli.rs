@@ -6,9 +6,6 @@
 //! waits for a release file that the test creates once `status` shows them
 //! all, and every wait gives up after a generous bound.
 
-// Tests are shell code: they poll with real clocks and sleeps.
-#![allow(clippy::disallowed_methods)]
-
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -20,13 +17,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use single_flight::{Failure, FailureCode, SingleFlight, Status};
 
-#[path = "support/openmetrics.rs"]
-mod openmetrics;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
-
-/// The longest any wait of these tests may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::support::{BINARY, PATIENCE, child, openmetrics};
 
 /// Starts every test command: records its process group (the shell leads
 /// it) so that the test can kill whatever is left, and defines
@@ -146,21 +137,12 @@ impl Scene {
     /// Waits (boundedly) for a process to end.
     fn end(&mut self, index: usize) -> Ended {
         let started = &mut self.runs[index];
-        let mut child = started.child.take().expect("each process ends once");
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > PATIENCE {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "process {index} did not end in time; its stderr: {}",
-                    fs::read_to_string(&started.stderr).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        let mut process = started.child.take().expect("each process ends once");
+        let Some(status) = child::wait(&mut process) else {
+            panic!(
+                "process {index} did not end in time; its stderr: {}",
+                fs::read_to_string(&started.stderr).unwrap_or_default()
+            );
         };
         Ended {
             code: status.code(),

@@ -7,9 +7,6 @@
 //! No test asserts on time: every read waits for a line or for the end of
 //! the stream, and gives up after a generous bound.
 
-// Tests are shell code: they read with timeouts and poll with sleeps.
-#![allow(clippy::disallowed_methods)]
-
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -22,10 +19,7 @@ use single_flight_core::protocol::limits::{MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_OP
 use single_flight_core::protocol::limits::{MAX_NESTING_DEPTH, MAX_OUTCOME_BYTES};
 use single_flight_core::protocol::{Outcome, Response, decode_response, encode};
 
-const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
-
-/// The longest any wait of these tests may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::support::{BINARY, PATIENCE, child};
 
 const CLIENT_HELLO: &[u8] = br#"{"protocol":"single-flight","version":1}"#;
 
@@ -133,12 +127,8 @@ impl Drop for Server {
         if let Some(pid) = Pid::from_raw(self.child.id() as i32) {
             let _ = kill_process(pid, Signal::TERM);
         }
-        let start = Instant::now();
-        while self.child.try_wait().ok().flatten().is_none() && start.elapsed() < PATIENCE {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Killed when it has not stopped within the bound.
+        let _ = child::wait(&mut self.child);
         let _ = fs::remove_dir_all(&self.root);
     }
 }
@@ -328,16 +318,9 @@ fn a_command_joiner_gets_an_outcome_at_the_limit_and_a_failure_past_it() {
     }
 }
 
-fn wait_bounded(mut child: Child) -> std::process::Output {
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > PATIENCE {
-            let _ = child.kill();
-            panic!("a run did not end in time");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+fn wait_bounded(mut run: Child) -> std::process::Output {
+    child::wait(&mut run).expect("a run ends in time");
+    run.wait_with_output().unwrap()
 }
 
 /// §8.5: the joiners of one connection are answered by the bytes of their

@@ -1,25 +1,17 @@
 //! Election and the flight directory (SPEC.md §7), with real processes.
 //!
-//! Tests that need other processes run this test binary again as a child, in
-//! the role named by the `ELECTION_CHILD_ROLE` environment variable (see
-//! [`child_process`]). A child reports on its standard output, one line per
-//! fact, each behind [`MARK`]; a reader thread per child forwards those lines,
-//! with the instant it read them, to the test. A child that holds the claim
-//! keeps it until the test closes its standard input.
+//! Tests that need other processes run this test binary again as a child
+//! (support/child.rs) in a role of [`child`], on the directory named by
+//! `ELECTION_CHILD_DIRECTORY`. A child reports each fact as a line, which
+//! the test receives with the instant its reader read it. A child that
+//! holds the claim keeps it until the test closes its standard input.
 
-// These tests drive real processes: they read the clock, sleep and run a
-// reader thread per child, which the pure core may not.
-#![allow(clippy::disallowed_methods)]
-
-use std::collections::VecDeque;
 use std::env;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, Read};
 use std::os::unix::fs::{PermissionsExt, chown, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,17 +20,12 @@ use single_flight::_internal::election::{
     ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, prepare_directory,
 };
 
-const ROLE: &str = "ELECTION_CHILD_ROLE";
+use crate::support::PATIENCE;
+use crate::support::child::{self, Children, Report, say};
+
 const DIRECTORY: &str = "ELECTION_CHILD_DIRECTORY";
 const TIMEOUT_MS: &str = "ELECTION_CHILD_TIMEOUT_MS";
 const TERMS: &str = "ELECTION_CHILD_TERMS";
-
-/// Marks the lines a child reports, apart from what the test harness prints.
-const MARK: &str = "@election-child@ ";
-
-/// How long a test waits for a child before it fails instead of hanging. A
-/// bound against a hang on a loaded machine, not a timing assertion.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 /// An attempt at the claim while another process holds it must return well
 /// before rusqlite's default busy timeout of 5 s (SPEC.md §7.2). Generous,
@@ -49,25 +36,16 @@ const NOT_BLOCKED: Duration = Duration::from_millis(2500);
 // ---------------------------------------------------------------------------
 // The child side.
 
-/// Not a test of its own: the entry point of child processes. Without
-/// `ELECTION_CHILD_ROLE` it returns at once.
-#[test]
-fn child_process() {
-    let Ok(role) = env::var(ROLE) else {
-        return;
-    };
-    let code = match run_child(&role) {
+/// A child of this module in `role` (support/child.rs); its exit code. A
+/// child that fails says `error` and why.
+pub fn child(role: &str) -> i32 {
+    match run_child(role) {
         Ok(()) => 0,
         Err(message) => {
-            say(&format!("error {message}"));
+            say(format_args!("error {message}"));
             2
         }
-    };
-    std::process::exit(code);
-}
-
-fn say(message: &str) {
-    println!("{MARK}{message}");
+    }
 }
 
 fn number_from_env(name: &str) -> Result<u64, String> {
@@ -91,7 +69,7 @@ fn run_child(role: &str) -> Result<(), String> {
             {
                 None => say("lost"),
                 Some(term) => {
-                    say(&format!("won {}", term.epoch()));
+                    say(format_args!("won {}", term.epoch()));
                     if role == "campaign-and-hold" {
                         // Hold the claim until the test closes our stdin (or
                         // dies, which closes it too).
@@ -128,7 +106,7 @@ fn run_child(role: &str) -> Result<(), String> {
                 }
                 fs::write(&last_path, epoch.to_string()).map_err(|error| error.to_string())?;
                 fs::remove_file(&marker).map_err(|error| error.to_string())?;
-                say(&format!("term {epoch}"));
+                say(format_args!("term {epoch}"));
                 term.resign().map_err(|error| error.to_string())?;
             }
             say("done");
@@ -141,100 +119,44 @@ fn run_child(role: &str) -> Result<(), String> {
 // ---------------------------------------------------------------------------
 // The test side.
 
-/// One line a child reported, and when the test read it.
-#[derive(Debug)]
-struct Report {
-    child: usize,
-    line: String,
-    at: Instant,
+/// The epoch of a `won <epoch>` report.
+fn won(report: &Report) -> Option<u32> {
+    report.line.strip_prefix("won ")?.parse().ok()
 }
 
-impl Report {
-    /// The epoch of a `won <epoch>` line.
-    fn won(&self) -> Option<u32> {
-        self.line.strip_prefix("won ")?.parse().ok()
-    }
-}
-
-/// The child processes of one test; dropping it kills those still running.
-struct Children {
-    sender: mpsc::Sender<Report>,
-    reports: mpsc::Receiver<Report>,
-    /// Reports received while waiting for others.
-    pending: VecDeque<Report>,
-    processes: Vec<Option<Child>>,
-    stdins: Vec<Option<ChildStdin>>,
-}
-
-impl Children {
-    fn new() -> Children {
-        let (sender, reports) = mpsc::channel();
-        Children {
-            sender,
-            reports,
-            pending: VecDeque::new(),
-            processes: Vec::new(),
-            stdins: Vec::new(),
-        }
-    }
-
+/// What the tests of the election do with their children.
+trait Campaigns {
     /// Starts a child in `role` on `directory`, with further environment.
-    fn spawn(&mut self, role: &str, directory: &Path, environment: &[(&str, String)]) -> usize {
-        let mut child = Command::new(env::current_exe().expect("the test binary's path"))
-            .args([
-                "child_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, role)
-            .env(DIRECTORY, directory)
-            .envs(environment.iter().map(|(name, value)| (name, value)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning the test binary as a child");
-        let index = self.processes.len();
-        let stdout = child.stdout.take().expect("piped stdout");
-        let sender = self.sender.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                // libtest may print "test child_process ... " on the same line.
-                if let Some(start) = line.find(MARK) {
-                    let line = line[start + MARK.len()..].to_owned();
-                    let report = Report {
-                        child: index,
-                        line,
-                        at: Instant::now(),
-                    };
-                    if sender.send(report).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        self.stdins.push(child.stdin.take());
-        self.processes.push(Some(child));
-        index
-    }
+    fn spawn_role(&mut self, role: &str, directory: &Path, environment: &[(&str, String)])
+    -> usize;
 
     fn spawn_campaign(&mut self, role: &str, directory: &Path, timeout: Duration) -> usize {
         let timeout = timeout.as_millis().to_string();
-        self.spawn(role, directory, &[(TIMEOUT_MS, timeout)])
-    }
-
-    /// The next report of any child.
-    fn next(&mut self) -> Report {
-        self.pending.pop_front().unwrap_or_else(|| {
-            self.reports
-                .recv_timeout(PATIENCE)
-                .expect("no child reported within the patience bound")
-        })
+        self.spawn_role(role, directory, &[(TIMEOUT_MS, timeout)])
     }
 
     /// The next report of any child other than `ready`.
+    fn next_outcome(&mut self) -> Report;
+
+    /// Runs a child that makes one attempt (or several, within `timeout`),
+    /// resigns if it won, and exits; returns its outcome line.
+    fn campaign_once(&mut self, directory: &Path, timeout: Duration) -> String;
+}
+
+impl Campaigns for Children {
+    fn spawn_role(
+        &mut self,
+        role: &str,
+        directory: &Path,
+        environment: &[(&str, String)],
+    ) -> usize {
+        let mut command = child::command("election", role);
+        command
+            .env(DIRECTORY, directory)
+            .envs(environment.iter().map(|(name, value)| (name, value)));
+        self.spawn(command)
+    }
+
     fn next_outcome(&mut self) -> Report {
         loop {
             let report = self.next();
@@ -244,62 +166,6 @@ impl Children {
         }
     }
 
-    /// Waits until `count` children have reported `ready`, keeping their
-    /// other reports for later.
-    fn await_ready(&mut self, count: usize) {
-        let mut ready = 0;
-        while ready < count {
-            let report = self
-                .reports
-                .recv_timeout(PATIENCE)
-                .expect("no child reported within the patience bound");
-            if report.line == "ready" {
-                ready += 1;
-            } else {
-                self.pending.push_back(report);
-            }
-        }
-    }
-
-    /// Fails if any child reports anything within `window`.
-    fn assert_silent_for(&mut self, window: Duration) {
-        assert_eq!(self.pending.pop_front().map(|report| report.line), None);
-        if let Ok(report) = self.reports.recv_timeout(window) {
-            panic!("a child reported while none should: {report:?}");
-        }
-    }
-
-    /// Sends SIGKILL (`kill -9`) and reaps the child; returns the instant
-    /// just before the signal.
-    fn kill(&mut self, index: usize) -> Instant {
-        let mut child = self.processes[index].take().expect("a running child");
-        let at = Instant::now();
-        child.kill().expect("kill -9");
-        child.wait().expect("reaping a killed child");
-        at
-    }
-
-    /// Closes the child's stdin: a holder then resigns and exits.
-    fn release(&mut self, index: usize) {
-        self.stdins[index].take();
-    }
-
-    /// Waits for the child to exit, within the patience bound.
-    fn wait(&mut self, index: usize) -> ExitStatus {
-        let child = self.processes[index].as_mut().expect("a running child");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().expect("waiting for a child") {
-                self.processes[index] = None;
-                return status;
-            }
-            assert!(start.elapsed() < PATIENCE, "child {index} does not exit");
-            thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Runs a child that makes one attempt (or several, within `timeout`),
-    /// resigns if it won, and exits; returns its outcome line.
     fn campaign_once(&mut self, directory: &Path, timeout: Duration) -> String {
         let child = self.spawn_campaign("campaign-and-resign", directory, timeout);
         let outcome = loop {
@@ -318,16 +184,6 @@ impl Children {
             "{outcome}: {status}"
         );
         outcome
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for child in self.processes.iter_mut().filter_map(Option::take) {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -403,13 +259,13 @@ fn s7_2_exactly_one_of_several_processes_wins() {
         match report.line.as_str() {
             "lost" => losers += 1,
             _ => {
-                assert_eq!(report.won(), Some(1), "{report:?}");
+                assert_eq!(won(&report), Some(1), "{report:?}");
                 winners.push(report.child);
             }
         }
     }
     assert_eq!(winners.len(), 1, "winners: {winners:?}");
-    children.release(winners[0]);
+    children.close_stdin(winners[0]);
     assert_eq!(children.next_outcome().line, "resigned");
     assert!(children.wait(winners[0]).success());
 }
@@ -425,12 +281,12 @@ fn s7_2_kill_9_of_the_holder_lets_another_win_with_the_next_epoch() {
     for _ in 0..PROCESSES {
         children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
     }
-    children.await_ready(PROCESSES);
+    children.until_said("ready", PROCESSES);
     let mut killed_at: Option<Instant> = None;
     let mut takeovers = Vec::new();
     for epoch in 1..=PROCESSES as u32 {
         let report = children.next_outcome();
-        assert_eq!(report.won(), Some(epoch), "{report:?}");
+        assert_eq!(won(&report), Some(epoch), "{report:?}");
         if let Some(killed_at) = killed_at {
             // A win read before the kill would mean two holders at once.
             assert!(
@@ -462,7 +318,7 @@ fn s7_2_a_failed_attempt_does_not_wait_for_sqlite() {
     let (directory, election) = prepared(&scratch);
     let mut children = Children::new();
     let holder = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
-    assert_eq!(children.next_outcome().won(), Some(1));
+    assert_eq!(won(&children.next_outcome()), Some(1));
 
     let start = Instant::now();
     assert!(
@@ -487,7 +343,7 @@ fn s7_2_a_failed_attempt_does_not_wait_for_sqlite() {
         campaign < timeout + NOT_BLOCKED,
         "a 200 ms campaign took {campaign:?}"
     );
-    children.release(holder);
+    children.close_stdin(holder);
     assert_eq!(children.next_outcome().line, "resigned");
 }
 
@@ -578,8 +434,8 @@ fn s7_2_an_unlinked_lock_file_ends_the_term() {
 
     let mut children = Children::new();
     let second = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
-    assert_eq!(children.next_outcome().won(), Some(2), "a second holder");
-    children.release(second);
+    assert_eq!(won(&children.next_outcome()), Some(2), "a second holder");
+    children.close_stdin(second);
     assert_eq!(children.next_outcome().line, "resigned");
     drop(term);
 }
@@ -611,7 +467,7 @@ fn s7_2_a_campaigner_on_an_unlinked_lock_file_does_not_win() {
     let lock = directory.join(LOCK_FILE);
     let mut children = Children::new();
     let first = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
-    assert_eq!(children.next_outcome().won(), Some(1));
+    assert_eq!(won(&children.next_outcome()), Some(1));
 
     let campaigner = {
         let directory = directory.clone();
@@ -633,13 +489,13 @@ fn s7_2_a_campaigner_on_an_unlinked_lock_file_does_not_win() {
     fs::remove_file(&lock).expect("unlinking the lock file");
     let second = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
     let report = children.next_outcome();
-    assert_eq!((report.child, report.won()), (second, Some(2)));
+    assert_eq!((report.child, won(&report)), (second, Some(2)));
 
     children.kill(first);
     // Time for a campaigner that ignored the move to win the old file.
     thread::sleep(Duration::from_millis(300));
     let released_at = Instant::now();
-    children.release(second);
+    children.close_stdin(second);
     let (term, won_at) = campaigner.join().expect("the campaign thread");
     let term = term
         .expect("a campaign")
@@ -733,7 +589,7 @@ fn s7_1_a_journal_left_by_a_killed_holder_never_disturbs_the_next_term() {
         }
         let child = children.spawn_campaign("campaign-and-hold", &directory, PATIENCE);
         let report = children.next_outcome();
-        assert_eq!(report.won(), Some(epoch), "{report:?}");
+        assert_eq!(won(&report), Some(epoch), "{report:?}");
         let metadata = fs::metadata(&journal).expect("a journal during the term");
         assert_eq!(metadata.len(), 512, "the journal's header, and no page");
         assert_eq!(metadata.permissions().mode() & 0o777, 0o600);
@@ -745,7 +601,7 @@ fn s7_1_a_journal_left_by_a_killed_holder_never_disturbs_the_next_term() {
         holder = Some(child);
     }
     let holder = holder.expect("the last holder");
-    children.release(holder);
+    children.close_stdin(holder);
     assert_eq!(children.next_outcome().line, "resigned");
     assert!(children.wait(holder).success());
     assert!(!journal.exists(), "a clean end removes the journal");
@@ -766,7 +622,7 @@ fn s7_3_a_hundred_successive_terms_have_strictly_increasing_epochs() {
     const PROCESSES: usize = 4;
     const TERMS_EACH: usize = 25;
     for _ in 0..PROCESSES {
-        children.spawn("terms", &directory, &[(TERMS, TERMS_EACH.to_string())]);
+        children.spawn_role("terms", &directory, &[(TERMS, TERMS_EACH.to_string())]);
     }
     let mut epochs = Vec::new();
     let mut done = 0;

@@ -1,20 +1,13 @@
 //! The cluster election against a real etcd (SPEC.md §14.1–§14.3).
-// Tests own time: they wait for etcd with deadlines.
-#![allow(clippy::disallowed_methods)]
-#![cfg(feature = "cluster")]
-
-mod support;
 
 use std::time::{Duration, Instant};
 
 use single_flight::_internal::election::etcd::client::Client;
 use single_flight::_internal::election::etcd::{EtcdElection, EtcdOptions, REQUEST_TIMEOUT};
 use single_flight::_internal::election::{Election, ElectionError, Term};
-use support::etcd::{self, Etcd};
 
-/// Long enough for any takeover here (a 2 s lease expires in at most 2 s
-/// plus etcd's lease checks); a test that waits longer has failed.
-const PATIENCE: Duration = Duration::from_secs(60);
+use crate::support::PATIENCE;
+use crate::support::etcd::{self, Etcd};
 
 fn options(etcd: &Etcd, cluster: &str) -> EtcdOptions {
     let mut options = EtcdOptions::new(etcd.endpoints(), cluster);

@@ -3,7 +3,6 @@
 //! on loopback only, the listen/close cycle of terms, and the errors for
 //! unusable TLS files. Certificates are made by tests/support/make-certs.sh,
 //! the recipe README.md documents.
-#![cfg(feature = "cluster")]
 
 use std::io;
 use std::net::SocketAddr;
@@ -20,6 +19,8 @@ use single_flight::_internal::transport::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+use crate::support::certs;
+
 /// A directory of certificates made for one test, removed when it ends.
 struct Certificates {
     directory: PathBuf,
@@ -35,13 +36,7 @@ impl Certificates {
         ));
         let _ = std::fs::remove_dir_all(&directory);
         std::fs::create_dir_all(&directory).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/make-certs.sh");
-        let made = std::process::Command::new("sh")
-            .arg(&script)
-            .arg(&directory)
-            .status()
-            .expect("the openssl recipe runs");
-        assert!(made.success(), "tests/support/make-certs.sh failed");
+        certs::make(&directory, "").expect("the test certificates");
         Certificates { directory }
     }
 
@@ -92,6 +87,37 @@ async fn accept_one(
 ) -> Result<Connection<TcpReader, TcpWriter>, PeerRefused> {
     let incoming = listener.accept().await.unwrap();
     TcpSocketListener::establish(incoming).await
+}
+
+/// `client` connects to the coordinator at `address` while `listener`
+/// accepts: what each side ends with.
+async fn meet(
+    client: &TcpTransport,
+    address: &str,
+    listener: &mut TcpSocketListener,
+) -> (
+    Result<Connection<TcpReader, TcpWriter>, ConnectError>,
+    Result<Connection<TcpReader, TcpWriter>, PeerRefused>,
+) {
+    tokio::join!(connect(client, address), accept_one(listener))
+}
+
+/// [`meet`] where both sides must succeed, then [`exchange_lines`]: the
+/// client's side and the coordinator's.
+async fn connected(
+    client: &TcpTransport,
+    address: &str,
+    listener: &mut TcpSocketListener,
+) -> (
+    Connection<TcpReader, TcpWriter>,
+    Connection<TcpReader, TcpWriter>,
+) {
+    let (connected, accepted) = meet(client, address, listener).await;
+    exchange_lines(
+        connected.unwrap_or_else(|error| panic!("{error}")),
+        accepted.unwrap_or_else(|error| panic!("{error}")),
+    )
+    .await
 }
 
 /// One line each way: the client's hello, then the coordinator's answer.
@@ -172,12 +198,7 @@ async fn mutual_tls_carries_lines_both_ways() {
     let client = transport("127.0.0.1:0", certificates.tls("ca", "client"));
     let mut listener = coordinator.listen().unwrap();
     let address = advertised(&coordinator);
-    let (connected, accepted) = tokio::join!(connect(&client, &address), accept_one(&mut listener));
-    let (client_side, server_side) = exchange_lines(
-        connected.unwrap_or_else(|error| panic!("{error}")),
-        accepted.unwrap_or_else(|error| panic!("{error}")),
-    )
-    .await;
+    let (client_side, server_side) = connected(&client, &address, &mut listener).await;
     drop(client_side);
     let mut reader = server_side.reader;
     let mut buffer = [0; 16];
@@ -194,12 +215,7 @@ async fn a_dns_name_of_the_certificate_is_accepted() {
     let client = transport("127.0.0.1:0", certificates.tls("ca", "client"));
     let mut listener = coordinator.listen().unwrap();
     let address = format!("localhost:{}", coordinator.local_address().port());
-    let (connected, accepted) = tokio::join!(connect(&client, &address), accept_one(&mut listener));
-    exchange_lines(
-        connected.unwrap_or_else(|error| panic!("{error}")),
-        accepted.unwrap_or_else(|error| panic!("{error}")),
-    )
-    .await;
+    connected(&client, &address, &mut listener).await;
 }
 
 /// §11.2: a client whose certificate comes from another CA is refused, and
@@ -213,7 +229,7 @@ async fn a_client_of_another_ca_is_refused_and_both_sides_say_why() {
     let client = transport("127.0.0.1:0", certificates.tls("ca", "other-client"));
     let mut listener = coordinator.listen().unwrap();
     let address = advertised(&coordinator);
-    let (connected, accepted) = tokio::join!(connect(&client, &address), accept_one(&mut listener));
+    let (connected, accepted) = meet(&client, &address, &mut listener).await;
 
     let refusal = refused(accepted);
     let message = refusal.to_string();
@@ -294,7 +310,7 @@ async fn a_coordinator_whose_certificate_does_not_name_its_host_is_refused() {
     let mut listener = coordinator.listen().unwrap();
     let address = advertised(&coordinator);
     assert!(address.starts_with("127.0.0.2:"), "{address}");
-    let (connected, accepted) = tokio::join!(connect(&client, &address), accept_one(&mut listener));
+    let (connected, accepted) = meet(&client, &address, &mut listener).await;
 
     let error = connect_error(connected);
     let message = error.to_string();
@@ -329,8 +345,7 @@ async fn a_coordinator_of_another_ca_is_refused() {
     let client = transport("127.0.0.1:0", certificates.tls("ca", "client"));
     let mut listener = coordinator.listen().unwrap();
     let address = advertised(&coordinator);
-    let (connected, _accepted) =
-        tokio::join!(connect(&client, &address), accept_one(&mut listener));
+    let (connected, _accepted) = meet(&client, &address, &mut listener).await;
 
     let error = connect_error(connected);
     let message = error.to_string();
@@ -418,13 +433,7 @@ async fn insecure_mode_is_for_loopback_only() {
         let coordinator = transport(listen, Security::Insecure);
         let mut listener = coordinator.listen().unwrap();
         let address = advertised(&coordinator);
-        let (connected, accepted) =
-            tokio::join!(connect(&client, &address), accept_one(&mut listener));
-        exchange_lines(
-            connected.unwrap_or_else(|error| panic!("{error}")),
-            accepted.unwrap_or_else(|error| panic!("{error}")),
-        )
-        .await;
+        connected(&client, &address, &mut listener).await;
     }
 }
 
@@ -463,13 +472,7 @@ async fn each_term_listens_on_the_same_port_again() {
 
     for _term in 0..2 {
         let mut listener = coordinator.listen().unwrap();
-        let (connected, accepted) =
-            tokio::join!(connect(&client, &address), accept_one(&mut listener));
-        let (client_side, server_side) = exchange_lines(
-            connected.unwrap_or_else(|error| panic!("{error}")),
-            accepted.unwrap_or_else(|error| panic!("{error}")),
-        )
-        .await;
+        let (client_side, server_side) = connected(&client, &address, &mut listener).await;
         // The coordinator closes first, so its side of the connection
         // enters TIME_WAIT on the listening port.
         drop(server_side);

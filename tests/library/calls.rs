@@ -2,51 +2,39 @@
 //! §9.7), panicking works (§9.6), detached calls (§15) and the reuse window
 //! (§16). The test binary runs itself again as child processes, each a
 //! blocking or an async caller, and watches them through the coordinator's
-//! `status` (§3.5).
+//! `status` (§3.5); support/scene.rs is the stage.
 //!
 //! No test asserts on time: every wait polls for a state and gives up after
 //! a generous bound, so a slow machine only makes them slower.
 
-// Tests are the shell's peers: they poll with real clocks, sleeps and threads.
-#![allow(clippy::disallowed_methods)]
-
-mod support;
-
 use std::any::Any;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use single_flight::{FencingToken, Landed, Role, RunError, SingleFlight, blocking};
-use single_flight_core::protocol::{FlightStatus, Response, decode_response};
+use single_flight::{FencingToken, Role, RunError, SingleFlight, blocking};
 
-/// The longest any wait of these tests may take before it fails.
-const PATIENCE: Duration = Duration::from_secs(30);
-
-/// The environment variable that makes the test binary a child.
-const CHILD: &str = "SINGLE_FLIGHT_TEST_CHILD";
+use crate::support::PATIENCE;
+use crate::support::child::{say, unknown, var};
+use crate::support::scene::{
+    Scene, describe, detached, executions, joiners, record_run, status, until_exists, work,
+};
 
 /// What a work whose payload is not a string lands as (§9.6).
 const NOT_A_STRING: &str = "the work panicked with a payload that is not a string";
 
+/// The scene of a test of this module, whose children play its roles.
+fn scene(name: &str) -> Scene {
+    Scene::new("calls", name)
+}
+
 // ---------------------------------------------------------------- children
 
-/// Runs as a child when the environment says so; as a test it does nothing.
-#[test]
-fn child() {
-    let Ok(role) = std::env::var(CHILD) else {
-        return;
-    };
-    // `RUST_LOG=single_flight=debug` shows what each child does.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    let code = match role.as_str() {
+/// A child of this module in `role` (support/child.rs); its exit code.
+pub fn child(role: &str) -> i32 {
+    match role {
         // A blocking caller: no runtime anywhere in its process but the
         // single-flight thread's.
         "blocking" => blocking_child(),
@@ -55,26 +43,21 @@ fn child() {
             .build()
             .unwrap()
             .block_on(async_child()),
-        _ => 2,
-    };
-    std::process::exit(code);
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_default()
+        _ => unknown(role),
+    }
 }
 
 fn blocking_child() -> i32 {
-    let flights = blocking::SingleFlight::open(env("SF_DIR")).expect("open");
-    let runs = PathBuf::from(env("SF_RUNS"));
+    let flights = blocking::SingleFlight::open(var("SF_DIR")).expect("open");
+    let runs = PathBuf::from(var("SF_RUNS"));
     // `SF_IDLE=1`: becomes the coordinator (when first) and stays until
     // killed.
-    if !env("SF_IDLE").is_empty() {
+    if !var("SF_IDLE").is_empty() {
         let key = format!("warm-{}", std::process::id());
         flights
             .run(&key, |_| Ok::<_, std::io::Error>(0))
             .expect("a warm-up call");
-        println!("READY");
+        say("READY");
         loop {
             std::thread::park();
         }
@@ -82,55 +65,55 @@ fn blocking_child() -> i32 {
     // `SF_SIDE=<key>`: a call of this process on another thread, in
     // progress while the main call runs (and panics); its work waits for
     // `<key>-go`.
-    let side = (!env("SF_SIDE").is_empty()).then(|| {
+    let side = (!var("SF_SIDE").is_empty()).then(|| {
         let flights = flights.clone();
         let runs = runs.clone();
-        let key = env("SF_SIDE");
+        let key = var("SF_SIDE");
         std::thread::spawn(move || {
             let release = format!("wait:{key}-go");
             let result = flights.run(&key, |token| blocking_work(&runs, &key, token, &release));
             describe(result)
         })
     });
-    let key = env("SF_KEY");
+    let key = var("SF_KEY");
     let mut call = flights.call(&key);
-    if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+    if let Ok(ms) = var("SF_DEADLINE_MS").parse() {
         call = call.deadline(Duration::from_millis(ms));
     }
-    if !env("SF_DETACHED").is_empty() {
+    if !var("SF_DETACHED").is_empty() {
         call = call.detached();
     }
-    let steps = env("SF_WORK");
+    let steps = var("SF_WORK");
     let running = AssertUnwindSafe(|| call.run(|token| blocking_work(&runs, &key, token, &steps)));
     // `SF_UNCAUGHT=1`: a panic the call resumes ends this process, as it
     // ends a program whose main thread does not catch it.
-    if !env("SF_UNCAUGHT").is_empty() {
-        println!("RESULT {}", describe(running()));
+    if !var("SF_UNCAUGHT").is_empty() {
+        say(format_args!("RESULT {}", describe(running())));
         return 0;
     }
     let line = match std::panic::catch_unwind(running) {
         Ok(result) => describe(result),
         Err(payload) => format!("panicked {}", panic_text(&*payload)),
     };
-    println!("RESULT {line}");
+    say(format_args!("RESULT {line}"));
     if let Some(side) = side {
-        println!("SIDE {}", side.join().expect("the side call"));
+        say(format_args!("SIDE {}", side.join().expect("the side call")));
     }
     // `SF_AFTER=<key>`: one more call, once the main call has ended.
-    let after = env("SF_AFTER");
+    let after = var("SF_AFTER");
     if !after.is_empty() {
         let result = flights.run(&after, |token| blocking_work(&runs, &after, token, ""));
-        println!("AFTER {}", describe(result));
+        say(format_args!("AFTER {}", describe(result)));
     }
     flights.close();
     0
 }
 
 async fn async_child() -> i32 {
-    let flights = SingleFlight::open(env("SF_DIR")).await.expect("open");
-    let runs = PathBuf::from(env("SF_RUNS"));
-    let key = env("SF_KEY");
-    let steps = env("SF_WORK");
+    let flights = SingleFlight::open(var("SF_DIR")).await.expect("open");
+    let runs = PathBuf::from(var("SF_RUNS"));
+    let key = var("SF_KEY");
+    let steps = var("SF_WORK");
     // A task of its own, so that a panic the call resumes ends the task
     // and is handed over here (§9.6); the call's future must be `Send`.
     let call = {
@@ -138,36 +121,34 @@ async fn async_child() -> i32 {
         let runs = runs.clone();
         tokio::spawn(async move {
             let mut call = flights.call(&key);
-            if let Ok(ms) = env("SF_DEADLINE_MS").parse() {
+            if let Ok(ms) = var("SF_DEADLINE_MS").parse() {
                 call = call.deadline(Duration::from_millis(ms));
             }
             // `SF_REUSE_MS=<ms>`: a reuse window (§16).
-            if let Ok(ms) = env("SF_REUSE_MS").parse() {
+            if let Ok(ms) = var("SF_REUSE_MS").parse() {
                 call = call.reuse_for(Duration::from_millis(ms));
             }
             // `SF_DETACHED=1`: a detached call (§15), whose work runs on the
             // single-flight thread.
-            if !env("SF_DETACHED").is_empty() {
+            if !var("SF_DETACHED").is_empty() {
                 let key = key.clone();
                 return call
                     .detached()
-                    .run(move |token| async_work(runs, key, token, steps))
+                    .run(move |token| work(runs, key, token, steps))
                     .await;
             }
-            call.run(|token| async_work(runs, key.clone(), token, steps))
+            call.run(|token| work(runs, key.clone(), token, steps))
                 .await
         })
     };
     // `SF_LEAVE=<file>`: the caller leaves (the call's task is aborted,
     // which drops its future) once the test creates the file.
-    let leave = env("SF_LEAVE");
+    let leave = var("SF_LEAVE");
     let left = async {
         if leave.is_empty() {
             std::future::pending::<()>().await;
         }
-        while !runs.join(&leave).exists() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_exists(runs.join(&leave)).await;
     };
     let abort = call.abort_handle();
     let line = tokio::select! {
@@ -180,47 +161,24 @@ async fn async_child() -> i32 {
             "left".to_owned()
         }
     };
-    println!("RESULT {line}");
+    say(format_args!("RESULT {line}"));
     // `SF_HOLD=<file>`: the process stays (for a detached work that
     // outlives its caller) until the test creates the file.
-    let hold = env("SF_HOLD");
+    let hold = var("SF_HOLD");
     if !hold.is_empty() {
-        while !runs.join(&hold).exists() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        until_exists(runs.join(&hold)).await;
     }
-    let after = env("SF_AFTER");
+    let after = var("SF_AFTER");
     if !after.is_empty() {
         let result = flights
             .run(&after, |token| {
-                async_work(runs.clone(), after.clone(), token, String::new())
+                work(runs.clone(), after.clone(), token, String::new())
             })
             .await;
-        println!("AFTER {}", describe(result));
+        say(format_args!("AFTER {}", describe(result)));
     }
     flights.close().await;
     0
-}
-
-/// A call's end as a line for the test.
-fn describe(result: Result<Landed<String>, RunError<std::io::Error>>) -> String {
-    match result {
-        Ok(landed) => {
-            let role = match landed.role {
-                Role::Led => "led",
-                Role::Joined => "joined",
-                Role::Reused => "reused",
-            };
-            format!("{role} {} {}", landed.token, landed.value)
-        }
-        Err(RunError::FlightFailed { failure, .. }) => {
-            format!("failed {}: {}", failure.name, failure.message)
-        }
-        Err(RunError::Work(error)) => format!("own-failure {error}"),
-        Err(RunError::Interrupted { .. }) => "interrupted".to_owned(),
-        Err(RunError::DeadlineExceeded { .. }) => "deadline".to_owned(),
-        Err(other) => format!("error {other}"),
-    }
 }
 
 /// A resumed panic's payload, as the test expects to see it: the payload
@@ -237,10 +195,10 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// Records that the work of `key` ran in this process (a file holding the
-/// token, written whole), then does `steps`, a comma-separated list:
-/// `wait:<file>` waits until the test creates the file, `panic:<text>`
-/// panics with that text, `fail` returns an error.
+/// The blocking twin of the async children's work (support/scene.rs):
+/// records that the work of `key` ran in this process, then does `steps`,
+/// a comma-separated list: `wait:<file>` waits until the test creates the
+/// file, `panic:<text>` panics with that text, `fail` returns an error.
 fn blocking_work(
     runs: &Path,
     key: &str,
@@ -264,235 +222,7 @@ fn blocking_work(
     Ok(format!("value-of-{key}-from-{}", std::process::id()))
 }
 
-/// The async twin of [`blocking_work`]; `panic-number` panics with a `u32`
-/// payload, in a poll after the first (the future has awaited before).
-async fn async_work(
-    runs: PathBuf,
-    key: String,
-    token: FencingToken,
-    steps: String,
-) -> Result<String, std::io::Error> {
-    record_run(&runs, &key, token)?;
-    // Marks `<key>.dropped` if the work is dropped before it ends (§15.3).
-    let mut dropped = DropMark(Some(runs.join(format!("{key}.dropped"))));
-    for step in steps.split(',') {
-        if let Some(release) = step.strip_prefix("wait:") {
-            while !runs.join(release).exists() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        }
-        if step == "panic-number" {
-            tokio::task::yield_now().await;
-            std::panic::panic_any(7_u32);
-        }
-        if step == "fail" {
-            dropped.0 = None;
-            return Err(std::io::Error::other("the disk is on fire"));
-        }
-    }
-    dropped.0 = None;
-    Ok(format!("value-of-{key}-from-{}", std::process::id()))
-}
-
-/// Writes its file when dropped while it still holds one: an async work
-/// dropped before its end.
-struct DropMark(Option<PathBuf>);
-
-impl Drop for DropMark {
-    fn drop(&mut self) {
-        if let Some(path) = self.0.take() {
-            let _ = std::fs::write(path, b"");
-        }
-    }
-}
-
-fn record_run(runs: &Path, key: &str, token: FencingToken) -> std::io::Result<()> {
-    let pid = std::process::id();
-    let temp = runs.join(format!("{key}.{pid}.tmp"));
-    std::fs::write(&temp, token.to_string())?;
-    std::fs::rename(&temp, runs.join(format!("{key}.{pid}")))
-}
-
-fn executions(runs: &Path, key: &str) -> usize {
-    std::fs::read_dir(runs)
-        .unwrap()
-        .flatten()
-        .filter(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            name.strip_prefix(key)
-                .and_then(|rest| rest.strip_prefix('.'))
-                .is_some_and(|pid| pid.parse::<u32>().is_ok())
-        })
-        .count()
-}
-
 // ---------------------------------------------------------------- harness
-
-struct Scene {
-    root: PathBuf,
-    dir: PathBuf,
-    runs: PathBuf,
-    children: Vec<(Child, Option<BufReader<std::process::ChildStdout>>)>,
-}
-
-impl Scene {
-    fn new(name: &str) -> Scene {
-        let root = std::env::temp_dir().join(format!("sf-blocking-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let dir = root.join("flights");
-        let runs = root.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        Scene {
-            root,
-            dir,
-            runs,
-            children: Vec::new(),
-        }
-    }
-
-    /// Starts a child, `"blocking"` or `"async"`; returns its index.
-    fn spawn(&mut self, kind: &str, vars: &[(&str, &str)]) -> usize {
-        let mut command = Command::new(std::env::current_exe().unwrap());
-        command
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(CHILD, kind)
-            .env("SF_DIR", &self.dir)
-            .env("SF_RUNS", &self.runs)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (name, value) in vars {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().unwrap();
-        let stdout = child.stdout.take().map(BufReader::new);
-        self.children.push((child, stdout));
-        self.children.len() - 1
-    }
-
-    /// Waits for the next line of a child that starts with `prefix`.
-    fn line(&mut self, child: usize, prefix: &str) -> String {
-        let reader = self.children[child].1.as_mut().unwrap();
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let read = reader.read_line(&mut line).unwrap();
-            assert!(read > 0, "child {child} ended without a {prefix:?} line");
-            // libtest prints "test child ... " before the child's own output.
-            if let Some(at) = line.find(prefix) {
-                return line[at + prefix.len()..].trim().to_owned();
-            }
-        }
-    }
-
-    /// The RESULT line of a child.
-    fn result(&mut self, child: usize) -> String {
-        self.line(child, "RESULT ")
-    }
-
-    /// Waits for a child to exit, successfully.
-    fn exit(&mut self, child: usize) {
-        let status = self.wait(child);
-        assert!(status.success(), "child {child} exited with {status}");
-    }
-
-    /// Waits for a child to exit.
-    fn wait(&mut self, child: usize) -> std::process::ExitStatus {
-        let process = &mut self.children[child].0;
-        let start = Instant::now();
-        loop {
-            if let Some(status) = process.try_wait().unwrap() {
-                return status;
-            }
-            assert!(start.elapsed() < PATIENCE, "child {child} did not exit");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Polls the coordinator's `status` until `ready` holds.
-    fn until(&self, what: &str, ready: impl Fn(&[FlightStatus]) -> bool) {
-        let start = Instant::now();
-        while !status(&self.dir).is_some_and(|flights| ready(&flights)) {
-            assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Waits until the work of `key` has started somewhere.
-    fn until_run(&self, key: &str) {
-        let start = Instant::now();
-        while executions(&self.runs, key) == 0 {
-            assert!(start.elapsed() < PATIENCE, "no run of {key}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Waits until the work of `key` has started (`true`), or `child` has
-    /// exited first (`false`).
-    fn until_run_or_exit(&mut self, key: &str, child: usize) -> bool {
-        let start = Instant::now();
-        loop {
-            if executions(&self.runs, key) > 0 {
-                return true;
-            }
-            if self.children[child].0.try_wait().unwrap().is_some() {
-                // A work that started holds its process until released.
-                return executions(&self.runs, key) > 0;
-            }
-            assert!(start.elapsed() < PATIENCE, "no run of {key}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn release(&self, name: &str) {
-        std::fs::write(self.runs.join(name), b"").unwrap();
-    }
-}
-
-impl Drop for Scene {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-/// The flights in progress, as the coordinator reports them; `None` while
-/// no coordinator answers.
-fn status(dir: &Path) -> Option<Vec<FlightStatus>> {
-    let mut stream = UnixStream::connect(dir.join("flight.sock")).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream
-        .write_all(
-            b"{\"protocol\":\"single-flight\",\"version\":1}\n{\"op\":\"status\",\"id\":\"s\"}\n",
-        )
-        .ok()?;
-    let mut reader = BufReader::new(stream);
-    let mut text = String::new();
-    reader.read_line(&mut text).ok()?; // the coordinator's hello
-    text.clear();
-    reader.read_line(&mut text).ok()?;
-    match decode_response(text.trim_end().as_bytes()).ok()? {
-        Response::Status { flights, .. } => Some(flights),
-        _ => None,
-    }
-}
-
-/// The joiners of `key`'s flight when it is detached (§15.2).
-fn detached(flights: &[FlightStatus], key: &str) -> Option<u64> {
-    flights
-        .iter()
-        .find(|flight| flight.key.as_str() == key && flight.detached)
-        .map(|flight| flight.joiners)
-}
-
-fn joiners(flights: &[FlightStatus], key: &str) -> Option<u64> {
-    flights
-        .iter()
-        .find(|flight| flight.key.as_str() == key)
-        .map(|flight| flight.joiners)
-}
 
 /// Starts a leader of `key` of the given kind, waits for its work to run,
 /// then starts a joiner of each kind in `joiners_of`, in processes of their
@@ -528,33 +258,28 @@ fn stampede(
 /// and token.
 #[test]
 fn a_blocking_leader_and_async_joiners_share_one_run() {
-    let mut scene = Scene::new("blocking-leads");
-    let (leader, joining) = stampede(
-        &mut scene,
-        ("blocking", &[("SF_WORK", "wait:go")]),
-        "k",
+    one_run_shared(
+        "blocking-leads",
+        "blocking",
         &["async", "async", "blocking"],
     );
-    scene.release("go");
-    let led = scene.result(leader);
-    let shared = led.strip_prefix("led ").unwrap_or_else(|| panic!("{led}"));
-    for joiner in joining {
-        assert_eq!(scene.result(joiner), format!("joined {shared}"));
-        scene.exit(joiner);
-    }
-    scene.exit(leader);
-    assert_eq!(executions(&scene.runs, "k"), 1);
 }
 
 /// §9.7, §8.2: the reverse: an async leader and blocking joiners.
 #[test]
 fn an_async_leader_and_blocking_joiners_share_one_run() {
-    let mut scene = Scene::new("async-leads");
+    one_run_shared("async-leads", "async", &["blocking", "blocking", "async"]);
+}
+
+/// A leader of the kind `leader` and joiners of the kinds `joiners_of`:
+/// the work runs once, and every joiner gets the leader's value and token.
+fn one_run_shared(name: &str, leader: &str, joiners_of: &[&str]) {
+    let mut scene = scene(name);
     let (leader, joining) = stampede(
         &mut scene,
-        ("async", &[("SF_WORK", "wait:go")]),
+        (leader, &[("SF_WORK", "wait:go")]),
         "k",
-        &["blocking", "blocking", "async"],
+        joiners_of,
     );
     scene.release("go");
     let led = scene.result(leader);
@@ -574,7 +299,7 @@ fn an_async_leader_and_blocking_joiners_share_one_run() {
 /// another thread, in progress across the panic, and a call after it.
 #[test]
 fn a_blocking_leaders_panic_reaches_every_joiner() {
-    let mut scene = Scene::new("blocking-panics");
+    let mut scene = scene("blocking-panics");
     let (leader, joining) = stampede(
         &mut scene,
         (
@@ -611,7 +336,7 @@ fn a_blocking_leaders_panic_reaches_every_joiner() {
 /// outlives the leader.
 #[test]
 fn a_panic_that_ends_its_process_still_reaches_the_joiners() {
-    let mut scene = Scene::new("panic-ends-process");
+    let mut scene = scene("panic-ends-process");
     let coordinator = scene.spawn("blocking", &[("SF_IDLE", "1")]);
     scene.line(coordinator, "READY");
     let (leader, joining) = stampede(
@@ -638,7 +363,7 @@ fn a_panic_that_ends_its_process_still_reaches_the_joiners() {
 /// leader's process goes on calling.
 #[test]
 fn an_async_leaders_panic_reaches_every_joiner() {
-    let mut scene = Scene::new("async-panics");
+    let mut scene = scene("async-panics");
     let (leader, joining) = stampede(
         &mut scene,
         (
@@ -666,7 +391,7 @@ fn an_async_leaders_panic_reaches_every_joiner() {
 /// flight and its leader go on.
 #[test]
 fn a_blocking_joiners_deadline_leaves_the_flight_alone() {
-    let mut scene = Scene::new("joiner-deadline");
+    let mut scene = scene("joiner-deadline");
     let leader = scene.spawn("blocking", &[("SF_KEY", "k"), ("SF_WORK", "wait:go")]);
     scene.until_run("k");
     let impatient = scene.spawn("blocking", &[("SF_KEY", "k"), ("SF_DEADLINE_MS", "300")]);
@@ -685,7 +410,7 @@ fn a_blocking_joiners_deadline_leaves_the_flight_alone() {
 /// deadline once it does.
 #[test]
 fn a_blocking_leaders_deadline_withdraws_its_call_while_the_work_runs() {
-    let mut scene = Scene::new("leader-deadline");
+    let mut scene = scene("leader-deadline");
     // The lead must come before the deadline. A process too slow for that
     // ends with the deadline before its work starts; it proves nothing,
     // and the test tries again with a longer deadline.
@@ -722,7 +447,7 @@ fn a_blocking_leaders_deadline_withdraws_its_call_while_the_work_runs() {
 /// the directory is not even opened. From `spawn_blocking` it works.
 #[test]
 fn blocking_calls_refuse_a_thread_that_drives_a_runtime() {
-    let scene = Scene::new("inside-runtime");
+    let scene = scene("inside-runtime");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -765,7 +490,7 @@ fn blocking_calls_refuse_a_thread_that_drives_a_runtime() {
 /// `Panic`, the leader's task gets the panic, and the next call leads.
 #[test]
 fn a_work_that_panics_when_called_lands_panic() {
-    let scene = Scene::new("panic-at-call");
+    let scene = scene("panic-at-call");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -833,7 +558,7 @@ fn a_work_that_panics_when_called_lands_panic() {
 /// same error.
 #[test]
 fn a_blocking_open_refuses_a_symbolic_link() {
-    let scene = Scene::new("refused");
+    let scene = scene("refused");
     let link = scene.root.join("link");
     std::os::unix::fs::symlink(&scene.runs, &link).unwrap();
     let error = blocking::SingleFlight::open(&link).err().expect("refused");
@@ -846,10 +571,10 @@ fn a_blocking_open_refuses_a_symbolic_link() {
 #[cfg(feature = "cluster")]
 #[test]
 fn a_blocking_cluster_opens_without_a_runtime() {
-    if !support::etcd::available() {
+    if !crate::support::etcd::available() {
         return;
     }
-    let etcd = support::etcd::Etcd::single();
+    let etcd = crate::support::etcd::Etcd::single();
     let cluster = single_flight::Cluster::etcd(etcd.endpoints(), "blocking").insecure();
     let flights = blocking::SingleFlight::cluster(cluster).open().unwrap();
     let first = flights.run("k", |token| Ok::<_, std::io::Error>(token.get()));
@@ -871,7 +596,7 @@ fn a_blocking_cluster_opens_without_a_runtime() {
 /// and both get its value; the leader's caller got its deadline error.
 #[test]
 fn a_detached_leaders_work_outlives_its_caller_for_its_joiners() {
-    let mut scene = Scene::new("detached-joined");
+    let mut scene = scene("detached-joined");
     let (leader, joining) = stampede(
         &mut scene,
         (
@@ -912,7 +637,7 @@ fn a_detached_leaders_work_outlives_its_caller_for_its_joiners() {
 /// process drops the work, and the next call leads a new flight.
 #[test]
 fn a_detached_flight_that_nobody_waits_for_is_dropped() {
-    let mut scene = Scene::new("detached-dropped");
+    let mut scene = scene("detached-dropped");
     let (leader, joining) = stampede(
         &mut scene,
         (
@@ -934,13 +659,8 @@ fn a_detached_flight_that_nobody_waits_for_is_dropped() {
     });
     // The joiner leaves: it is killed, its connection closes.
     let joiner = joining[0];
-    scene.children[joiner].0.kill().unwrap();
-    scene.wait(joiner);
-    let start = Instant::now();
-    while !scene.runs.join("k.dropped").exists() {
-        assert!(start.elapsed() < PATIENCE, "the work was never dropped");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    scene.kill(joiner);
+    scene.until_dropped("k");
     scene.until("the flight's end", |flights| {
         joiners(flights, "k").is_none()
     });
@@ -956,7 +676,7 @@ fn a_detached_flight_that_nobody_waits_for_is_dropped() {
 /// a window runs the work again.
 #[test]
 fn a_reuse_window_serves_a_late_caller() {
-    let mut scene = Scene::new("reuse");
+    let mut scene = scene("reuse");
     // A coordinator that outlives the callers: kept values live as long as
     // its term (§16.2).
     let coordinator = scene.spawn("blocking", &[("SF_IDLE", "1")]);
@@ -983,7 +703,7 @@ fn a_reuse_window_serves_a_late_caller() {
 /// its deadline error.
 #[test]
 fn a_blocking_detached_leaders_deadline_leaves_its_joiners_their_value() {
-    let mut scene = Scene::new("blocking-detached");
+    let mut scene = scene("blocking-detached");
     // The joiners must join before the leader's deadline. When a machine is
     // too slow for that, the flight, detached with nobody waiting, is
     // stopped, and the joiners lead flights of their own (their work fails
@@ -1014,7 +734,7 @@ fn a_blocking_detached_leaders_deadline_leaves_its_joiners_their_value() {
             }
             if joining
                 .iter()
-                .any(|&joiner| scene.children[joiner].0.try_wait().unwrap().is_some())
+                .any(|&joiner| scene.children.has_exited(joiner))
             {
                 break false;
             }
@@ -1051,7 +771,7 @@ fn a_coordinator_without_detach_gets_the_cancel_of_before() {
     use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::net::UnixListener;
 
-    let scene = Scene::new("old-coordinator");
+    let scene = scene("old-coordinator");
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&scene.dir)
@@ -1093,7 +813,7 @@ fn a_coordinator_without_detach_gets_the_cancel_of_before() {
         let call = flights
             .call("k")
             .detached()
-            .run(move |token| async_work(runs.clone(), "k".into(), token, "wait:never".into()));
+            .run(move |token| work(runs.clone(), "k".into(), token, "wait:never".into()));
         // The caller leaves once the work has started: it leads.
         tokio::select! {
             result = call => describe(result),
@@ -1110,9 +830,5 @@ fn a_coordinator_without_detach_gets_the_cancel_of_before() {
     // 2 s (§10.4), which a loaded machine may take to answer the detach.
     assert_eq!(script.join().unwrap(), r#"{"op":"cancel","id":"1"}"#);
     drop(flights);
-    let start = Instant::now();
-    while !scene.runs.join("k.dropped").exists() {
-        assert!(start.elapsed() < PATIENCE, "the work was never dropped");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    scene.until_dropped("k");
 }

@@ -6,10 +6,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-mod support;
-use support::tools::installed;
-
-const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
+use crate::support::BINARY;
+use crate::support::tools::{self, installed};
 
 /// Every shell `completions` takes, as `completions --help` lists them.
 const SHELLS: [&str; 5] = ["bash", "zsh", "fish", "elvish", "powershell"];
@@ -151,7 +149,7 @@ fn help_lists_completions_and_man() {
 /// unless `SINGLE_FLIGHT_REQUIRE_MAN` is set (CI sets it, so that a missing
 /// package fails instead of passing silently).
 fn man_available() -> bool {
-    support::tools::needed(
+    tools::needed(
         installed("man"),
         "man",
         "SINGLE_FLIGHT_REQUIRE_MAN",

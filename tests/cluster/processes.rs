@@ -1,0 +1,696 @@
+//! Cluster mode with real processes, a real etcd and real hosts (SPEC.md
+//! §14): hosts are network namespaces joined by a bridge (tests/support/
+//! hosts.rs); every process is a child of this test binary, run on its host
+//! with `ip netns exec`. Without etcd, or without root for the namespaces,
+//! the tests say so and skip (CI requires both).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use single_flight::{Cluster, SingleFlight};
+
+use crate::support::child::{self, Children, say, unknown, var};
+use crate::support::etcd::{self, Etcd};
+use crate::support::hosts::Hosts;
+use crate::support::scene::{describe, idle};
+use crate::support::{BINARY, PATIENCE, certs};
+
+/// The lease the children ask for: etcd's minimum (§14.2), so that a dead
+/// host's term ends soon. It leaves a term only a second of proven lease
+/// beyond each renewal, which a loaded test machine can miss: scenarios
+/// that must see no failover ask for the default instead (`SF_TTL_S`).
+const TTL: Duration = Duration::from_secs(2);
+
+// ---------------------------------------------------------------- children
+
+/// A child of this module in `role` (support/child.rs); its exit code.
+pub fn child(role: &str) -> i32 {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(run_child(role))
+}
+
+fn cluster_of_env() -> Cluster {
+    let certs = PathBuf::from(var("SF_CERTS"));
+    let prefix = var("SF_CERT");
+    Cluster::etcd(var("SF_ETCD").split(','), var("SF_CLUSTER"))
+        .listen(var("SF_LISTEN").parse().expect("SF_LISTEN"))
+        .tls(
+            certs.join(format!("{}ca.pem", var("SF_CA"))),
+            certs.join(format!("{prefix}.pem")),
+            certs.join(format!("{prefix}.key")),
+        )
+        .ttl(match var("SF_TTL_S").parse() {
+            Ok(seconds) => Duration::from_secs(seconds),
+            Err(_) => TTL,
+        })
+}
+
+async fn run_child(role: &str) -> i32 {
+    let flights = match SingleFlight::cluster(cluster_of_env())
+        .grace_window(Duration::from_secs(1))
+        .open()
+        .await
+    {
+        Ok(flights) => flights,
+        Err(error) => {
+            say(format_args!("RESULT open-error {error}"));
+            return 0;
+        }
+    };
+    match role {
+        "idle" => idle(&flights).await,
+        "call" => {
+            let key = var("SF_KEY");
+            let runs = PathBuf::from(var("SF_RUNS"));
+            let mut call = flights.call(&key);
+            if let Ok(ms) = var("SF_DEADLINE_MS").parse() {
+                call = call.deadline(Duration::from_millis(ms));
+            }
+            let result = call
+                .run(|token| async move {
+                    let pid = std::process::id();
+                    std::fs::write(runs.join(format!("ran-{pid}")), token.to_string())?;
+                    say("LEADING");
+                    // The test lets the work finish by creating `release`
+                    // (or the file that `SF_RELEASE` names).
+                    let release = match var("SF_RELEASE") {
+                        name if name.is_empty() => "release".to_owned(),
+                        name => name,
+                    };
+                    while !runs.join(&release).exists() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    let verdict = fenced_write(&runs.join("resource"), token.get());
+                    say(format_args!("WRITE {verdict}"));
+                    Ok::<_, std::io::Error>(format!("value-of-{pid}"))
+                })
+                .await;
+            say(format_args!("RESULT {}", describe(result)));
+            flights.close().await;
+            0
+        }
+        _ => unknown(role),
+    }
+}
+
+/// A fenced resource (SPEC.md §6) shared by every host through the file
+/// system, which no partition cuts: it keeps the highest token that wrote
+/// and refuses a lower or equal one, in one step under an exclusive lock.
+fn fenced_write(path: &Path, token: u64) -> &'static str {
+    use std::io::{Read, Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .expect("the resource opens");
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).expect("a lock");
+    let mut text = String::new();
+    file.read_to_string(&mut text).expect("the resource reads");
+    let highest: u64 = text.trim().parse().unwrap_or(0);
+    if token <= highest {
+        return "refused";
+    }
+    file.set_len(0).unwrap();
+    file.rewind().unwrap();
+    write!(file, "{token}").unwrap();
+    "accepted"
+}
+
+// ---------------------------------------------------------------- harness
+
+/// One test's world: etcd, certificates, a scratch directory, where each
+/// process runs, and the children of the test binary that run there.
+struct World {
+    scratch: PathBuf,
+    etcd: Etcd,
+    cluster: String,
+    /// `None`: everything on loopback.
+    hosts: Option<Hosts>,
+    children: Children,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("sf-cluster-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(path.join("runs")).unwrap();
+    std::fs::create_dir_all(path.join("certs")).unwrap();
+    path
+}
+
+impl World {
+    /// `count` hosts in namespaces plus one for etcd (the last), or `None`
+    /// when namespaces cannot be made here.
+    fn hosts(name: &str, count: usize) -> Option<World> {
+        if !etcd::available() || !Hosts::available() {
+            return None;
+        }
+        let hosts = Hosts::new(count + 1);
+        let scratch = scratch(name);
+        let sans: Vec<String> = (0..count)
+            .map(|index| format!("IP:{}", hosts.address(index)))
+            .collect();
+        certs::make(&scratch.join("certs"), &sans.join(",")).expect("the test certificates");
+        let etcd = Etcd::start(&[(hosts.address(count), hosts.prefix(count))]);
+        Some(World {
+            scratch,
+            etcd,
+            cluster: name.to_owned(),
+            hosts: Some(hosts),
+            children: Children::new(),
+        })
+    }
+
+    /// Everything on loopback, with an etcd of `members`.
+    fn loopback(name: &str, members: usize) -> Option<World> {
+        if !etcd::available() {
+            return None;
+        }
+        let scratch = scratch(name);
+        certs::make(&scratch.join("certs"), "").expect("the test certificates");
+        let etcd = if members == 1 {
+            Etcd::single()
+        } else {
+            Etcd::three()
+        };
+        Some(World {
+            scratch,
+            etcd,
+            cluster: name.to_owned(),
+            hosts: None,
+            children: Children::new(),
+        })
+    }
+
+    fn runs(&self) -> PathBuf {
+        self.scratch.join("runs")
+    }
+
+    /// The processes that ran the work.
+    fn ran(&self) -> usize {
+        std::fs::read_dir(self.runs())
+            .unwrap()
+            .flatten()
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with("ran-"))
+            .count()
+    }
+
+    fn release(&self) {
+        std::fs::write(self.runs().join("release"), b"").unwrap();
+    }
+
+    /// Starts a child on `host` (`None`: loopback) in `role`; returns its
+    /// index.
+    fn spawn(&mut self, host: Option<usize>, role: &str, extra: &[(&str, &str)]) -> usize {
+        let binary = child::binary();
+        let (mut command, listen) = match (host, &self.hosts) {
+            (Some(index), Some(hosts)) => (
+                hosts.command(index, &binary),
+                format!("{}:0", hosts.address(index)),
+            ),
+            _ => (Command::new(&binary), "127.0.0.1:0".to_owned()),
+        };
+        child::as_child(&mut command, "processes", role)
+            .env("SF_ETCD", self.etcd.endpoints().join(","))
+            .env("SF_CLUSTER", &self.cluster)
+            .env("SF_LISTEN", listen)
+            .env("SF_CERTS", self.scratch.join("certs"))
+            .env("SF_CERT", "server")
+            .env("SF_CA", "")
+            .env("SF_RUNS", self.runs());
+        for (name, value) in extra {
+            command.env(name, value);
+        }
+        self.children.spawn(command)
+    }
+
+    /// The rest of a child's next report that starts with `prefix`.
+    fn line(&mut self, child: usize, prefix: &str) -> String {
+        self.children.line(child, prefix)
+    }
+
+    /// The RESULT line of a child.
+    fn result(&mut self, child: usize) -> String {
+        self.line(child, "RESULT ")
+    }
+
+    /// `single-flight run --key KEY -- sh -c SCRIPT` on `host` in this
+    /// cluster, with the command line's cluster flags (SPEC.md §14.8); the
+    /// script runs in the scratch directory's `runs`.
+    fn command_run(&self, host: usize, key: &str, script: &str) -> Command {
+        let mut command = self.command(host, "run");
+        command.args(["--key", key, "--", "sh", "-c", script]);
+        command
+    }
+
+    /// `single-flight SUBCOMMAND` on `host` with this cluster's flags.
+    fn command(&self, host: usize, subcommand: &str) -> Command {
+        let hosts = self.hosts.as_ref().expect("command tests run on hosts");
+        let certs = self.scratch.join("certs");
+        let mut command = hosts.command(host, BINARY);
+        command
+            .arg(subcommand)
+            .arg("--etcd")
+            .arg(self.etcd.endpoints().join(","))
+            .args(["--cluster", &self.cluster])
+            .arg("--listen")
+            .arg(format!("{}:0", hosts.address(host)))
+            .arg("--tls-ca")
+            .arg(certs.join("ca.pem"))
+            .arg("--tls-cert")
+            .arg(certs.join("server.pem"))
+            .arg("--tls-key")
+            .arg(certs.join("server.key"))
+            // No failover is wanted here: the default lease (§14.2).
+            .args(["--ttl", "5"])
+            .current_dir(self.runs())
+            .env_remove("SINGLE_FLIGHT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
+    /// The cluster's status as a client of it sees it (SPEC.md §3.5).
+    fn status(&self) -> Result<single_flight::Status, single_flight::StatusError> {
+        let cluster = Cluster::etcd(self.etcd.endpoints(), &self.cluster).tls(
+            self.scratch.join("certs/ca.pem"),
+            self.scratch.join("certs/client.pem"),
+            self.scratch.join("certs/client.key"),
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(single_flight::cluster_status(&cluster))
+    }
+
+    /// Waits until the coordinator reports a flight of `key` with
+    /// `joiners` joiners.
+    fn wait_for_joiners(&self, key: &str, joiners: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = self.status();
+            if let Ok(status) = &status
+                && status
+                    .flights
+                    .iter()
+                    .any(|flight| flight.key.as_str() == key && flight.joiners >= joiners)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no flight of {key} with {joiners} joiners: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.children.kill_all();
+        let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+/// The token of a `led` or `joined` result line.
+fn token(result: &str) -> &str {
+    result.split(' ').nth(1).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- scenarios
+
+/// §14: a stampede from processes on three hosts runs the work once, and
+/// every caller receives its value under one token.
+#[test]
+fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
+    let Some(mut world) = World::hosts("stampede", 3) else {
+        return;
+    };
+    let callers: Vec<usize> = (0..6)
+        .map(|index| {
+            world.spawn(
+                Some(index % 3),
+                "call",
+                &[("SF_KEY", "artifact"), ("SF_TTL_S", "5")],
+            )
+        })
+        .collect();
+    world.wait_for_joiners("artifact", 5);
+    world.release();
+    let results: Vec<String> = callers.iter().map(|&caller| world.result(caller)).collect();
+    assert_eq!(world.ran(), 1, "the work ran once: {results:?}");
+    let led = results.iter().filter(|r| r.starts_with("led ")).count();
+    let joined = results.iter().filter(|r| r.starts_with("joined ")).count();
+    assert_eq!((led, joined), (1, 5), "{results:?}");
+    let leader = results.iter().find(|r| r.starts_with("led ")).unwrap();
+    for result in &results {
+        assert_eq!(token(result), token(leader), "one token: {results:?}");
+        assert_eq!(
+            result.split(' ').nth(2),
+            leader.split(' ').nth(2),
+            "one value"
+        );
+    }
+}
+
+/// What a `single-flight run` printed and how it exited.
+struct Ran {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Starts a stampede of `single-flight run` for `key`: the first on host
+/// 0, then, once its COMMAND runs, one on each of `joiner_hosts`; lets
+/// COMMAND end once all of them have joined, and returns what each printed
+/// (the leader first) and what `status --json` said on the last host while
+/// they waited.
+fn command_stampede(
+    world: &World,
+    key: &str,
+    joiner_hosts: &[usize],
+    output: &str,
+) -> (Vec<Ran>, serde_json::Value) {
+    // COMMAND counts its runs, waits to be let go, then writes `output`.
+    let script =
+        format!("echo ran > ran-$$; while [ ! -e release ]; do sleep 0.02; done; {output}");
+    let mut children = vec![
+        world
+            .command_run(0, key, &script)
+            .spawn()
+            .expect("run starts"),
+    ];
+    let deadline = Instant::now() + PATIENCE;
+    while world.ran() == 0 {
+        assert!(Instant::now() < deadline, "the leader's COMMAND never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &host in joiner_hosts {
+        children.push(
+            world
+                .command_run(host, key, &script)
+                .spawn()
+                .expect("run starts"),
+        );
+    }
+    world.wait_for_joiners(key, joiner_hosts.len() as u64);
+    let last = *joiner_hosts.last().expect("joiners");
+    let status = world
+        .command(last, "status")
+        .arg("--json")
+        .output()
+        .expect("status runs");
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status = serde_json::from_slice(&status.stdout).expect("status --json is JSON");
+    world.release();
+    let ran = children
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("run ends");
+            Ran {
+                code: output.status.code(),
+                stdout: output.stdout,
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            }
+        })
+        .collect();
+    (ran, status)
+}
+
+/// §14.8, §13.2: `single-flight run` from three hosts runs COMMAND once;
+/// every caller prints its bytes (binary, both streams, megabytes of them)
+/// and exits with its status.
+#[test]
+fn s14_8_the_command_runs_once_across_hosts_and_every_caller_gets_its_output() {
+    let Some(world) = World::hosts("command", 3) else {
+        return;
+    };
+    // 3 MiB and a little binary on stdout, a line on stderr, status 7: well
+    // within the 4 MiB that a cluster's flights carry.
+    let output =
+        "head -c 3145728 /dev/zero | tr '\\0' x; printf 'end\\0\\377'; echo oops >&2; exit 7";
+    let (ran, status) = command_stampede(&world, "artifact", &[1, 2], output);
+    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    // §13.5: the coordinator (the first run, on host 0) as another host
+    // sees it. The namespaces share one host name.
+    let hosts = world.hosts.as_ref().unwrap();
+    let coordinator = &status["coordinator"];
+    assert!(
+        coordinator["address"]
+            .as_str()
+            .is_some_and(|address| address.starts_with(&format!("{}:", hosts.address(0)))),
+        "{status}"
+    );
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(coordinator["host"], host.as_str(), "{status}");
+    assert!(coordinator["pid"].as_u64().is_some() && coordinator["epoch"].is_string());
+    assert_eq!(status["cluster"]["name"], "command");
+    assert_eq!(status["flights"][0]["joiners"], 2, "{status}");
+    let mut expected = vec![b'x'; 3 << 20];
+    expected.extend_from_slice(b"end\0\xff");
+    for (index, run) in ran.iter().enumerate() {
+        assert_eq!(run.code, Some(7), "run {index}: {}", run.stderr);
+        assert!(
+            run.stdout == expected,
+            "run {index}: {} bytes",
+            run.stdout.len()
+        );
+        assert!(
+            run.stderr.starts_with("oops\n"),
+            "run {index}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// §14.8: an output over the inline limit has no directory to spill into
+/// in a cluster: the leader prints it all and exits with COMMAND's status,
+/// and its joiners exit 75 saying why, having run nothing.
+#[test]
+fn s14_8_an_output_too_large_for_a_cluster_fails_its_joiners_clearly() {
+    let Some(world) = World::hosts("command-large", 2) else {
+        return;
+    };
+    let output = "head -c 5242880 /dev/zero; exit 0";
+    let (ran, _) = command_stampede(&world, "huge", &[1], output);
+    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    let (leader, joiner) = (&ran[0], &ran[1]);
+    assert_eq!(leader.code, Some(0), "{}", leader.stderr);
+    assert_eq!(leader.stdout.len(), 5 << 20);
+    assert!(
+        leader.stderr.contains("its joiners exit 75"),
+        "{}",
+        leader.stderr
+    );
+    assert_eq!(joiner.code, Some(75), "{}", joiner.stderr);
+    assert!(joiner.stdout.is_empty());
+    assert!(joiner.stderr.contains("§14.8"), "{}", joiner.stderr);
+}
+
+/// §14.3, §10: the coordinator's host dies (every process on it, `kill
+/// -9`) while a leader on another host runs: a survivor coordinates, the
+/// leader reasserts, the joiners on every host rejoin and receive its
+/// value, and nothing runs twice.
+#[test]
+fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
+    let Some(mut world) = World::hosts("host-death", 3) else {
+        return;
+    };
+    let coordinator = world.spawn(Some(0), "idle", &[]);
+    world.line(coordinator, "READY");
+    let leader = world.spawn(Some(1), "call", &[("SF_KEY", "refill")]);
+    world.line(leader, "LEADING");
+    let joiners: Vec<usize> = [1, 2, 2]
+        .into_iter()
+        .map(|host| world.spawn(Some(host), "call", &[("SF_KEY", "refill")]))
+        .collect();
+    world.wait_for_joiners("refill", 3);
+    world.hosts.as_ref().unwrap().kill_all(0);
+    world.children.kill(coordinator);
+    // The new term's grace window holds the reasserted flight; the status
+    // of the new coordinator shows it with its rejoined joiners.
+    world.wait_for_joiners("refill", 3);
+    world.release();
+    let led = world.result(leader);
+    assert!(led.starts_with("led "), "{led}");
+    for joiner in joiners {
+        let joined = world.result(joiner);
+        assert!(joined.starts_with("joined "), "{joined}");
+        assert_eq!(token(&joined), token(&led));
+    }
+    assert_eq!(world.ran(), 1, "nothing ran twice");
+}
+
+/// §14.5: a client whose certificate comes from another CA is refused; its
+/// call ends `Unavailable` with the reason, and the coordinator logs who.
+#[test]
+fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
+    let Some(mut world) = World::loopback("other-ca", 1) else {
+        return;
+    };
+    let coordinator = world.spawn(None, "idle", &[]);
+    world.line(coordinator, "READY");
+    let stranger = world.spawn(
+        None,
+        "call",
+        &[
+            ("SF_KEY", "k"),
+            ("SF_CERT", "other-client"),
+            ("SF_DEADLINE_MS", "20000"),
+        ],
+    );
+    let result = world.result(stranger);
+    assert!(result.starts_with("unavailable "), "{result}");
+    assert!(
+        result.to_lowercase().contains("certificate") || result.contains("CA"),
+        "the reason names the certificate: {result}"
+    );
+    assert_eq!(world.ran(), 0);
+}
+
+/// §11.3: connections that never finish their handshake (here: TCP
+/// connections closed before TLS) give their slot back. Had they kept it,
+/// `MAX_CONNECTIONS` of them would shut every client out for the term.
+#[test]
+fn s11_3_failed_handshakes_do_not_use_up_the_connections() {
+    let Some(mut world) = World::loopback("handshakes", 1) else {
+        return;
+    };
+    let coordinator = world.spawn(None, "idle", &[("SF_TTL_S", "5")]);
+    world.line(coordinator, "READY");
+    let address = world
+        .status()
+        .expect("the coordinator answers")
+        .address
+        .expect("a cluster's status has the address");
+    for _ in 0..=single_flight::_internal::shell::MAX_CONNECTIONS {
+        // Connected, then closed without a byte: the TLS handshake fails.
+        drop(std::net::TcpStream::connect(&address).expect("the coordinator accepts"));
+    }
+    let caller = world.spawn(
+        None,
+        "call",
+        &[
+            ("SF_KEY", "after"),
+            ("SF_DEADLINE_MS", "30000"),
+            ("SF_TTL_S", "5"),
+        ],
+    );
+    world.line(caller, "LEADING");
+    world.release();
+    let result = world.result(caller);
+    assert!(result.starts_with("led "), "{result}");
+    // And a new connection still gets a slot. (Whether the flight is still
+    // listed depends on when its land arrived: the leader's call returns
+    // before that.)
+    let status = world.status().expect("the coordinator still answers");
+    assert!(status.address.is_some_and(|again| again == address));
+}
+
+/// §14.6: one etcd member of three dies and service goes on; two die and
+/// calls end `Unavailable` within their deadline; quorum returns and
+/// service resumes.
+#[test]
+fn s14_6_losing_etcds_quorum_ends_calls_unavailable_and_service_resumes() {
+    let Some(mut world) = World::loopback("quorum", 3) else {
+        return;
+    };
+    world.release();
+    let first = world.spawn(None, "call", &[("SF_KEY", "a")]);
+    let result = world.result(first);
+    assert!(result.starts_with("led "), "{result}");
+    world.etcd.kill(0);
+    let second = world.spawn(None, "call", &[("SF_KEY", "b")]);
+    let result = world.result(second);
+    assert!(result.starts_with("led "), "one member down: {result}");
+    world.etcd.kill(1);
+    let third = world.spawn(
+        None,
+        "call",
+        &[("SF_KEY", "c"), ("SF_DEADLINE_MS", "15000")],
+    );
+    let result = world.result(third);
+    assert!(
+        result.starts_with("unavailable")
+            || result.starts_with("open-error")
+            || result == "deadline",
+        "no quorum: {result}"
+    );
+    world.etcd.restart(0);
+    world.etcd.restart(1);
+    world.etcd.wait_healthy();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let again = world.spawn(None, "call", &[("SF_KEY", "d")]);
+        let result = world.result(again);
+        if result.starts_with("led ") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "service did not resume: {result}"
+        );
+    }
+}
+
+/// §14.2, §6: the coordinator's host is cut off (its link down) while a
+/// leader on it runs: the coordinator steps down, another host coordinates,
+/// the cut-off flight's joiners elsewhere end `interrupted` (its leader
+/// cannot reassert), a new flight leads under a greater token and writes
+/// first, and the cut-off leader's late write is refused by the fence.
+#[test]
+fn s14_2_a_partitioned_coordinator_steps_down_and_the_fence_refuses_its_leader() {
+    let Some(mut world) = World::hosts("partition", 3) else {
+        return;
+    };
+    let coordinator = world.spawn(Some(0), "idle", &[]);
+    world.line(coordinator, "READY");
+    let cut_off = world.spawn(
+        Some(0),
+        "call",
+        &[("SF_KEY", "report"), ("SF_RELEASE", "release-old")],
+    );
+    world.line(cut_off, "LEADING");
+    let joiner = world.spawn(Some(1), "call", &[("SF_KEY", "report")]);
+    world.wait_for_joiners("report", 1);
+    world.hosts.as_ref().unwrap().partition(0);
+    let interrupted = world.result(joiner);
+    assert_eq!(interrupted, "interrupted", "its leader cannot reassert");
+    // A new flight of the key, on a host that can reach the new term.
+    std::fs::write(world.runs().join("release"), b"").unwrap();
+    let fresh = world.spawn(Some(2), "call", &[("SF_KEY", "report")]);
+    assert_eq!(world.line(fresh, "WRITE "), "accepted");
+    let led = world.result(fresh);
+    assert!(led.starts_with("led "), "{led}");
+    // The cut-off leader, released now, writes after the new flight with
+    // an older token.
+    std::fs::write(world.runs().join("release-old"), b"").unwrap();
+    assert_eq!(world.line(cut_off, "WRITE "), "refused");
+    let old: u64 = std::fs::read_to_string(world.runs().join("resource"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        old.to_string(),
+        token(&led),
+        "the resource holds the newer token"
+    );
+    world.hosts.as_ref().unwrap().heal(0);
+}

@@ -1,0 +1,15 @@
+//! The `single-flight` command as users meet it (SPEC.md §13): `run`,
+//! `serve` and `status` end to end, and the completion scripts and the man
+//! page (§13.7). One test binary, one module each; support/ is what they
+//! share.
+
+// Tests are shell code: they read clocks and sleep, which the pure core may
+// not (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
+mod support;
+
+#[path = "command/cli.rs"]
+mod cli;
+#[path = "command/completions.rs"]
+mod completions;
