@@ -41,6 +41,7 @@ mod uncontended;
 // Cluster mode (BENCHMARKS.md, "Cluster mode"), on the multi-host tests'
 // own harness.
 #[cfg(feature = "cluster")]
+#[path = "../../tests/support/certs.rs"]
 mod certs;
 #[cfg(feature = "cluster")]
 mod cluster;

@@ -42,9 +42,10 @@ mod schedule;
 mod tls;
 mod worker;
 
-// The cluster tests' etcd, hosts and certificate script, shared with them
-// rather than copied (certs_support.rs says why it is not their certs.rs).
+// The cluster tests' etcd, hosts and certificates, shared with them rather
+// than copied.
 #[cfg(feature = "cluster")]
+#[path = "../../tests/support/certs.rs"]
 mod certs_support;
 #[cfg(feature = "cluster")]
 #[path = "../../tests/support/etcd.rs"]

@@ -3,8 +3,10 @@
 use std::time::{Duration, Instant};
 
 use single_flight::_internal::election::etcd::client::Client;
-use single_flight::_internal::election::etcd::{EtcdElection, EtcdOptions, REQUEST_TIMEOUT};
-use single_flight::_internal::election::{Election, ElectionError, Term};
+use single_flight::_internal::election::etcd::{
+    EtcdElection, EtcdError, EtcdOptions, REQUEST_TIMEOUT,
+};
+use single_flight::_internal::election::{Election, Term};
 
 use crate::support::PATIENCE;
 use crate::support::etcd::{self, Etcd};
@@ -147,14 +149,14 @@ async fn s14_1_an_epoch_that_is_not_a_number_fails_closed_naming_the_key() {
     client.put(key.clone(), "seven", 0).await.unwrap();
     let error = election.campaign().await.unwrap_err();
     assert!(
-        matches!(error, ElectionError::EtcdEpochCorrupt { .. }),
+        matches!(error, EtcdError::EtcdEpochCorrupt { .. }),
         "{error}"
     );
     assert!(error.to_string().contains(&key), "{error}");
     client.put(key.clone(), "2147483647", 0).await.unwrap();
     let error = election.campaign().await.unwrap_err();
     assert!(
-        matches!(error, ElectionError::EtcdEpochExhausted { .. }),
+        matches!(error, EtcdError::EtcdEpochExhausted { .. }),
         "{error}"
     );
     assert!(error.to_string().contains(&key), "{error}");

@@ -287,7 +287,7 @@ impl World {
             .enable_all()
             .build()
             .unwrap()
-            .block_on(single_flight::cluster_status(&cluster))
+            .block_on(single_flight::SingleFlight::cluster(cluster.clone()).status())
     }
 
     /// Waits until the coordinator reports a flight of `key` with

@@ -163,7 +163,7 @@ impl Scene {
 
     /// The coordinator's status, through the library.
     fn status(&self) -> Option<Status> {
-        block_on(single_flight::status(&self.dir)).ok()
+        block_on(single_flight::SingleFlight::builder(&self.dir).status()).ok()
     }
 
     fn joiners(&self, key: &str) -> Option<u64> {
@@ -436,7 +436,7 @@ fn joiners_of_a_command_that_cannot_start_fail_alike() {
         // The test's call leads before any joiner starts.
         let start = Instant::now();
         while runtime
-            .block_on(single_flight::status(&scene.dir))
+            .block_on(single_flight::SingleFlight::builder(&scene.dir).status())
             .map_or(true, |status| status.flights.is_empty())
         {
             assert!(start.elapsed() < PATIENCE, "the test's call did not lead");
@@ -465,12 +465,15 @@ fn joiners_of_a_command_that_cannot_start_fail_alike() {
 
 /// Whether the flight of "k" has `joiners` joiners.
 async fn has_joiners(dir: &Path, joiners: u64) -> bool {
-    single_flight::status(dir).await.is_ok_and(|status| {
-        status
-            .flights
-            .iter()
-            .any(|flight| flight.key.as_str() == "k" && flight.joiners == joiners)
-    })
+    single_flight::SingleFlight::builder(dir)
+        .status()
+        .await
+        .is_ok_and(|status| {
+            status
+                .flights
+                .iter()
+                .any(|flight| flight.key.as_str() == "k" && flight.joiners == joiners)
+        })
 }
 
 /// §13.3: a leader killed with SIGKILL interrupts its joiners, which say so
@@ -979,7 +982,7 @@ fn another_users_coordinator_is_refused_both_ways() {
     );
 
     // The client's side: `status` refuses the socket and says whose it is.
-    let refused = block_on(single_flight::status(&scene.dir));
+    let refused = block_on(single_flight::SingleFlight::builder(&scene.dir).status());
     assert!(
         matches!(
             refused,

@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use single_flight::_internal::election::{
-    DirectoryError, DirectoryOptions, EPOCH_FILE, EPOCH_TEMP_PREFIX, ElectionError,
-    ElectionOptions, EpochProblem, LOCK_FILE, LeaderElection, prepare_directory,
+use single_flight::_internal::election::local::{
+    DirectoryError, DirectoryOptions, EPOCH_FILE, EPOCH_TEMP_PREFIX, ElectionOptions, EpochProblem,
+    LOCK_FILE, LeaderElection, LocalError, prepare_directory,
 };
 
 use crate::support::PATIENCE;
@@ -427,7 +427,7 @@ fn s7_2_an_unlinked_lock_file_ends_the_term() {
     fs::remove_file(&lock).expect("unlinking the lock file");
     let error = term.check().expect_err("the check must notice");
     assert!(
-        matches!(&error, ElectionError::LockFileMoved { path } if *path == lock),
+        matches!(&error, LocalError::LockFileMoved { path } if *path == lock),
         "{error:?}"
     );
     assert!(error.to_string().contains(&lock.display().to_string()));
@@ -453,7 +453,7 @@ fn s7_2_a_renamed_lock_file_ends_the_term() {
     fs::rename(&lock, directory.join("flight.lock.old")).expect("renaming the lock file");
     assert!(matches!(
         term.check(),
-        Err(ElectionError::LockFileMoved { .. })
+        Err(LocalError::LockFileMoved { .. })
     ));
 }
 
@@ -529,7 +529,7 @@ fn s7_1_a_damaged_lock_file_is_reported() {
         .campaign(Duration::ZERO)
         .expect_err("a damaged lock file");
     assert!(
-        matches!(&error, ElectionError::Claim { path, .. } if *path == lock),
+        matches!(&error, LocalError::Claim { path, .. } if *path == lock),
         "{error:?}"
     );
     assert!(error.to_string().contains(&lock.display().to_string()));
@@ -727,7 +727,7 @@ fn s7_3_a_corrupt_epoch_file_fails_closed() {
                 .campaign(Duration::ZERO)
                 .expect_err("a corrupt epoch file must fail closed");
             match &error {
-                ElectionError::EpochCorrupt { path, problem } => {
+                LocalError::EpochCorrupt { path, problem } => {
                     assert_eq!(path, &epoch_file);
                     assert_eq!(problem, expected, "{content:?}");
                 }
@@ -768,7 +768,7 @@ fn s7_3_the_largest_epoch_ends_the_elections() {
         .campaign(Duration::ZERO)
         .expect_err("past the largest epoch");
     assert!(
-        matches!(&error, ElectionError::EpochExhausted { path } if *path == epoch_file),
+        matches!(&error, LocalError::EpochExhausted { path } if *path == epoch_file),
         "{error:?}"
     );
     assert!(error.to_string().contains("2147483647"), "{error}");
@@ -785,7 +785,7 @@ fn s7_3_an_unreadable_epoch_file_fails_closed() {
     fs::create_dir(&epoch_file).unwrap();
     let error = election.campaign(Duration::ZERO).expect_err("unreadable");
     assert!(
-        matches!(&error, ElectionError::EpochUnreadable { path, .. } if *path == epoch_file),
+        matches!(&error, LocalError::EpochUnreadable { path, .. } if *path == epoch_file),
         "{error:?}"
     );
     assert!(
@@ -858,7 +858,7 @@ fn s7_4_a_directory_open_to_group_or_others_is_refused() {
         .expect_err("the election checks too");
     assert!(matches!(
         error,
-        ElectionError::Directory(DirectoryError::Permissions { .. })
+        LocalError::Directory(DirectoryError::Permissions { .. })
     ));
     fs::set_permissions(&directory, fs::Permissions::from_mode(0o700)).unwrap();
     prepare_directory(&directory, &DirectoryOptions::default()).expect("0700 is accepted");

@@ -337,7 +337,9 @@ async fn refused_directories() {
 #[tokio::test]
 async fn serve_and_status() {
     let scene = scene("serve");
-    let missing = single_flight::status(&scene.dir).await;
+    let missing = single_flight::SingleFlight::builder(&scene.dir)
+        .status()
+        .await;
     assert!(
         matches!(
             missing,
@@ -351,7 +353,10 @@ async fn serve_and_status() {
     }));
     let start = Instant::now();
     let status = loop {
-        if let Ok(status) = single_flight::status(&scene.dir).await {
+        if let Ok(status) = single_flight::SingleFlight::builder(&scene.dir)
+            .status()
+            .await
+        {
             break status;
         }
         assert!(start.elapsed() < PATIENCE, "serve never answered");
@@ -364,7 +369,7 @@ async fn serve_and_status() {
     serving.await.unwrap().unwrap();
     // §7.1: every file of the directory is the owner's alone.
     for file in [
-        single_flight::_internal::shell::CLEAN_FILE,
+        single_flight::_internal::election::local::CLEAN_FILE,
         "flight.lock",
         "flight.epoch",
     ] {
@@ -382,7 +387,7 @@ async fn serve_and_status() {
 async fn status_of_a_missing_long_directory() {
     let scene = scene("status-long");
     let long = scene.root.join("d".repeat(150)).join("missing");
-    let missing = single_flight::status(&long).await;
+    let missing = single_flight::SingleFlight::builder(&long).status().await;
     assert!(
         matches!(
             missing,

@@ -25,7 +25,7 @@ fn scratch(name: &str) -> PathBuf {
 async fn until_joiners(dir: &Path, key: &str, joiners: u64) {
     let start = Instant::now();
     loop {
-        let status = single_flight::status(dir).await;
+        let status = single_flight::SingleFlight::builder(dir).status().await;
         let joined = status.ok().and_then(|status| {
             status
                 .flights
@@ -87,7 +87,11 @@ async fn each_process_counts_its_own_calls_and_failovers() {
     // b opens only once a's term answers.
     let a = SingleFlight::open(&dir).await.unwrap();
     let start = Instant::now();
-    while single_flight::status(&dir).await.is_err() {
+    while single_flight::SingleFlight::builder(&dir)
+        .status()
+        .await
+        .is_err()
+    {
         assert!(
             start.elapsed() < PATIENCE,
             "gave up waiting for a to coordinate"
@@ -149,7 +153,7 @@ async fn each_process_counts_its_own_calls_and_failovers() {
     );
     let invalid = a.run("", |_| async { Ok::<u8, std::io::Error>(0) }).await;
     assert!(
-        matches!(invalid, Err(RunError::Invalid { .. })),
+        matches!(invalid, Err(RunError::InvalidCall { .. })),
         "{invalid:?}"
     );
 
@@ -159,7 +163,12 @@ async fn each_process_counts_its_own_calls_and_failovers() {
     // cancel may still be on its way: polled for, boundedly).
     let start = Instant::now();
     loop {
-        let counted = single_flight::status(&dir).await.unwrap().stats.unwrap();
+        let counted = single_flight::SingleFlight::builder(&dir)
+            .status()
+            .await
+            .unwrap()
+            .stats
+            .unwrap();
         let seen = (
             counted.flights_led,
             counted.joins,

@@ -6,12 +6,18 @@
 use std::path::Path;
 use std::process::Command;
 
+/// The script, read at build time beside this file, so that the crates that
+/// include this module by path (the benchmark and chaos harnesses) run it
+/// too, wherever their own manifests are.
+const SCRIPT: &str = include_str!("make-certs.sh");
+
 /// Makes the certificates in `directory`; `extra_san` adds names to the
 /// process certificate's subjectAltName (e.g. `IP:10.0.0.1,IP:10.0.0.2`).
 pub fn make(directory: &Path, extra_san: &str) -> Result<(), String> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/make-certs.sh");
     let status = Command::new("sh")
-        .arg(script)
+        .arg("-c")
+        .arg(SCRIPT)
+        .arg("make-certs.sh")
         .arg(directory)
         .env("EXTRA_SAN", extra_san)
         .status()
