@@ -4,9 +4,6 @@
 //! requires both). One test binary, one module each; support/ is what they
 //! share.
 #![cfg(feature = "cluster")]
-// Tests own time and threads: they wait for etcd and for children with
-// deadlines, which the pure core may not (clippy.toml).
-#![allow(clippy::disallowed_methods)]
 
 mod support;
 

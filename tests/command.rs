@@ -3,10 +3,6 @@
 //! page (§13.7). One test binary, one module each; support/ is what they
 //! share.
 
-// Tests are shell code: they read clocks and sleep, which the pure core may
-// not (clippy.toml).
-#![allow(clippy::disallowed_methods)]
-
 mod support;
 
 #[path = "command/cli.rs"]

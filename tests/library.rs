@@ -4,10 +4,6 @@
 //! election in a flight directory (§7) and the TCP transport (§11.4).
 //! One test binary, one module each; support/ is what they share.
 
-// Tests are the shell's peers: they read clocks, sleep and start threads,
-// which the pure core may not (clippy.toml).
-#![allow(clippy::disallowed_methods)]
-
 mod support;
 
 #[path = "library/calls.rs"]

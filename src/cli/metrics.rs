@@ -221,7 +221,7 @@ fn escape_label(value: &str) -> String {
     escaped
 }
 
-/// The strict reading of an exposition that tests/cli.rs uses too.
+/// The strict reading of an exposition that tests/command/cli.rs uses too.
 #[cfg(test)]
 #[path = "../../tests/support/openmetrics.rs"]
 mod read;

@@ -17,10 +17,6 @@
 //! with the instant it read it. Every wait gives up after
 //! [`PATIENCE`](super::PATIENCE).
 
-// The harness owns time and threads: a reader thread per child, waits with
-// deadlines, polls of a child's exit.
-#![allow(clippy::disallowed_methods)]
-
 use std::collections::VecDeque;
 use std::fmt::Display;
 use std::io::{BufRead, BufReader};

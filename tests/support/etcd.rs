@@ -3,7 +3,6 @@
 //! a temporary data directory, stopped and removed on drop.
 
 #![allow(dead_code)] // each test file uses a part of it
-#![allow(clippy::disallowed_methods)] // the harness owns time and threads
 
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -11,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a member may take to answer after its start. A member starts
-/// in about 1 s on an idle machine (TRAPS.md); a loaded one takes longer.
+/// within seconds; a loaded machine takes longer.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Whether etcd can run here. Without it the cluster tests say so and

@@ -155,7 +155,7 @@ impl Hosts {
 
     /// Cuts the traffic between hosts `a` and `b` only, both ways, and
     /// keeps every other link of theirs: a partial partition. Without
-    /// iptables (TRAPS.md), a blackhole route in each namespace drops what
+    /// iptables, which a fresh machine may not have, a blackhole route in each namespace drops what
     /// it would send to the other: established connections go silent as
     /// behind a downed link; a new connection fails at once.
     pub fn cut(&self, a: usize, b: usize) {

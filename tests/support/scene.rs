@@ -8,9 +8,6 @@
 //! No wait asserts on time: every one polls for a state and gives up after
 //! [`PATIENCE`], so a slow machine only makes the tests slower.
 
-// The harness owns time: it polls with real clocks and sleeps.
-#![allow(clippy::disallowed_methods)]
-
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
