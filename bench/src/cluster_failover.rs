@@ -29,7 +29,7 @@ use single_flight::_internal::election::etcd::client::{Client, EventType};
 use single_flight::{Role, RunError};
 
 use crate::lab::{self, HOSTS, Lab, Settings};
-use crate::process::{self, PATIENCE, Worker, say, stdin_lines, wall_nanos};
+use crate::process::{self, WORKER_PATIENCE, Worker, say, stdin_lines, wall_nanos};
 
 /// How long the watcher waits for etcd before it looks whether it should
 /// stop: its stop is then this late at most.
@@ -197,7 +197,7 @@ impl Watch {
             });
         });
         watching
-            .recv_timeout(PATIENCE)
+            .recv_timeout(WORKER_PATIENCE)
             .expect("the watch of the coordinator key starts");
         Watch {
             events,
@@ -217,7 +217,7 @@ impl Watch {
         let start = Instant::now();
         let mut expired = None;
         loop {
-            let left = PATIENCE.saturating_sub(start.elapsed());
+            let left = WORKER_PATIENCE.saturating_sub(start.elapsed());
             let (kind, at) = self
                 .events
                 .recv_timeout(left)
@@ -268,7 +268,7 @@ pub fn lead(key: &str) {
             }
         }
     });
-    let landed = process::runtime().block_on(flights.call(key).deadline(PATIENCE).run(
+    let landed = process::runtime().block_on(flights.call(key).deadline(WORKER_PATIENCE).run(
         |_token| async move {
             say("LEADING");
             let _ = released.await;
@@ -298,7 +298,7 @@ pub fn join(key: &str) {
     let result = process::runtime().block_on(
         flights
             .call(key)
-            .deadline(PATIENCE)
+            .deadline(WORKER_PATIENCE)
             .run(|_token| async { Ok::<_, std::io::Error>(String::new()) }),
     );
     let at = wall_nanos();
@@ -327,7 +327,7 @@ pub fn load(threads: &str, work: &str) {
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
     let lines = stdin_lines();
     say("READY");
-    crate::failover::start_load(&flights, threads, work, PATIENCE);
+    crate::failover::start_load(&flights, threads, work, WORKER_PATIENCE);
     stay(&lines);
 }
 

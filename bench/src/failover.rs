@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use single_flight::SingleFlight;
 
-use crate::process::{self, PATIENCE, Scratch, Worker, say, wall_nanos};
+use crate::process::{self, Scratch, WORKER_PATIENCE, Worker, say, wall_nanos};
 
 /// How long the orchestrator keeps collecting reports of a new term after
 /// the first one, so that the earliest lead of any process is seen.
@@ -95,7 +95,7 @@ pub fn first_lead_after(workers: &[Worker], epoch: u32) -> u64 {
             return at;
         }
         assert!(
-            start.elapsed() < PATIENCE,
+            start.elapsed() < WORKER_PATIENCE,
             "no flight was led after the coordinator died"
         );
         std::thread::sleep(Duration::from_millis(1));

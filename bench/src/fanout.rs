@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rustix::fs::{FlockOperation, flock};
 use single_flight::{Role, SingleFlight};
 
-use crate::process::{self, PATIENCE, Scratch, Worker, say, stdin_lines, wall_nanos};
+use crate::process::{self, Scratch, WORKER_PATIENCE, Worker, say, stdin_lines, wall_nanos};
 
 /// The value every leader lands: 64 bytes of JSON, a typical small result.
 pub fn value_of(key: &str) -> String {
@@ -96,7 +96,7 @@ async fn wait_for_joiners(dir: &Path, key: &str, joiners: u64) {
             return;
         }
         assert!(
-            start.elapsed() < PATIENCE,
+            start.elapsed() < WORKER_PATIENCE,
             "the flight {key} never had {joiners} joiners"
         );
         tokio::time::sleep(POLL).await;
@@ -197,7 +197,7 @@ fn flock_chain(joiners: usize, flights: usize) -> Vec<f64> {
         let start = Instant::now();
         while blocked_on(inode) < joiners {
             assert!(
-                start.elapsed() < PATIENCE,
+                start.elapsed() < WORKER_PATIENCE,
                 "the flock waiters never all blocked"
             );
             std::thread::sleep(POLL);

@@ -19,7 +19,7 @@ use single_flight::{Cluster, SingleFlight, Status};
 
 use crate::etcd::{self, Etcd};
 use crate::hosts::Hosts;
-use crate::process::{self, PATIENCE, Scratch, Worker};
+use crate::process::{self, Scratch, WORKER_PATIENCE, Worker};
 use crate::redis;
 
 /// The hosts the benchmarks' processes run on.
@@ -284,7 +284,7 @@ impl Lab {
                 return status.clone();
             }
             assert!(
-                start.elapsed() < PATIENCE,
+                start.elapsed() < WORKER_PATIENCE,
                 "the coordinator of {cluster} did not report what was awaited: {status:?}"
             );
             std::thread::sleep(STATUS_POLL);

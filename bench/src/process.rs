@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The longest the orchestrator waits for any one line of a worker before
 /// it gives up: far above anything a healthy run takes, so that a broken
 /// benchmark stops with a message instead of hanging.
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub const WORKER_PATIENCE: Duration = Duration::from_secs(60);
 
 /// A worker process and the lines it prints.
 pub struct Worker {
@@ -77,10 +77,10 @@ impl Worker {
     /// passed on to stderr.
     pub fn expect(&self, prefix: &str) -> String {
         loop {
-            let line = match self.lines.recv_timeout(PATIENCE) {
+            let line = match self.lines.recv_timeout(WORKER_PATIENCE) {
                 Ok(line) => line,
                 Err(mpsc::RecvTimeoutError::Timeout) => panic!(
-                    "worker {} (pid {}) printed no {prefix:?} line within {PATIENCE:?}",
+                    "worker {} (pid {}) printed no {prefix:?} line within {WORKER_PATIENCE:?}",
                     self.name,
                     self.child.id()
                 ),

@@ -27,7 +27,7 @@ const VARIANTS: [&str; 8] = [
 
 /// How long a campaign may take to report the damage. A campaign is one
 /// attempt every 10 ms; this is hundreds of them.
-const PATIENCE: Duration = Duration::from_secs(3);
+const CAMPAIGN_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Runs one check; returns the variant, the verdict and what was seen.
 pub async fn check(shared: &Shared, draw: u64, number: u64) -> (String, Verdict, String) {
@@ -51,7 +51,7 @@ async fn check_in(dir: &Path, variant: &str) -> (Verdict, String) {
     };
     let first = flights
         .call("first")
-        .deadline(PATIENCE)
+        .deadline(CAMPAIGN_PATIENCE)
         .run(|_| async { Ok::<_, std::io::Error>(1) })
         .await;
     flights.close().await;
@@ -86,7 +86,7 @@ async fn check_in(dir: &Path, variant: &str) -> (Verdict, String) {
     };
     let call = flights
         .call("after")
-        .deadline(PATIENCE)
+        .deadline(CAMPAIGN_PATIENCE)
         .run(|_| async { Ok::<_, std::io::Error>(2) })
         .await;
     flights.close().await;
@@ -97,8 +97,8 @@ async fn check_in(dir: &Path, variant: &str) -> (Verdict, String) {
     let call_ok = matches!(&call, Err(RunError::Unavailable(_))) && call_text.contains(&named);
 
     // `serve` campaigns too and must return the error.
-    let serving = SingleFlight::builder(dir).serve(tokio::time::sleep(PATIENCE));
-    let served = tokio::time::timeout(PATIENCE * 2, serving).await;
+    let serving = SingleFlight::builder(dir).serve(tokio::time::sleep(CAMPAIGN_PATIENCE));
+    let served = tokio::time::timeout(CAMPAIGN_PATIENCE * 2, serving).await;
     let serve_text = match &served {
         Ok(Ok(())) => "serve ran for its whole time without an error".to_owned(),
         Ok(Err(error)) => error.to_string(),
