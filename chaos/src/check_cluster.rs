@@ -201,6 +201,20 @@ pub fn check(input: &Input) -> Output {
 
     // ---------------------------------------------------- overlapping terms
     let terms = read_terms(input.stderr);
+    // Every cluster run elects at least one coordinator, so no term read
+    // means the checker cannot see the coordinators' lines (a log target
+    // that moved, a log level): the rows below would pass blind.
+    let mut blind = Row::new(
+        "runs whose coordinators' logs show no term (the rows about terms could not be judged)",
+    );
+    if terms.is_empty() {
+        blind.hit(|| {
+            format!(
+                "no line of target {} was read from the workers' logs",
+                single_flight::_internal::LOG_TARGET
+            )
+        });
+    }
     let mut overlapping = Row::new(
         "coordinators of the cluster that answered in overlapping intervals (no long pause)",
     );
@@ -361,7 +375,7 @@ pub fn check(input: &Input) -> Output {
         );
     }
     Output {
-        rows: vec![overlapping, after_lease, unavailable],
+        rows: vec![blind, overlapping, after_lease, unavailable],
         text,
     }
 }
