@@ -38,7 +38,9 @@
 //!   work's error (`Work`), the leader's failure (`FlightFailed`), a flight
 //!   that ended without an outcome (`Interrupted`: the work is not rerun for
 //!   this caller; call again to start a new flight), the deadline, or no
-//!   coordinator (`Unavailable`).
+//!   coordinator (`Unavailable`). A work may fail with any error that has a
+//!   text (`std::error::Error`, `anyhow::Error`, `Box<dyn Error + Send +
+//!   Sync>`): [`IntoFailure`] says what its joiners receive (SPEC.md §3.4).
 //! - A fencing token only protects what checks it: the resource the work
 //!   writes must keep the highest token it has seen and refuse a lower one in
 //!   the same atomic step as the write, e.g. `UPDATE t SET body = ?, token = ?
