@@ -3,9 +3,9 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -14,12 +14,11 @@ use tracing::warn;
 
 use super::codec::{Codec, Json};
 use super::landed::{Landed, Role};
-use super::driver::{CallEvent, Command, Driver, PANIC_LAND_TIMEOUT};
-use super::error::{OpenError, RunError, Unavailable};
+use super::driver::{CallEvent, Command, PANIC_LAND_TIMEOUT};
+use super::error::{RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
-use super::options::Options;
+use super::thread::Shared;
 use super::stats::{Counters, Stats};
-use crate::backend::{Backend, Place, Visit};
 use crate::client::{CallId, CallOptions, Resolution};
 use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
 use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
@@ -57,156 +56,11 @@ pub struct SingleFlight {
     shared: Arc<Shared>,
 }
 
-struct Shared {
-    /// `None` in cluster mode.
-    directory: Option<PathBuf>,
-    commands: mpsc::UnboundedSender<Command>,
-    next_call: AtomicU64,
-    /// The single-flight thread's runtime. Timers that must run while the
-    /// caller cannot watch them (a blocking call's deadline, a panicking
-    /// leader's wait for its land) run there (SPEC.md §9.6, §9.7).
-    runtime: tokio::runtime::Handle,
-    /// This process's calls by outcome, and its failovers (SPEC.md §9.8).
-    counters: Arc<Counters>,
-    /// Where detached works run (SPEC.md §15.3), started at the first one.
-    works: std::sync::OnceLock<Works>,
-}
-
-/// The runtime of the detached works (SPEC.md §15.3): one thread of its
-/// own, not the single-flight thread, whose current-thread runtime serves
-/// the coordinator's sockets for every process, and which a work that
-/// computes or blocks would stall; not the caller's task, which the work
-/// outlives. Shut down, dropping the works still running, when the last
-/// handle of the `SingleFlight` goes.
-struct Works(Option<tokio::runtime::Runtime>);
-
-/// The thread count of [`Works`]: one worker, as the single-flight thread
-/// has. Detached leaders are the few callers that left; a work that needs
-/// threads of its own spawns them (or uses `spawn_blocking`, which this
-/// runtime has).
-const WORK_THREADS: usize = 1;
-
-impl Drop for Works {
-    fn drop(&mut self) {
-        // Not a plain drop: the last handle may go inside an async task,
-        // where dropping a runtime (which waits for its threads) panics.
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
-        }
+impl SingleFlight {
+    /// A handle of the single-flight thread that `shared` talks to.
+    pub(super) fn from_shared(shared: Arc<Shared>) -> SingleFlight {
+        SingleFlight { shared }
     }
-}
-
-impl Shared {
-    /// The runtime of the detached works; the single-flight thread's when
-    /// this machine cannot start a thread for them (which it says).
-    fn works(&self) -> tokio::runtime::Handle {
-        let works = self.works.get_or_init(|| {
-            let built = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(WORK_THREADS)
-                .thread_name("single-flight-work")
-                .enable_all()
-                .build();
-            match built {
-                Ok(runtime) => Works(Some(runtime)),
-                Err(error) => {
-                    warn!(%error, "cannot start the thread of detached works; they run on the single-flight thread (SPEC.md §15.3)");
-                    Works(None)
-                }
-            }
-        });
-        match &works.0 {
-            Some(runtime) => runtime.handle().clone(),
-            None => self.runtime.clone(),
-        }
-    }
-}
-
-/// What the single-flight thread does with its backend: opens it, answers,
-/// and drives it.
-struct Drive {
-    options: Options,
-    counters: Arc<Counters>,
-    answer: oneshot::Sender<Result<(), OpenError>>,
-    inbox: mpsc::UnboundedReceiver<Command>,
-}
-
-impl Visit for Drive {
-    type Output = ();
-
-    async fn visit<B: Backend>(self, backend: B) {
-        match backend.open(self.options.poll_interval).await {
-            Ok((election, transport)) => {
-                let _ = self.answer.send(Ok(()));
-                Driver::new(election, transport, self.options, self.counters)
-                    .run(self.inbox)
-                    .await;
-            }
-            Err(error) => {
-                let _ = self.answer.send(Err(OpenError::Backend(error)));
-            }
-        }
-    }
-}
-
-/// The single-flight thread's answer to opening.
-pub(super) type Opened = oneshot::Receiver<Result<(), OpenError>>;
-
-/// `flights` once the single-flight thread has answered `answer`.
-pub(super) fn opened_with(
-    flights: SingleFlight,
-    answer: Result<Result<(), OpenError>, oneshot::error::RecvError>,
-) -> Result<SingleFlight, OpenError> {
-    match answer {
-        Ok(Ok(())) => Ok(flights),
-        Ok(Err(error)) => Err(error),
-        Err(_) => Err(OpenError::Thread(std::io::Error::other(
-            "it stopped while opening (see its log)",
-        ))),
-    }
-}
-
-/// Starts the process's single-flight thread, which opens `place`'s backend
-/// on its own runtime, answers on [`Opened`], and runs the driver until
-/// every handle is gone.
-///
-/// The backend is opened there, not on the caller's runtime: a blocking
-/// caller has none, and a runtime made only to open would take the tasks of
-/// a backend's client (a cluster's channel to its election) with it when
-/// dropped. The thread's runtime lives as long as the election that uses
-/// them.
-pub(super) fn start_thread(place: Place, options: Options) -> Result<(SingleFlight, Opened), OpenError> {
-    let directory = place.directory().map(Path::to_owned);
-    let (commands, inbox) = mpsc::unbounded_channel();
-    let (answer, opened) = oneshot::channel();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(OpenError::Thread)?;
-    let handle = runtime.handle().clone();
-    let counters = Arc::new(Counters::default());
-    let driver_counters = counters.clone();
-    std::thread::Builder::new()
-        .name("single-flight".into())
-        .spawn(move || {
-            runtime.block_on(place.with(Drive {
-                options,
-                counters: driver_counters,
-                answer,
-                inbox,
-            }));
-        })
-        .map_err(OpenError::Thread)?;
-    let flights = SingleFlight {
-        shared: Arc::new(Shared {
-            directory,
-            commands,
-            next_call: AtomicU64::new(1),
-            runtime: handle,
-            counters,
-            works: std::sync::OnceLock::new(),
-        }),
-    };
-    Ok((flights, opened))
 }
 
 impl SingleFlight {

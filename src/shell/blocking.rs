@@ -46,6 +46,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::api::{self, Answer, Finished};
+use super::thread;
 use super::landed::Landed;
 use super::codec::{Codec, Json};
 use super::error::{OpenError, RunError};
@@ -140,7 +141,7 @@ impl Builder {
     pub fn open(self) -> Result<SingleFlight, OpenError> {
         refuse_inside_runtime();
         let (flights, opened) = self.builder.start()?;
-        api::opened_with(flights, opened.blocking_recv()).map(SingleFlight::from)
+        thread::opened_with(flights, opened.blocking_recv()).map(SingleFlight::from)
     }
 }
 

@@ -6,7 +6,8 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use super::api::{SingleFlight, opened_with, start_thread};
+use super::api::SingleFlight;
+use super::thread::{Opened, opened_with, start_thread};
 use super::error::OpenError;
 use super::options::Options;
 use super::serve::{self, ServeError};
@@ -79,8 +80,9 @@ impl Builder {
 
     /// Starts opening; the async [`open`](Self::open) awaits the answer and
     /// the blocking one waits for it (SPEC.md §9.7).
-    pub(super) fn start(self) -> Result<(SingleFlight, super::api::Opened), OpenError> {
-        start_thread(self.place, self.options)
+    pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
+        let (shared, opened) = start_thread(self.place, self.options)?;
+        Ok((SingleFlight::from_shared(shared), opened))
     }
 
     /// Campaigns until this process coordinates, then serves until

@@ -16,6 +16,7 @@ mod serve;
 mod server;
 mod stats;
 mod status;
+mod thread;
 
 pub use api::{Call, Detached, SingleFlight};
 pub use landed::{Landed, Role};
