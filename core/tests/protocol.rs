@@ -1928,7 +1928,15 @@ proptest! {
 /// as a hello (of any version).
 #[test]
 fn fuzz_seeds_sit_on_the_side_of_the_edge_they_name() {
-    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    // The seeds are the repository's: a package of the core alone (as the
+    // registry has it) has no fuzz targets beside it, and nothing to check.
+    // In the repository a missing seeds folder fails below.
+    if !fuzz.is_dir() {
+        eprintln!("no fuzz/ beside the core: not in the repository, nothing to check");
+        return;
+    }
+    let seeds = fuzz.join("seeds");
     let mut checked = 0;
     for target in ["request_decode", "response_decode"] {
         for entry in std::fs::read_dir(seeds.join(target)).unwrap() {
