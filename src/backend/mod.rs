@@ -1,18 +1,18 @@
 //! Where the processes meet, and the one place that picks a backend for it.
 //!
 //! A backend is an [`Election`] (who coordinates) and a [`Transport`] (how
-//! the others reach it) that go together, behind the [`Backend`] trait; each
+//! the others reach it) that go together, behind the `Backend` trait; each
 //! is one module:
 //!
-//! - [`local`]: a flight directory on this machine: the SQLite claim and the
+//! - `local`: a flight directory on this machine: the SQLite claim and the
 //!   Unix socket (SPEC.md §7, §11.1);
 //! - `cluster` (feature `cluster`): the machines of a cluster: etcd and TCP
 //!   with mutual TLS (§14).
 //!
-//! The shell above is generic over [`Backend`] and never asks which one
-//! runs: `open`, `serve` and `status` each hand a [`Visit`] to
-//! [`Place::with`], the only `match` on the backends. A new backend is a
-//! module here, a variant of [`Place`] and an arm of [`Place::with`].
+//! The shell above is generic over `Backend` and never asks which one
+//! runs: `open`, `serve` and `status` each hand a `Visit` to
+//! `Place::with`, the only `match` on the backends. A new backend is a
+//! module here, a variant of `Place` and an arm of `Place::with`.
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
