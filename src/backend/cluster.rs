@@ -151,15 +151,15 @@ impl Cluster {
         self
     }
 
-    /// The lease TTL (SPEC.md §14.2);
-    /// [`DEFAULT_TTL`](crate::election::etcd::DEFAULT_TTL) by default.
+    /// The lease TTL (SPEC.md §14.2), at least [`MIN_TTL`](Self::MIN_TTL);
+    /// 5 s by default.
     pub fn ttl(mut self, ttl: Duration) -> Cluster {
         self.etcd.ttl = ttl;
         self
     }
 
-    /// The first part of every etcd key;
-    /// [`DEFAULT_PREFIX`](crate::election::etcd::DEFAULT_PREFIX) by default.
+    /// The first part of every etcd key (SPEC.md §14.1); `single-flight`
+    /// by default.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Cluster {
         self.etcd.prefix = prefix.into();
         self

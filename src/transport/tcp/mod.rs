@@ -45,6 +45,8 @@ pub use stream::PeerStream;
 pub use tls::TlsConfigError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigs, TlsFile};
+#[cfg(not(feature = "_internal"))]
+use tls::TlsConfigs;
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{
