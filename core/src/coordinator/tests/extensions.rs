@@ -267,6 +267,35 @@ fn kept_values_are_bounded_in_bytes() {
     assert_eq!(co.kept().next().unwrap().0, &key("k1"));
 }
 
+/// §16.2: a value whose window ended frees its bytes: afterwards the bound
+/// of `MAX_KEPT_BYTES` holds exactly as much as on a coordinator that never
+/// kept it. Values of exactly a mebibyte each (key and outcome) fill it to
+/// the byte, so that a single byte still counted evicts one.
+#[test]
+fn an_expired_value_frees_its_bytes() {
+    const ITEM: usize = 1024 * 1024;
+    let key_of = |n: usize| format!("k{n:02}");
+    let text = "x".repeat(ITEM - key_of(0).len() - r#"{"value":""}"#.len());
+    assert_eq!(key_of(0).len() + value(&text).encoded_len(), ITEM);
+    let fill = MAX_KEPT_BYTES / ITEM;
+    assert_eq!(fill * ITEM, MAX_KEPT_BYTES);
+    let mut co = coordinator(1, Term::First, 1);
+    co.step(run_reusing(1, "first", &key_of(0), 5000));
+    co.step(land(1, "first", value(&text)));
+    co.step(Event::ReuseExpired {
+        key: key(&key_of(0)),
+        token: token(1, 1),
+    });
+    assert_eq!(co.kept().count(), 0);
+    for n in 0..fill {
+        let i = n.to_string();
+        co.step(run_reusing(1, &i, &key_of(n), 5000));
+        co.step(land(1, &i, value(&text)));
+    }
+    assert_eq!(co.kept().count(), fill, "nothing evicted at the bound");
+    assert_eq!(co.kept().next().unwrap().0, &key(&key_of(0)));
+}
+
 /// §16.2, §16.3: a reasserted flight keeps no value when it lands (its
 /// window was its own term's); in the grace window, with nothing kept, a
 /// run with a window waits as a plain run does, and leads when the window
