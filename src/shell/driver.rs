@@ -4,6 +4,8 @@
 //! thread; calls talk to it through [`Command`]s and [`CallEvent`]s.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,8 +83,9 @@ pub(super) enum CallEvent {
 pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
 pub(super) struct Driver<E, T> {
-    election: E,
-    transport: T,
+    /// The election and the transport, lent to the attempt in progress to
+    /// reach or become the coordinator; `None` while one runs.
+    finder: Option<Finder<E, T>>,
     options: Options,
     client: Client,
     calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
@@ -100,7 +103,7 @@ pub(super) struct Driver<E, T> {
     counters: Arc<Counters>,
 }
 
-enum Wake {
+enum Wake<E: Election, T: Transport> {
     Command(Option<Command>),
     Line(Result<Vec<u8>, LineError>),
     /// The election says the coordinator this process is connected to no
@@ -109,11 +112,49 @@ enum Wake {
     /// Time to see whether a gone coordinator's connection still brings
     /// bytes.
     DrainCheck,
+    /// An attempt to reach or become the coordinator has ended.
+    Attempted(Finder<E, T>, Attempt<E, T>),
     Retry,
 }
 
 /// A future that resolves when the connected coordinator's term is over.
-type Gone = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+type Gone = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// An attempt in progress, which gives the election and transport back.
+type Attempting<E, T> = Pin<Box<dyn Future<Output = (Finder<E, T>, Attempt<E, T>)> + Send>>;
+
+/// What reaches or elects the coordinator. An attempt owns it while it
+/// runs, so that the driver's loop goes on reading commands meanwhile: a
+/// call's deadline, a signal or a close is never held up by an election
+/// that does not answer (SPEC.md §14.6).
+struct Finder<E, T> {
+    election: E,
+    transport: T,
+}
+
+/// What one attempt to reach or become the coordinator came to (§10.1).
+enum Attempt<E: Election, T: Transport> {
+    /// Connected and greeted: the coordinator's hello was valid.
+    Connected {
+        lines: Lines<T::Reader>,
+        writer: T::Writer,
+        epoch: String,
+        /// Resolves when that coordinator's term is over (§14.3).
+        gone: Gone,
+    },
+    /// This process won a term and listens for it; it connects to itself
+    /// next.
+    Won(E::Term, T::Listener),
+    /// No coordinator could be reached or elected this time; try again
+    /// after `pause`.
+    Missed { pause: Duration },
+    /// The calls that wait for a coordinator end with `reason`; try again
+    /// after `pause`.
+    Failed {
+        reason: Unavailable,
+        pause: Duration,
+    },
+}
 
 impl<E, T> Driver<E, T>
 where
@@ -127,8 +168,10 @@ where
         counters: Arc<Counters>,
     ) -> Driver<E, T> {
         Driver {
-            election,
-            transport,
+            finder: Some(Finder {
+                election,
+                transport,
+            }),
             options,
             client: Client::new(),
             calls: BTreeMap::new(),
@@ -145,6 +188,10 @@ where
     pub(super) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut lines: Option<Lines<T::Reader>> = None;
         let mut gone: Option<Gone> = None;
+        // The attempt to reach or become the coordinator in progress. The
+        // loop polls it beside everything else, so that it never holds up a
+        // command; dropping it abandons the attempt.
+        let mut attempting: Option<Attempting<E, T>> = None;
         // After the coordinator's term is over: when to look again, and the
         // bytes read by then.
         let mut draining: Option<(tokio::time::Instant, u64)> = None;
@@ -157,19 +204,27 @@ where
         // loop.
         let mut next_attempt: Option<tokio::time::Instant> = None;
         loop {
-            if lines.is_none() && next_attempt.is_none_or(|at| deadline_after(Duration::ZERO) >= at)
+            if lines.is_none()
+                && attempting.is_none()
+                && next_attempt.is_none_or(|at| deadline_after(Duration::ZERO) >= at)
+                && let Some(finder) = self.finder.take()
             {
-                lines = self.connect().await;
-                gone = lines
-                    .is_some()
-                    .then(|| Box::pin(self.election.coordinator_gone()) as Gone);
-                draining = None;
-                next_attempt = lines
-                    .is_none()
-                    .then(|| deadline_after(self.options.poll_interval));
+                // §7.2: a process that holds the claim never campaigns
+                // again; that would open the lock file a second time and
+                // could drop the claim. It waits for its own socket instead.
+                let serving = self.serving.as_ref().is_some_and(|s| !s.done.is_finished());
+                if !serving {
+                    self.serving = None;
+                }
+                attempting = Some(Box::pin(
+                    finder.attempt(serving, self.options.poll_interval),
+                ));
+                next_attempt = None;
             }
             if let Some((deadline, _)) = &closing {
                 let late = tokio::time::Instant::now() >= *deadline;
+                // An attempt still in progress is abandoned (§14.6): with
+                // nothing left to land, a close waits for no coordinator.
                 if self.client.is_idle() || late {
                     break;
                 }
@@ -179,7 +234,13 @@ where
                 line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
                 () = async { gone.as_mut().expect("guarded").await }, if gone.is_some() && lines.is_some() => Wake::CoordinatorGone,
                 () = async { tokio::time::sleep_until(draining.expect("guarded").0).await }, if draining.is_some() && lines.is_some() => Wake::DrainCheck,
-                () = tokio::time::sleep(self.options.poll_interval), if lines.is_none() || closing.is_some() => Wake::Retry,
+                (finder, attempt) = async { attempting.as_mut().expect("guarded").await }, if attempting.is_some() => Wake::Attempted(finder, attempt),
+                () = async {
+                    match next_attempt {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => tokio::time::sleep(self.options.poll_interval).await,
+                    }
+                }, if (lines.is_none() && attempting.is_none()) || closing.is_some() => Wake::Retry,
             };
             match wake {
                 Wake::Command(Some(Command::Close { done })) => {
@@ -192,6 +253,34 @@ where
                     }
                     // No handle is left to send commands; only lands remain.
                     handles_left = false;
+                }
+                Wake::Attempted(finder, attempt) => {
+                    self.finder = Some(finder);
+                    attempting = None;
+                    match attempt {
+                        Attempt::Connected {
+                            lines: connected,
+                            writer,
+                            epoch,
+                            gone: ends,
+                        } => {
+                            self.connected(writer, epoch);
+                            lines = Some(connected);
+                            gone = Some(ends);
+                            draining = None;
+                        }
+                        Attempt::Won(term, listener) => {
+                            self.serving = Some(server::start(term, listener, &self.options));
+                            // It connects to itself at once.
+                        }
+                        Attempt::Missed { pause } => {
+                            next_attempt = Some(deadline_after(pause));
+                        }
+                        Attempt::Failed { reason, pause } => {
+                            self.fail_waiting(reason);
+                            next_attempt = Some(deadline_after(pause));
+                        }
+                    }
                 }
                 Wake::Line(Ok(line)) => match decode_response(&line) {
                     Ok(response) => {
@@ -239,6 +328,7 @@ where
                 Wake::Retry => {}
             }
         }
+        drop(attempting);
         drop(lines);
         self.writer = None;
         if let Some(serving) = self.serving.take() {
@@ -375,114 +465,13 @@ where
         self.apply(effects);
     }
 
-    /// One attempt to reach the coordinator, or to become it (SPEC.md §10.1).
-    async fn connect(&mut self) -> Option<Lines<T::Reader>> {
-        for _ in 0..2 {
-            match self.election.coordinator().await {
-                Ok(Some(address)) => match self.transport.connect(&address).await {
-                    Ok(connection) => return self.handshake(connection).await,
-                    Err(ConnectError::Unreachable(error)) => {
-                        debug!(%error, "no coordinator answers");
-                    }
-                    Err(error) => {
-                        warn!(%error, "refusing the coordinator (SPEC.md §11.2, §14.5)");
-                        self.fail_waiting(Unavailable::Refused(BackendError::new(error)));
-                        return None;
-                    }
-                },
-                Ok(None) => debug!("no coordinator serves"),
-                Err(error) => {
-                    warn!(%error, "cannot find the coordinator");
-                    self.fail_waiting(Unavailable::Backend(BackendError::new(error)));
-                    return None;
-                }
-            }
-            // §7.2: a process that holds the claim never campaigns again;
-            // that would open the lock file a second time and could drop the
-            // claim. It waits for its own socket instead.
-            if self.serving.as_ref().is_some_and(|s| !s.done.is_finished()) {
-                return None;
-            }
-            self.serving = None;
-            match self.election.campaign().await {
-                Ok(Some(term)) => {
-                    let epoch = term.epoch();
-                    match self.transport.listen() {
-                        Ok(listener) => {
-                            self.serving = Some(server::start(term, listener, &self.options));
-                        }
-                        Err(error) => {
-                            warn!(%epoch, %error, "won the election but cannot serve; resigning");
-                            term.resign(false).await;
-                            return None;
-                        }
-                    }
-                }
-                Ok(None) => return None,
-                Err(error) => {
-                    warn!(%error, "cannot elect a coordinator");
-                    self.fail_waiting(Unavailable::Backend(BackendError::new(error)));
-                    return None;
-                }
-            }
-        }
-        None
-    }
-
-    async fn handshake(
-        &mut self,
-        connection: Connection<T::Reader, T::Writer>,
-    ) -> Option<Lines<T::Reader>> {
-        let Connection {
-            reader: read,
-            writer: mut write,
-        } = connection;
-        let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
-        hello.push(b'\n');
-        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
-            return None;
-        }
-        let mut lines = Lines::new(read);
-        let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
-            Ok(Ok(line)) => line,
-            Ok(Err(LineError::Io(error)))
-                if error.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                // §14.5: the coordinator refused this process's certificate;
-                // waiting would not change that.
-                warn!(%error, "the coordinator refused this process");
-                self.fail_waiting(Unavailable::Rejected(error));
-                return None;
-            }
-            Ok(Err(error)) => {
-                debug!(%error, "the coordinator closed during the handshake");
-                return None;
-            }
-            Err(_) => {
-                warn!(
-                    "the coordinator did not answer the handshake in time; is its process stopped?"
-                );
-                return None;
-            }
-        };
-        let hello = match decode_coordinator_hello(&answer) {
-            Ok(hello) => hello,
-            Err(error) => {
-                warn!(%error, "cannot use the coordinator");
-                let version = matches!(error, HandshakeError::Version(_));
-                self.fail_waiting(Unavailable::Handshake(error));
-                if version {
-                    // Do not hammer a coordinator of another version.
-                    tokio::time::sleep(HANDSHAKE_TIMEOUT / 4).await;
-                }
-                return None;
-            }
-        };
-        info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+    /// A new connection to the coordinator of `epoch` is ready: the
+    /// client replays its calls on it (§9.4).
+    fn connected(&mut self, write: T::Writer, epoch: String) {
         if self
             .last_epoch
-            .replace(hello.epoch.clone())
-            .is_some_and(|last| last != hello.epoch)
+            .replace(epoch.clone())
+            .is_some_and(|last| last != epoch)
         {
             self.counters.failover();
         }
@@ -491,7 +480,6 @@ where
         self.writer = Some(writer);
         let effects = self.client.step(Event::ConnectionReady);
         self.apply(effects);
-        Some(lines)
     }
 
     /// Ends every call that waits for a coordinator with `reason`; calls
@@ -511,6 +499,172 @@ where
             let effects = self.client.step(Event::CallCancelled { call });
             self.apply(effects);
         }
+    }
+}
+
+impl<E, T> Finder<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    /// One attempt to reach the coordinator, or to become it (SPEC.md
+    /// §10.1); `serving` says that this process holds a term already, and
+    /// only waits for its own listener. Gives the finder back.
+    async fn attempt(mut self, serving: bool, poll: Duration) -> (Self, Attempt<E, T>) {
+        let attempt = self.reach_or_campaign(serving, poll).await;
+        (self, attempt)
+    }
+
+    async fn reach_or_campaign(&mut self, serving: bool, poll: Duration) -> Attempt<E, T> {
+        match self.election.coordinator().await {
+            Ok(Some(address)) => {
+                // §14.3: the key is watched from the revision read while
+                // the connection is made. A coordinator whose key is
+                // deleted or replaced meanwhile is no longer the one to
+                // reach: the attempt is abandoned at once and the next one
+                // reads the new address, instead of waiting out a dead
+                // host's connection timeout and missing the new term's
+                // grace window (§14.4).
+                let mut gone: Gone = Box::pin(self.election.coordinator_gone());
+                let reached = tokio::select! {
+                    reached = Self::reach(&self.transport, &address, poll) => reached,
+                    () = &mut gone => {
+                        info!("the coordinator changed while connecting to it; looking again (SPEC.md §14.3)");
+                        return Attempt::Missed {
+                            pause: Duration::ZERO,
+                        };
+                    }
+                };
+                match reached {
+                    Ok(Some((lines, writer, epoch))) => {
+                        return Attempt::Connected {
+                            lines,
+                            writer,
+                            epoch,
+                            gone,
+                        };
+                    }
+                    Ok(None) => {}
+                    Err(failed) => return failed,
+                }
+            }
+            Ok(None) => debug!("no coordinator serves"),
+            Err(error) => {
+                warn!(%error, "cannot find the coordinator");
+                return Attempt::Failed {
+                    reason: Unavailable::Backend(BackendError::new(error)),
+                    pause: poll,
+                };
+            }
+        }
+        if serving {
+            return Attempt::Missed { pause: poll };
+        }
+        match self.election.campaign().await {
+            Ok(Some(term)) => {
+                let epoch = term.epoch();
+                match self.transport.listen() {
+                    Ok(listener) => Attempt::Won(term, listener),
+                    Err(error) => {
+                        warn!(%epoch, %error, "won the election but cannot serve; resigning");
+                        term.resign(false).await;
+                        Attempt::Missed { pause: poll }
+                    }
+                }
+            }
+            Ok(None) => Attempt::Missed { pause: poll },
+            Err(error) => {
+                warn!(%error, "cannot elect a coordinator");
+                Attempt::Failed {
+                    reason: Unavailable::Backend(BackendError::new(error)),
+                    pause: poll,
+                }
+            }
+        }
+    }
+
+    /// Connects to the coordinator at `address` and greets it (§4.2):
+    /// `Ok(None)` when nobody answers there, `Err` when the calls that wait
+    /// must end.
+    #[allow(clippy::type_complexity)]
+    async fn reach(
+        transport: &T,
+        address: &E::Address,
+        poll: Duration,
+    ) -> Result<Option<(Lines<T::Reader>, T::Writer, String)>, Attempt<E, T>> {
+        match transport.connect(address).await {
+            Ok(connection) => Self::handshake(connection, poll).await,
+            Err(ConnectError::Unreachable(error)) => {
+                debug!(%error, "no coordinator answers");
+                Ok(None)
+            }
+            Err(error) => {
+                warn!(%error, "refusing the coordinator (SPEC.md §11.2, §14.5)");
+                Err(Attempt::Failed {
+                    reason: Unavailable::Refused(BackendError::new(error)),
+                    pause: poll,
+                })
+            }
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn handshake(
+        connection: Connection<T::Reader, T::Writer>,
+        poll: Duration,
+    ) -> Result<Option<(Lines<T::Reader>, T::Writer, String)>, Attempt<E, T>> {
+        let Connection {
+            reader: read,
+            writer: mut write,
+        } = connection;
+        let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
+        hello.push(b'\n');
+        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
+            return Ok(None);
+        }
+        let mut lines = Lines::new(read);
+        let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
+            Ok(Ok(line)) => line,
+            Ok(Err(LineError::Io(error)))
+                if error.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                // §14.5: the coordinator refused this process's certificate;
+                // waiting would not change that.
+                warn!(%error, "the coordinator refused this process");
+                return Err(Attempt::Failed {
+                    reason: Unavailable::Rejected(error),
+                    pause: poll,
+                });
+            }
+            Ok(Err(error)) => {
+                debug!(%error, "the coordinator closed during the handshake");
+                return Ok(None);
+            }
+            Err(_) => {
+                warn!(
+                    "the coordinator did not answer the handshake in time; is its process stopped?"
+                );
+                return Ok(None);
+            }
+        };
+        let hello = match decode_coordinator_hello(&answer) {
+            Ok(hello) => hello,
+            Err(error) => {
+                warn!(%error, "cannot use the coordinator");
+                // Do not hammer a coordinator of another version.
+                let pause = if matches!(error, HandshakeError::Version(_)) {
+                    HANDSHAKE_TIMEOUT / 4
+                } else {
+                    Duration::MAX
+                };
+                return Err(Attempt::Failed {
+                    reason: Unavailable::Handshake(error),
+                    pause,
+                });
+            }
+        };
+        info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+        Ok(Some((lines, write, hello.epoch)))
     }
 }
 
