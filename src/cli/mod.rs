@@ -134,7 +134,9 @@ struct RunArgs {
     ///
     /// When this process becomes the coordinator after another one died, new
     /// flights wait this long so that the flights of the previous term can be
-    /// reclaimed (SPEC.md §10.2); 2000 in cluster mode (§14.4). Every process
+    /// reclaimed (SPEC.md §10.2); 2000 in cluster mode (§14.4), where less
+    /// than 1000 is refused: a leader needs up to 500 ms to leave a
+    /// coordinator that is gone and more to reach the next one. Every process
     /// of a directory or cluster should use the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
@@ -208,8 +210,10 @@ struct ServeArgs {
     /// The grace window after a coordinator died, in milliseconds [default: 500].
     ///
     /// A term that follows one that died opens with it (SPEC.md §10.2); 2000
-    /// in cluster mode (§14.4). Every process of a directory or cluster should
-    /// use the same.
+    /// in cluster mode (§14.4), where less than 1000 is refused: a leader
+    /// needs up to 500 ms to leave a coordinator that is gone and more to
+    /// reach the next one. Every process of a directory or cluster should use
+    /// the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
 }

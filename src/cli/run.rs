@@ -57,10 +57,13 @@ pub async fn run(args: RunArgs) -> u8 {
     // Spill files need a directory every process shares; a cluster has
     // none, and its outputs are bounded instead (SPEC.md §14.8).
     let directory = place.directory().map(Path::to_owned);
-    let mut builder = place.builder();
-    if let Some(grace) = args.grace {
-        builder = builder.grace_window(Duration::from_millis(grace));
-    }
+    let builder = match place.builder_with_grace(args.grace) {
+        Ok(builder) => builder,
+        Err(error) => {
+            say(error);
+            return exit::FAILED;
+        }
+    };
     let flights = match builder.open().await {
         Ok(flights) => flights,
         Err(error) => {

@@ -1,8 +1,6 @@
 //! `single-flight serve` (SPEC.md §13.5): hold the coordinator of a directory
 //! or a cluster in the foreground until SIGTERM or SIGINT.
 
-use std::time::Duration;
-
 use tracing::{error, info};
 
 use super::ServeArgs;
@@ -42,10 +40,13 @@ pub async fn serve(args: ServeArgs) -> u8 {
             "another process coordinates; waiting to take over when its term ends"
         );
     }
-    let mut builder = place.builder();
-    if let Some(grace) = args.grace {
-        builder = builder.grace_window(Duration::from_millis(grace));
-    }
+    let builder = match place.builder_with_grace(args.grace) {
+        Ok(builder) => builder,
+        Err(failure) => {
+            error!("{failure}");
+            return exit::FAILED;
+        }
+    };
     let stop = async {
         let received = signals.recv().await;
         info!("{} received; ending the term", received.name());

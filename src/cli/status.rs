@@ -57,6 +57,16 @@ pub async fn status(args: StatusArgs) -> u8 {
             }
             exit::NOT_RUNNING
         }
+        Some(Err(error @ StatusError::NotAnswering { .. })) => {
+            // No coordinator answers, as above, but the cluster is in use:
+            // the text says why instead of "no process uses it".
+            match format {
+                Format::Text => println!("{error}"),
+                Format::Json => println!("{}", json(&place, None)),
+                Format::Openmetrics => print!("{}", openmetrics(&place, None)),
+            }
+            exit::NOT_RUNNING
+        }
         Some(Err(error)) => {
             eprintln!("single-flight: {error}");
             exit::FAILED

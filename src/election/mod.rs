@@ -86,6 +86,16 @@ pub trait Election: Send + 'static {
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
         std::future::pending()
     }
+
+    /// Whether `error` is an outage of what the election asks (no etcd
+    /// member answers, quorum lost), which ends by itself, rather than a
+    /// fault of the configuration or of stored data that someone must fix:
+    /// a process that only coordinates campaigns on through the first and
+    /// stops at the second (SPEC.md §13.5). Local elections fail only on
+    /// their directory and files.
+    fn is_outage(_error: &Self::Error) -> bool {
+        false
+    }
 }
 
 /// One term as the coordinator, from a won [`Election::campaign`] until

@@ -2,14 +2,22 @@
 //! process that only coordinates and never calls.
 
 use std::future::Future;
+use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::options::Options;
 use super::server;
 use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::election::{Election, Term};
 use crate::transport::Transport;
+
+/// The longest pause between two campaigns while the election is out
+/// (SPEC.md §13.5): from the poll interval, doubled after each failed one.
+/// A failure that comes at once (every member refuses connections) then
+/// costs one attempt every 2 s, not ten a second; one that waits for its
+/// answer (a host cut off) takes longer than this anyway.
+const MAX_OUTAGE_PAUSE: Duration = Duration::from_secs(2);
 
 /// Why [`Builder::serve`](super::Builder::serve) stopped.
 #[derive(Debug, thiserror::Error)]
@@ -81,19 +89,49 @@ where
     T: Transport<Address = E::Address>,
 {
     tokio::pin!(shutdown);
+    // Since when the election has been out (SPEC.md §13.5), and the pause
+    // before the next campaign.
+    let mut outage: Option<Instant> = None;
+    let mut pause = options.poll_interval;
     loop {
         let term = loop {
-            // One attempt at a time, so that a shutdown is never kept
-            // waiting by a campaign.
-            if let Some(term) = election
-                .campaign()
-                .await
-                .map_err(|error| Stopped::Election(BackendError::new(error)))? {
-                break term;
+            // One attempt at a time, and a shutdown never waits for one: a
+            // campaign that etcd does not answer takes seconds (§14.6).
+            let campaign = tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                campaign = election.campaign() => campaign,
+            };
+            match campaign {
+                Ok(won) => {
+                    if let Some(since) = outage.take() {
+                        info!(
+                            after = ?since.elapsed(),
+                            "the election answers again; campaigning as before"
+                        );
+                    }
+                    pause = options.poll_interval;
+                    if let Some(term) = won {
+                        break term;
+                    }
+                }
+                Err(error) if E::is_outage(&error) => {
+                    // One line per outage, not one per attempt.
+                    if outage.is_none() {
+                        outage = Some(Instant::now());
+                        warn!(
+                            %error,
+                            "cannot campaign; trying again until the election answers (SPEC.md §13.5)"
+                        );
+                    } else {
+                        debug!(%error, "the election is still out");
+                    }
+                    pause = (pause * 2).min(MAX_OUTAGE_PAUSE);
+                }
+                Err(error) => return Err(Stopped::Election(BackendError::new(error))),
             }
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                () = tokio::time::sleep(options.poll_interval) => {}
+                () = tokio::time::sleep(pause) => {}
             }
         };
         info!(epoch = %term.epoch(), "serving");

@@ -53,6 +53,20 @@ pub enum StatusError {
         /// What reaching the coordinator failed with.
         error: io::Error,
     },
+    /// The election names a coordinator that does not answer: its host
+    /// died or is cut off and its lease has not expired yet, so a failover
+    /// is in progress, or its process is stopped (SPEC.md §13.5, §14.3).
+    #[error(
+        "the coordinator that {place} names, at {address}, does not answer ({error}): a failover is in progress (its host died or is cut off, and its lease has not expired yet) or its process is stopped; ask again in a few seconds"
+    )]
+    NotAnswering {
+        /// The cluster.
+        place: String,
+        /// The address the election names.
+        address: String,
+        /// What reaching it failed with.
+        error: io::Error,
+    },
     /// The directory's socket belongs to another user (SPEC.md §11.2).
     #[error("the socket in {place} is served by user id {uid}, not by you; refusing it")]
     OtherUser {
@@ -109,9 +123,19 @@ impl Visit for Look {
                 .connect(&address)
                 .await
                 .map_err(|error| match error {
-                    ConnectError::Unreachable(error) => StatusError::NoCoordinator {
-                        place: place.clone(),
-                        error,
+                    // A socket nobody listens on is a directory nobody
+                    // uses; an address that the election still names is a
+                    // coordinator gone without a word (§13.5).
+                    ConnectError::Unreachable(error) => match &shown {
+                        None => StatusError::NoCoordinator {
+                            place: place.clone(),
+                            error,
+                        },
+                        Some(address) => StatusError::NotAnswering {
+                            place: place.clone(),
+                            address: address.clone(),
+                            error,
+                        },
                     },
                     ConnectError::Refused(PeerRefused::OtherUser { uid }) => {
                         StatusError::OtherUser {

@@ -402,6 +402,12 @@ impl Election for EtcdElection {
         }))
     }
 
+    /// §13.5, §14.6: a request that etcd did not answer or refused for
+    /// want of a quorum; a damaged epoch key or a bad name is not one.
+    fn is_outage(error: &EtcdError) -> bool {
+        matches!(error, EtcdError::EtcdRequest { .. })
+    }
+
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let client = self.client.clone();
         let key = self.keys.coordinator.clone();
