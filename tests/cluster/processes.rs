@@ -765,8 +765,8 @@ fn s14_6_a_timeout_and_a_signal_are_honoured_while_etcd_is_unreachable() {
     hosts.partition(0);
     let started = Instant::now();
     let mut timed = world
-        .command_run(0, "k", "true")
-        .args(["--timeout", "1"])
+        .command(0, "run")
+        .args(["--timeout", "1", "--key", "k", "--", "true"])
         .spawn()
         .expect("run starts");
     let mut signalled = world
@@ -785,9 +785,13 @@ fn s14_6_a_timeout_and_a_signal_are_honoured_while_etcd_is_unreachable() {
     let timed_code = timed.wait().expect("run ends").code();
     let after_start = started.elapsed();
     hosts.heal(0);
-    assert_eq!(signalled_code, Some(143));
+    let mut stderr = String::new();
+    for child in [&mut signalled, &mut timed] {
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    }
+    assert_eq!(signalled_code, Some(143), "{stderr}");
     assert!(after_signal < STOP_BOUND, "exit {after_signal:?} after SIGTERM");
-    assert_eq!(timed_code, Some(124));
+    assert_eq!(timed_code, Some(124), "after {after_start:?}: {stderr}");
     assert!(
         after_start < Duration::from_secs(1) + STOP_BOUND,
         "exit {after_start:?} after the start, with --timeout 1"
