@@ -792,7 +792,10 @@ fn s14_6_a_timeout_and_a_signal_are_honoured_while_etcd_is_unreachable() {
         std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     }
     assert_eq!(signalled_code, Some(143), "{stderr}");
-    assert!(after_signal < STOP_BOUND, "exit {after_signal:?} after SIGTERM");
+    assert!(
+        after_signal < STOP_BOUND,
+        "exit {after_signal:?} after SIGTERM"
+    );
     assert_eq!(timed_code, Some(124), "after {after_start:?}: {stderr}");
     assert!(
         after_start < Duration::from_secs(1) + STOP_BOUND,
@@ -850,7 +853,8 @@ fn s13_5_serve_outlives_an_etcd_outage_and_status_names_the_silent_coordinator()
     let log = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{log}");
     assert_eq!(
-        log.matches("trying again until the election answers").count(),
+        log.matches("trying again until the election answers")
+            .count(),
         1,
         "one line for the outage: {log}"
     );
