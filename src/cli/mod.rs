@@ -212,6 +212,12 @@ struct ServeArgs {
     /// use the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
+
+    /// Serve only while needed (SPEC.md §16.4): one attempt at the election,
+    /// then one term until no client and no kept output is left. What `run
+    /// --reuse` starts in the background; not for people.
+    #[arg(long, hide = true)]
+    while_needed: bool,
 }
 
 /// Show the coordinator of DIR (or of a cluster), the flights in progress and the term's counters.

@@ -528,6 +528,66 @@ fn sigterm_on_a_leader_stops_its_command_and_interrupts_its_joiners() {
     scene.until("the command to end", |_| gone(&command));
 }
 
+/// §13.4, issue 28 item 8: a leader stopped by a signal kills COMMAND's
+/// process group once COMMAND itself has exited, although a process it left
+/// in the background (which ignores SIGINT, as a non-interactive shell's
+/// background jobs do) still holds its output: the leader exits 130 then,
+/// not when that process ends or `KILL_GRACE` (10 s) passes.
+#[test]
+fn a_stopped_leader_kills_what_its_command_left_behind() {
+    let mut scene = Scene::new("stopped-leftovers");
+    let script = "trap 'echo trapped > trapped; exit 3' INT; echo $PPID > leader; \
+        sleep 120 & echo $! > background; wait";
+    let leader = start_run_with(&mut scene, &[], script);
+    let background = scene.note("background");
+    assert_eq!(scene.index_of_pid_in("leader"), leader);
+    let signalled = Instant::now();
+    scene.signal(leader, Signal::INT);
+    let ended = scene.end(leader);
+    assert_eq!(ended.code, Some(130), "{}", ended.stderr_text());
+    assert_eq!(scene.note("trapped"), "trapped");
+    // The one bound on time here is far from both the 120 s that the
+    // background process would hold the leader and the 10 s of KILL_GRACE.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "the leader waited {:?} for what its command left behind",
+        signalled.elapsed()
+    );
+    scene.until("the background process to be killed", |_| gone(&background));
+}
+
+/// §15.4, issue 28 item 9: a second stop signal to a `--detach` leader
+/// stops COMMAND at once, even one that ignores SIGTERM: it is killed, the
+/// leader exits 143, and its joiner is interrupted (exit 75) rather than
+/// handed what COMMAND wrote before it was killed.
+#[test]
+fn a_second_signal_stops_a_detached_leaders_command_at_once() {
+    let mut scene = Scene::new("detach-twice");
+    let script = "trap '' TERM; echo $$ > command; echo $PPID > leader; echo before; \
+        wait_for never; echo after";
+    let first = start_run_with(&mut scene, &["--detach"], script);
+    let command = scene.note("command");
+    let joiner = start_run_with(&mut scene, &[], script);
+    scene.until_joiners("k", 1);
+    assert_eq!(scene.index_of_pid_in("leader"), first);
+    scene.signal(first, Signal::TERM);
+    scene.until("the flight to be detached", |scene| {
+        scene.status().is_some_and(|status| {
+            status
+                .flights
+                .iter()
+                .any(|flight| flight.key.as_str() == "k" && flight.detached)
+        })
+    });
+    scene.signal(first, Signal::TERM);
+    let led = scene.end(first);
+    assert_eq!(led.code, Some(143), "{}", led.stderr_text());
+    let joined = scene.end(joiner);
+    assert_eq!(joined.code, Some(75), "{}", joined.stderr_text());
+    assert!(joined.stdout.is_empty(), "{:?}", joined.stdout);
+    scene.until("the command to be killed", |_| gone(&command));
+}
+
 /// §13.4: SIGTERM to a joiner only withdraws it: the flight goes on and
 /// the others get its output.
 #[test]
@@ -1054,6 +1114,44 @@ fn reuse_prints_the_kept_output_without_running() {
     }
     scene.signal(server, Signal::TERM);
     scene.end(server);
+}
+
+/// §16.4, issue 28 item 7: with no other process running, a `run --reuse`
+/// a second after another prints its output and runs nothing; the
+/// coordinator that the first left behind ends once nothing is kept, and a
+/// run without `--reuse` leaves nothing running.
+#[test]
+fn reuse_works_between_sequential_runs_with_nobody_else() {
+    let mut scene = Scene::new("reuse-sequential");
+    let script = "echo ran >> runs; echo out; echo err >&2; exit 3";
+    let first = start_run_with(&mut scene, &["--reuse", "5"], script);
+    let first = scene.end(first);
+    assert_eq!(first.code, Some(3), "{}", first.stderr_text());
+    assert_eq!(first.stderr_text(), "err\n");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = start_run_with(&mut scene, &["--reuse", "5", "--verbose"], script);
+    let second = scene.end(second);
+    assert_eq!(second.code, Some(3), "{}", second.stderr_text());
+    assert_eq!(second.stdout, b"out\n");
+    let said = second.stderr_text();
+    assert!(said.starts_with("err\n"), "{said}");
+    assert!(said.contains("reused"), "{said}");
+    assert_eq!(scene.note("runs"), "ran", "COMMAND ran once");
+    // Nothing lingers past the window: the background coordinator ends.
+    let pid = scene
+        .status()
+        .expect("a coordinator keeps the output")
+        .pid
+        .to_string();
+    scene.until("the background coordinator to end", |scene| {
+        scene.status().is_none() && gone(&pid)
+    });
+    let plain = start_run_with(&mut scene, &[], script);
+    assert_eq!(scene.end(plain).code, Some(3));
+    assert!(
+        scene.status().is_none(),
+        "a run without --reuse left a coordinator"
+    );
 }
 
 /// §16.4: `--reuse` outside 0 < SECS <= 3600 is a usage error.

@@ -845,6 +845,31 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
     assert_eq!(co.flights().count(), 0, "the flight ended");
 }
 
+/// §3.4: the `ValueTooLarge` failure that replaces an outcome too large,
+/// a value or a failure, gives the size and says to share the path of a
+/// file (issue 28 item 10: a failure's said to shorten its message only).
+#[test]
+fn value_too_large_gives_the_size_and_says_to_share_a_path() {
+    use crate::protocol::limits::MAX_OUTCOME_BYTES;
+    let long_failure = Outcome::Failure(crate::protocol::Failure {
+        name: "Error".into(),
+        message: "m".repeat(MAX_OUTCOME_BYTES),
+        code: None,
+    });
+    for outcome in [value_of_len(MAX_OUTCOME_BYTES + 1), long_failure] {
+        let len = outcome.encoded_len();
+        let Err(failure) = outcome.shareable() else {
+            panic!("an outcome over the limit is not shareable");
+        };
+        assert_eq!(failure.name, "ValueTooLarge");
+        assert!(failure.message.contains(&len.to_string()), "{failure:?}");
+        assert!(
+            failure.message.contains("share the path of a file"),
+            "{failure:?}"
+        );
+    }
+}
+
 /// §3.4, §8.3: a landed reassert whose outcome is over the limit hands the
 /// `ValueTooLarge` failure to the rejoins that wait and to those that come
 /// later in the window, and its leader is answered `rejected`.
