@@ -579,6 +579,11 @@ fn a_second_signal_stops_a_detached_leaders_command_at_once() {
                 .any(|flight| flight.key.as_str() == "k" && flight.detached)
         })
     });
+    // §13.5: the JSON form marks the flight as the wire does.
+    let dir = scene.dir_arg().to_owned();
+    let json = scene.run(&["status", "--dir", &dir, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["flights"][0]["detached"], true, "{report}");
     scene.signal(first, Signal::TERM);
     let led = scene.end(first);
     assert_eq!(led.code, Some(143), "{}", led.stderr_text());
@@ -730,6 +735,7 @@ fn status_reports_the_coordinator_and_its_flights() {
     let mut members = Vec::new();
     collect_members(&report, &mut members);
     members.push("waiting".into()); // only inside an open grace window
+    members.push("detached".into()); // only on a detached flight (§15.2)
     for member in members {
         assert!(
             help.contains(&format!("\"{member}\"")),
@@ -1154,12 +1160,15 @@ fn reuse_works_between_sequential_runs_with_nobody_else() {
     );
 }
 
-/// §16.4: `--reuse` outside 0 < SECS <= 3600 is a usage error.
+/// §16.4: `--reuse` outside 0.001 <= SECS <= 3600, or not written as
+/// decimal seconds, is a usage error.
 #[test]
 fn reuse_out_of_range_is_a_usage_error() {
     let mut scene = Scene::new("reuse-range");
     let dir = scene.dir_arg().to_owned();
-    for bad in ["0", "3601", "x"] {
+    // Seconds are decimal digits with at most one point (§13.2), and the
+    // window at least the protocol's millisecond (§16.1).
+    for bad in ["0", "3601", "x", "1e3", "+5", "inf", " 5", "0.0001"] {
         let ended = scene.run(&[
             "run", "--dir", &dir, "--reuse", bad, "--key", "k", "--", "true",
         ]);
