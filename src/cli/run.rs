@@ -220,8 +220,12 @@ async fn keep_a_coordinator(place: &super::place::Place, args: &RunArgs) {
     };
     use std::os::unix::process::CommandExt;
     let started = std::env::current_exe().and_then(|binary| {
+        // It runs in `/`, so as not to keep the caller's working directory
+        // busy for its lifetime; hence the directory's absolute path.
+        let directory = std::path::absolute(directory)?;
         let mut command = std::process::Command::new(binary);
         command
+            .current_dir("/")
             .arg("serve")
             .arg("--while-needed")
             .arg("--dir")

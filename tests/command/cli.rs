@@ -1059,6 +1059,54 @@ fn another_users_coordinator_is_refused_both_ways() {
     drop(server);
 }
 
+/// §13.5 (issue 28): against a coordinator too old for `status` (one that
+/// answers `unsupported`), `status` says so on stderr, prints nothing on
+/// stdout whatever the form, and exits 125.
+#[test]
+fn status_against_a_coordinator_too_old_for_it_exits_125() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixListener;
+    let mut scene = Scene::new("status-too-old");
+    fs::create_dir(&scene.dir).unwrap();
+    fs::set_permissions(&scene.dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let listener = UnixListener::bind(scene.dir.join("flight.sock")).unwrap();
+    let forms: [&[&str]; 3] = [&[], &["--json"], &["--format", "openmetrics"]];
+    // An older coordinator: a hello of this version, and `unsupported`
+    // for the request it does not know.
+    let older = std::thread::spawn(move || {
+        for _ in 0..forms.len() {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut lines = BufReader::new(stream).lines();
+            lines.next().unwrap().unwrap();
+            writer
+                .write_all(
+                    b"{\"protocol\":\"single-flight\",\"version\":1,\"epoch\":\"1\",\"pid\":1}\n",
+                )
+                .unwrap();
+            let request: serde_json::Value =
+                serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            assert_eq!(request["op"], "status");
+            let answer = serde_json::json!({"op": "unsupported", "id": request["id"]});
+            writer.write_all(format!("{answer}\n").as_bytes()).unwrap();
+        }
+    });
+    let dir = scene.dir_arg().to_owned();
+    for form in forms {
+        let mut args = vec!["status", "--dir", &dir];
+        args.extend_from_slice(form);
+        let ended = scene.run(&args);
+        assert_eq!(ended.code, Some(125), "{form:?}: {}", ended.stderr_text());
+        assert!(ended.stdout.is_empty(), "{form:?}: {:?}", ended.stdout);
+        assert!(
+            ended.stderr_text().contains("older"),
+            "{}",
+            ended.stderr_text()
+        );
+    }
+    older.join().unwrap();
+}
+
 /// Starts `single-flight run` with `flags` before `--key k -- sh -c SCRIPT`.
 fn start_run_with(scene: &mut Scene, flags: &[&str], script: &str) -> usize {
     let script = format!("{PRELUDE}{script}");

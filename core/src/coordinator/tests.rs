@@ -1022,7 +1022,11 @@ fn the_window_settles_plain_runs_and_rejoins_in_arrival_order() {
     assert_eq!(co.step(run(4, "1", "k")), vec![]);
     assert_eq!(
         co.step(Event::GraceWindowEnded),
-        vec![joined(2, "1", old), joined(3, "1", old), joined(4, "1", old)]
+        vec![
+            joined(2, "1", old),
+            joined(3, "1", old),
+            joined(4, "1", old)
+        ]
     );
     assert_eq!(co.counters().joins, 3);
 }
