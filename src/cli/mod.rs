@@ -141,8 +141,9 @@ struct RunArgs {
 
     /// Give up after SECS seconds (decimal digits, e.g. 30 or 0.5) and exit 124.
     ///
-    /// A leader stops COMMAND (SIGTERM to its process group, SIGKILL 10 s
-    /// later) and interrupts its joiners; a joiner stops waiting. The time
+    /// A leader stops COMMAND (SIGTERM to its process group, SIGKILL once
+    /// COMMAND has exited or 10 s later) and interrupts its joiners; a joiner
+    /// stops waiting. The time
     /// counts from the start, waiting for a coordinator included.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     timeout: Option<Duration>,
@@ -153,8 +154,8 @@ struct RunArgs {
     /// stops writing COMMAND's output but lets it run while any run of the
     /// key, in any process, waits for it; they get its output. It exits
     /// 128+N (124 at --timeout) once COMMAND ends, or once nobody waits any
-    /// more (then COMMAND is stopped). A second signal stops COMMAND at once
-    /// (SPEC.md §15.4).
+    /// more (then COMMAND is stopped). A second signal kills COMMAND at once
+    /// and interrupts the runs that joined it (SPEC.md §15.4).
     #[arg(long)]
     detach: bool,
 
