@@ -49,6 +49,9 @@ pub enum Progress {
     NotStarted,
     /// Running in its own process group.
     Running { group: Pid },
+    /// COMMAND itself exited, but its output is still being read: a process
+    /// it started in the background holds a pipe (SPEC.md §13.4).
+    Exited { group: Pid },
     /// Exited, and its output was read to the end.
     Finished,
 }
@@ -71,6 +74,10 @@ pub struct Control {
     /// Told when a detached leader's work was dropped before COMMAND ended:
     /// nobody waits for it any more (§15.4), and COMMAND must be stopped.
     pub dropped: Arc<tokio::sync::Notify>,
+    /// Set when a detached leader is stopped by a second stop signal
+    /// (SPEC.md §15.4): what COMMAND wrote must not reach the joiners as its
+    /// output, so the work never lands and the flight is interrupted.
+    pub abandoned: Arc<AtomicBool>,
     pub progress: watch::Sender<Progress>,
 }
 
@@ -80,6 +87,7 @@ impl Control {
             stopping: Arc::new(AtomicBool::new(false)),
             muted: Arc::new(AtomicBool::new(false)),
             dropped: Arc::new(tokio::sync::Notify::new()),
+            abandoned: Arc::new(AtomicBool::new(false)),
             gate: Arc::new(std::sync::Mutex::new(())),
             progress: watch::Sender::new(Progress::NotStarted),
         }
@@ -146,16 +154,31 @@ pub async fn lead(
     let mut capture = Capture::new(spill_path);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    forward(
+    // COMMAND's exit is watched while its output is read, not after: a
+    // process it left in the background may hold its pipes open, and a
+    // leader that is stopping kills the group once COMMAND has exited
+    // (SPEC.md §13.4).
+    let forwarding = forward(
         stdout,
         stderr,
         own_stream(io::stdout().as_fd()),
         own_stream(io::stderr().as_fd()),
         &mut capture,
         &control.muted,
-    )
-    .await;
-    let status = child.wait().await.map_err(|error| Failure {
+    );
+    let exiting = async {
+        let status = child.wait().await;
+        control.progress.send_if_modified(|progress| {
+            let running = matches!(progress, Progress::Running { .. });
+            if running {
+                *progress = Progress::Exited { group };
+            }
+            running
+        });
+        status
+    };
+    let ((), status) = tokio::join!(forwarding, exiting);
+    let status = status.map_err(|error| Failure {
         name: "WaitFailed".into(),
         message: format!("cannot learn how the command ended: {error}"),
         code: error

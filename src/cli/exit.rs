@@ -75,8 +75,9 @@ Output:
 Signals:
   SIGINT, SIGTERM or SIGHUP to a leader: its joiners are interrupted at once
   (they exit 75), and the signal is passed on to COMMAND's process group,
-  which is killed (SIGKILL) if it has not exited 10 s later or at a second
-  signal. To a joiner: it stops waiting; the flight goes on for the others.
+  which is killed (SIGKILL) once COMMAND has exited (with whatever it left in
+  the background), 10 s later, or at a second signal, whichever comes first.
+  To a joiner: it stops waiting; the flight goes on for the others.
 
 Environment:
   SINGLE_FLIGHT_DIR       the default for --dir

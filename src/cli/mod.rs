@@ -141,10 +141,11 @@ struct RunArgs {
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
 
-    /// Give up after SECS seconds (decimals allowed) and exit 124.
+    /// Give up after SECS seconds (decimal digits, e.g. 30 or 0.5) and exit 124.
     ///
-    /// A leader stops COMMAND (SIGTERM to its process group, SIGKILL 10 s
-    /// later) and interrupts its joiners; a joiner stops waiting. The time
+    /// A leader stops COMMAND (SIGTERM to its process group, SIGKILL once
+    /// COMMAND has exited or 10 s later) and interrupts its joiners; a joiner
+    /// stops waiting. The time
     /// counts from the start, waiting for a coordinator included.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     timeout: Option<Duration>,
@@ -155,8 +156,8 @@ struct RunArgs {
     /// stops writing COMMAND's output but lets it run while any run of the
     /// key, in any process, waits for it; they get its output. It exits
     /// 128+N (124 at --timeout) once COMMAND ends, or once nobody waits any
-    /// more (then COMMAND is stopped). A second signal stops COMMAND at once
-    /// (SPEC.md §15.4).
+    /// more (then COMMAND is stopped). A second signal kills COMMAND at once
+    /// and interrupts the runs that joined it (SPEC.md §15.4).
     #[arg(long)]
     detach: bool,
 
@@ -166,9 +167,11 @@ struct RunArgs {
     /// prints it and exits with its status at once, without running
     /// COMMAND. If this run leads, its output and exit status, whatever the
     /// status, are kept for SECS for the runs with --reuse that come after;
-    /// a COMMAND that could not start is not. 0 < SECS <= 3600. The
-    /// coordinator keeps outputs in memory for its term only (SPEC.md
-    /// §16.4).
+    /// a COMMAND that could not start is not. 0.001 <= SECS <= 3600, in
+    /// decimal digits. The coordinator keeps outputs in memory for its term:
+    /// a run with --reuse that finds no coordinator first starts one in the
+    /// background, which ends once no run uses it and nothing is kept, so
+    /// that the output outlives this run (SPEC.md §16.4).
     #[arg(long, value_name = "SECS", value_parser = parse_reuse)]
     reuse: Option<Duration>,
 
@@ -216,6 +219,12 @@ struct ServeArgs {
     /// the same.
     #[arg(long, value_name = "MS", env = "SINGLE_FLIGHT_GRACE_MS")]
     grace: Option<u64>,
+
+    /// Serve only while needed (SPEC.md §16.4): one attempt at the election,
+    /// then one term until no client and no kept output is left. What `run
+    /// --reuse` starts in the background; not for people.
+    #[arg(long, hide = true)]
+    while_needed: bool,
 }
 
 /// Show the coordinator of DIR (or of a cluster), the flights in progress and the term's counters.
@@ -235,8 +244,11 @@ struct StatusArgs {
     ///
     /// json: {"directory": DIR, "coordinator": {"pid": N, "epoch": "E",
     /// "grace_window": {"waiting": N} or null, "stats": {...} or null} or
-    /// null, "flights": [{"key": K, "token": "T", "joiners": N}], "omitted":
-    /// N}; epochs and tokens are decimal strings, grace_window is null when
+    /// null, "flights": [{"key": K, "token": "T", "joiners": N, "detached":
+    /// true}], "omitted": N}; "detached" is there only for a flight whose
+    /// leader left it running for its joiners (run --detach); later versions
+    /// may add members to any object, so ignore those you do not know.
+    /// Epochs and tokens are decimal strings, grace_window is null when
     /// no grace window is open, and omitted counts the flights left out of an
     /// answer too long for one message (0 when all are listed). In cluster
     /// mode "directory" is null, "cluster": {"name": NAME, "etcd": [URL]}
@@ -334,21 +346,40 @@ fn parse_key(text: &str) -> Result<String, String> {
         .map_err(|error| error.to_string())
 }
 
-/// A positive number of seconds, as `timeout(1)` takes it.
+/// A positive number of seconds (SPEC.md §13.2): decimal digits with at
+/// most one point (`30`, `0.5`, `.5`). Not what `str::parse::<f64>` also
+/// takes — a sign, an exponent, `inf`, `nan` — nor white space: a value
+/// written one way in a crontab means one thing, and a typo is refused
+/// rather than read as a number nobody meant.
 fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let digits = text.bytes().filter(u8::is_ascii_digit).count();
+    let points = text.bytes().filter(|&byte| byte == b'.').count();
+    if digits == 0 || points > 1 || digits + points != text.len() {
+        return Err(format!(
+            "{text:?} is not a number of seconds: write decimal digits with at most one point, for example 30 or 0.5"
+        ));
+    }
     let seconds: f64 = text
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds (for example 30 or 0.5)"))?;
-    if seconds.is_nan() || seconds <= 0.0 {
-        return Err("the timeout must be more than 0 seconds".into());
+    if seconds <= 0.0 {
+        return Err("it must be more than 0 seconds".into());
     }
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{text} seconds is too long"))
 }
 
-/// A reuse window in seconds (decimals allowed), within SPEC.md §16.1.
+/// A reuse window in seconds (decimals allowed), within SPEC.md §16.1: from
+/// the protocol's unit, 1 ms, to an hour; a fraction of a millisecond is
+/// rounded up.
 fn parse_reuse(text: &str) -> Result<Duration, String> {
     let window = parse_seconds(text)?;
     let most = single_flight_core::protocol::limits::MAX_REUSE_WINDOW_MS / 1000;
+    if window < Duration::from_millis(1) {
+        return Err(
+            "the reuse window must be at least 0.001 seconds: the protocol counts it in milliseconds (SPEC.md §16.1)"
+                .into(),
+        );
+    }
     if single_flight_core::protocol::ReuseWindow::from_duration(window).is_none() {
         return Err(format!("the reuse window must be at most {most} seconds"));
     }
@@ -445,13 +476,31 @@ mod tests {
         }
     }
 
+    /// §13.2: seconds are decimal digits with at most one point; nothing
+    /// else that a float parser reads (issue 28).
     #[test]
     fn timeouts_are_positive_seconds() {
         assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_seconds("0").is_err());
-        assert!(parse_seconds("-3").is_err());
-        assert!(parse_seconds("NaN").is_err());
-        assert!(parse_seconds("soon").is_err());
+        assert_eq!(parse_seconds(".5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_seconds("30"), Ok(Duration::from_secs(30)));
+        for bad in [
+            "0", "0.0", "-3", "+5", "1e3", "NaN", "inf", " 5", "5 ", "1.2.3", ".", "", "soon",
+        ] {
+            assert!(parse_seconds(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// §16.4: a reuse window from 1 ms to an hour; below the protocol's
+    /// millisecond it is refused, saying why.
+    #[test]
+    fn reuse_windows_are_within_the_protocols_bounds() {
+        assert_eq!(parse_reuse("0.001"), Ok(Duration::from_millis(1)));
+        assert_eq!(parse_reuse("3600"), Ok(Duration::from_secs(3600)));
+        let refused = parse_reuse("0.0001").unwrap_err();
+        assert!(refused.contains("at least 0.001 seconds"), "{refused}");
+        for bad in ["3600.001", "1e3", "+5", "inf", " 5"] {
+            assert!(parse_reuse(bad).is_err(), "{bad:?}");
+        }
     }
 
     /// §13.1: colours on a terminal only, and never with a non-empty

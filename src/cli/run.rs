@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::process::{Signal, kill_process_group};
-use single_flight::{Failure, FencingToken, Landed, Role, RunError, SingleFlight};
+use single_flight::{Failure, FencingToken, Landed, Role, RunError, SingleFlight, StatusError};
 
 use super::RunArgs;
 use super::capture::{self, CommandLine, Control, Progress};
@@ -54,6 +54,9 @@ pub async fn run(args: RunArgs) -> u8 {
             return exit::FAILED;
         }
     };
+    if args.reuse.is_some() {
+        keep_a_coordinator(&place, &args).await;
+    }
     // Spill files need a directory every process shares; a cluster has
     // none, and its outputs are bounded instead (SPEC.md §14.8).
     let directory = place.directory().map(Path::to_owned);
@@ -187,6 +190,88 @@ pub async fn run(args: RunArgs) -> u8 {
     code
 }
 
+/// How long a run with `--reuse` waits for the coordinator it started in
+/// the background to take office (SPEC.md §16.4): a process start and one
+/// election, far less on any machine; past it the run goes on without, as
+/// if it could not be started.
+const BACKGROUND_COORDINATOR_PATIENCE: Duration = Duration::from_secs(5);
+
+/// How often that wait looks whether a coordinator answers: the election's
+/// own poll interval (SPEC.md §7.2).
+const BACKGROUND_COORDINATOR_POLL: Duration = Duration::from_millis(10);
+
+/// §16.4: outputs are kept by the coordinator for its term, and a `run` that
+/// coordinates takes its term with it when it exits. So a run with `--reuse`
+/// that finds no coordinator starts one in the background first — this
+/// binary's `serve --while-needed`, in a process group and with standard
+/// streams of its own, which ends once no client and no kept output is
+/// left — and waits until some process coordinates. Where that cannot be
+/// done, it says on stderr that its output is kept only while it runs.
+async fn keep_a_coordinator(place: &super::place::Place, args: &RunArgs) {
+    // Only when nobody coordinates: any other answer (a coordinator, or an
+    // error that opening the place will report better) leaves it at that.
+    let nobody = |status| matches!(status, Err(StatusError::NoCoordinator { .. }));
+    if !nobody(place.status().await) {
+        return;
+    }
+    let Some(directory) = place.directory() else {
+        say(format_args!(
+            "no coordinator runs in {}, and this run's output would be kept (--reuse) only until it exits: keep `single-flight serve` running on a host of the cluster so that later runs reuse it (SPEC.md §16.4)",
+            place.describe()
+        ));
+        return;
+    };
+    use std::os::unix::process::CommandExt;
+    let started = std::env::current_exe().and_then(|binary| {
+        // It runs in `/`, so as not to keep the caller's working directory
+        // busy for its lifetime; hence the directory's absolute path.
+        let directory = std::path::absolute(directory)?;
+        let mut command = std::process::Command::new(binary);
+        command
+            .current_dir("/")
+            .arg("serve")
+            .arg("--while-needed")
+            .arg("--dir")
+            .arg(directory);
+        if let Some(grace) = args.grace {
+            command.arg("--grace").arg(grace.to_string());
+        }
+        command
+            // Nothing of the caller's: a pipe it reads to its end (`$(…)`,
+            // a cron job's mail) must close when this run exits, and a
+            // terminal's SIGINT or SIGHUP is for the run, not for the
+            // coordinator that outlives it.
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+    });
+    let mut child = match started {
+        Ok(child) => child,
+        Err(error) => {
+            say(format_args!(
+                "cannot start a coordinator to keep the output of {:?} after this run ({error}); it is kept (--reuse) only until this run exits (SPEC.md §16.4)",
+                args.key
+            ));
+            return;
+        }
+    };
+    let deadline = tokio::time::Instant::now() + BACKGROUND_COORDINATOR_PATIENCE;
+    // Until someone coordinates: the background one, or another process
+    // that won the election first (the background one then exits, and this
+    // run's output lasts as long as that term). Its exit is reaped here; once
+    // this run exits it is no longer this run's child.
+    while nobody(place.status().await) {
+        if matches!(child.try_wait(), Ok(Some(_)) | Err(_))
+            || tokio::time::Instant::now() >= deadline
+        {
+            return;
+        }
+        tokio::time::sleep(BACKGROUND_COORDINATOR_POLL).await;
+    }
+}
+
 /// Where the spill files of this run's key go (SPEC.md §13.2).
 #[derive(Clone)]
 struct Spill {
@@ -216,7 +301,10 @@ fn stop_starting(control: &Control) -> Progress {
 /// Whether this process's COMMAND runs: it leads the flight. From now on a
 /// COMMAND that had not started never does.
 fn leading(control: &Control) -> bool {
-    matches!(stop_starting(control), Progress::Running { .. })
+    matches!(
+        stop_starting(control),
+        Progress::Running { .. } | Progress::Exited { .. }
+    )
 }
 
 /// A detached leader's caller left (SPEC.md §15.4): COMMAND's output stops
@@ -252,7 +340,16 @@ async fn outlive(
             stop_command(control, signal, signals).await;
         }
         _ = signals.recv() => {
-            stop_command(control, signal, signals).await;
+            // §15.4: the caller asked twice. COMMAND is killed at once, and
+            // what it wrote so far is not its output: the work never lands,
+            // so its joiners are interrupted when this process ends (§8.7).
+            control.abandoned.store(true, Ordering::SeqCst);
+            if let Progress::Running { group } | Progress::Exited { group } = stop_starting(control) {
+                let _ = kill_process_group(group, Signal::KILL);
+            }
+            if args.verbose {
+                say(format_args!("stopped again; killed the command of {:?} and interrupted the runs that joined it", args.key));
+            }
         }
     }
 }
@@ -296,6 +393,7 @@ async fn call(
             let mut dropped = Dropped {
                 control: Some(control.clone()),
             };
+            let abandoned = control.abandoned.clone();
             // A task of its own, so that COMMAND is still watched (and its
             // output still forwarded) while it stops after the call was
             // withdrawn.
@@ -308,6 +406,11 @@ async fn call(
                 })
             });
             dropped.control = None;
+            if abandoned.load(Ordering::SeqCst) {
+                // A detached leader stopped twice (§15.4): nothing lands, and
+                // the flight ends with this process, interrupted.
+                std::future::pending::<()>().await;
+            }
             ran
         }
     };
@@ -337,23 +440,27 @@ async fn call(
 }
 
 /// Stops a leader's COMMAND once its call was withdrawn: passes `signal` on
-/// to its process group, and kills the group if it has not finished
-/// [`KILL_GRACE`] later or at the next stop request. Returns whether this
+/// to its process group, and kills the group once COMMAND has exited,
+/// [`KILL_GRACE`] later, or at the next stop request, whichever comes first,
+/// unless its output has been read to the end by then. Returns whether this
 /// process was leading.
 async fn stop_command(control: &Control, signal: Signal, signals: &mut Signals) -> bool {
     let mut progress = control.progress.subscribe();
     let group = match stop_starting(control) {
         Progress::NotStarted => return false,
         Progress::Finished => return true,
-        Progress::Running { group } => group,
+        Progress::Running { group } | Progress::Exited { group } => group,
     };
     let _ = kill_process_group(group, signal);
-    let finished = tokio::select! {
-        finished = progress.wait_for(|now| *now == Progress::Finished) => finished.is_ok(),
-        () = tokio::time::sleep(KILL_GRACE) => false,
-        _ = signals.recv() => false,
-    };
-    if !finished {
+    // §13.4: the group is killed once COMMAND itself has exited (what it
+    // left in the background would otherwise hold the leader, and its
+    // output, until it ends), or at the bound, or at the next stop request.
+    tokio::select! {
+        _ = progress.wait_for(|now| !matches!(now, Progress::Running { .. })) => {}
+        () = tokio::time::sleep(KILL_GRACE) => {}
+        _ = signals.recv() => {}
+    }
+    if *progress.borrow() != Progress::Finished {
         let _ = kill_process_group(group, Signal::KILL);
     }
     true

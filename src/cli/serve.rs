@@ -51,7 +51,12 @@ pub async fn serve(args: ServeArgs) -> u8 {
         let received = signals.recv().await;
         info!("{} received; ending the term", received.name());
     };
-    match builder.serve(stop).await {
+    let served = if args.while_needed {
+        builder.serve_while_needed(stop).await
+    } else {
+        builder.serve(stop).await
+    };
+    match served {
         Ok(()) => {
             info!("stopped");
             exit::SUCCESS

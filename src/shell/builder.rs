@@ -11,6 +11,7 @@ use super::thread::{Opened, opened_with, start_thread};
 use super::error::OpenError;
 use super::options::Options;
 use super::serve::{self, ServeError};
+use super::server::Lifetime;
 use super::status::{self, Status, StatusError};
 use crate::backend::Place;
 use crate::backend::local::Directory;
@@ -104,7 +105,23 @@ impl Builder {
         self,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ServeError> {
-        serve::serve(self.place, self.options, shutdown).await
+        serve::serve(self.place, self.options, Lifetime::UntilStopped, shutdown).await
+    }
+
+    /// Holds the coordinator only while it is needed: makes one attempt at
+    /// the election and returns at once if another process coordinates;
+    /// otherwise serves one term until `shutdown` resolves or nobody needs it
+    /// any more — no connection open, no flight in progress, and no value
+    /// kept for a reuse window ([`Call::reuse_for`](crate::Call::reuse_for),
+    /// SPEC.md §16.2) — and ends it cleanly (§10.4). A term nobody connects
+    /// to ends a few seconds after it began. `single-flight run --reuse`
+    /// starts one in the background, so that its kept output outlives it
+    /// (§16.4), as ssh's `ControlPersist` keeps a master connection.
+    pub async fn serve_while_needed(
+        self,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        serve::serve(self.place, self.options, Lifetime::WhileNeeded, shutdown).await
     }
 
     /// One look at the coordinator: its term and flights (SPEC.md §3.5).

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::options::Options;
-use super::server;
+use super::server::{self, Lifetime};
 use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::election::{Election, Term};
 use crate::transport::Transport;
@@ -39,18 +39,28 @@ pub enum ServeError {
     },
 }
 
-/// Holds the coordinator of `place` until `shutdown` (SPEC.md §10.4).
+/// Holds the coordinator of `place` until `shutdown` (SPEC.md §10.4); with
+/// [`Lifetime::WhileNeeded`], campaigns once and serves one term, until it
+/// is idle (§16.4).
 pub(super) async fn serve(
     place: Place,
     options: Options,
+    lifetime: Lifetime,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
-    place.with(Serve { options, shutdown }).await
+    place
+        .with(Serve {
+            options,
+            lifetime,
+            shutdown,
+        })
+        .await
 }
 
 /// [`serve`] with whichever backend the place has.
 struct Serve<F> {
     options: Options,
+    lifetime: Lifetime,
     shutdown: F,
 }
 
@@ -61,7 +71,13 @@ impl<F: Future<Output = ()> + Send> Visit for Serve<F> {
         let (election, transport) = backend.open(self.options.poll_interval).await?;
         let place = backend.serving_at(&transport);
         info!(%place, "campaigning");
-        campaign_and_serve(election, transport, &self.options, self.shutdown)
+        campaign_and_serve(
+            election,
+            transport,
+            &self.options,
+            self.lifetime,
+            self.shutdown,
+        )
             .await
             .map_err(|error| match error {
                 Stopped::Election(error) => ServeError::Backend(error),
@@ -77,11 +93,14 @@ enum Stopped {
 }
 
 /// Campaigns until this process coordinates, serves until `shutdown`, and
-/// campaigns again when a term is lost; any backend.
+/// campaigns again when a term is lost; any backend. While needed
+/// ([`Lifetime::WhileNeeded`]) it campaigns once and serves one term: it is
+/// there to keep a term alive, not to wait for one.
 async fn campaign_and_serve<E, T>(
     mut election: E,
     transport: T,
     options: &Options,
+    lifetime: Lifetime,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Stopped>
 where
@@ -129,6 +148,10 @@ where
                 }
                 Err(error) => return Err(Stopped::Election(BackendError::new(error))),
             }
+            if lifetime == Lifetime::WhileNeeded {
+                info!("another process coordinates; not needed");
+                return Ok(());
+            }
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
                 () = tokio::time::sleep(pause) => {}
@@ -142,14 +165,19 @@ where
                 return Err(Stopped::Listen(error));
             }
         };
-        let mut serving = server::start(term, listener, options);
+        let mut serving = server::start_for(term, listener, options, lifetime);
         tokio::select! {
             () = &mut shutdown => {
                 let _ = serving.stop.send(());
                 let _ = serving.done.await;
                 return Ok(());
             }
-            _ = &mut serving.done => warn!("the term ended; campaigning again"),
+            _ = &mut serving.done => {
+                if lifetime == Lifetime::WhileNeeded {
+                    return Ok(());
+                }
+                warn!("the term ended; campaigning again");
+            }
         }
     }
 }

@@ -64,6 +64,13 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// but delivered, would be told `interrupted`.
 const FLUSH_BYTES_PER_SECOND: f64 = (1 << 20) as f64;
 
+/// How long a term served only while it is needed (`Builder::serve_while_needed`,
+/// SPEC.md §16.4) waits for its first connection before it counts as idle:
+/// the process that started it connects as soon as it sees it coordinate, a
+/// poll interval and a handshake later, which this leaves wide room for on a
+/// loaded machine. Past it, a term nobody connected to ends.
+pub(super) const FIRST_CONNECTION_PATIENCE: Duration = Duration::from_secs(5);
+
 /// How long `queued` bytes may take to reach a client at the end of a term.
 fn flush_time(queued: usize) -> Duration {
     FLUSH_TIMEOUT + Duration::from_secs_f64(queued as f64 / FLUSH_BYTES_PER_SECOND)
@@ -106,8 +113,29 @@ pub(super) struct Serving {
     pub done: tokio::task::JoinHandle<()>,
 }
 
+/// How long a term is served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lifetime {
+    /// Until it is stopped or lost.
+    UntilStopped,
+    /// Also ends, cleanly, once it is idle (SPEC.md §16.4): no connection,
+    /// no flight, no grace window and no value kept for a reuse window,
+    /// after its first connection or [`FIRST_CONNECTION_PATIENCE`].
+    WhileNeeded,
+}
+
 /// Serves `term` on `listener`, on the current (single-flight) runtime.
 pub(super) fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> Serving {
+    start_for(term, listener, options, Lifetime::UntilStopped)
+}
+
+/// [`start`], for the given [`Lifetime`].
+pub(super) fn start_for<T: Term, L: Listener>(
+    term: T,
+    listener: L,
+    options: &Options,
+    lifetime: Lifetime,
+) -> Serving {
     let kind = if term.follows_failover() {
         coordinator::Term::AfterFailover
     } else {
@@ -133,6 +161,9 @@ pub(super) fn start<T: Term, L: Listener>(term: T, listener: L, options: &Option
         refused: 0,
         reuse_timers: DelayQueue::new(),
         reuse_timer_of: BTreeMap::new(),
+        lifetime,
+        started: tokio::time::Instant::now(),
+        connected: false,
     };
     let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
     let done = tokio::spawn(server.serve(grace, stopped));
@@ -157,6 +188,12 @@ struct Server<T, L> {
     /// more timers than keys landed within the longest window.
     reuse_timers: DelayQueue<(Key, FencingToken)>,
     reuse_timer_of: BTreeMap<Key, delay_queue::Key>,
+    lifetime: Lifetime,
+    /// When the term began serving, and whether any connection has been
+    /// accepted since: a term served while needed is not idle before its
+    /// first client had its chance to connect.
+    started: tokio::time::Instant,
+    connected: bool,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -221,15 +258,32 @@ impl<T: Term, L: Listener> Server<T, L> {
                         break End::Lost;
                     }
                 }
-                _ = checks.tick() => {
+                now = checks.tick() => {
                     if !self.check() {
                         break End::Lost;
+                    }
+                    if self.lifetime == Lifetime::WhileNeeded && !grace_pending && self.idle(now) {
+                        info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "no client and no kept value left; ending the term (SPEC.md §16.4)");
+                        break End::Stopped;
                     }
                 }
                 _ = &mut stopped => break End::Stopped,
             }
         };
         self.end(end).await;
+    }
+
+    /// Whether nobody needs this term any more at `now` (`Lifetime::WhileNeeded`):
+    /// no connection (open or in its handshake), no flight, no reuse timer
+    /// (a timer outlives a value forgotten early, so this errs on staying),
+    /// and the first connection has come or was waited for long enough.
+    fn idle(&self, now: tokio::time::Instant) -> bool {
+        let waited = self.connected || now.duration_since(self.started) >= FIRST_CONNECTION_PATIENCE;
+        waited
+            && self.readers.is_empty()
+            && self.writers.is_empty()
+            && self.reuse_timer_of.is_empty()
+            && self.coordinator.flights().next().is_none()
     }
 
     fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) {
@@ -244,6 +298,7 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
         let connection = ConnectionId(self.next_connection);
         self.next_connection += 1;
+        self.connected = true;
         let task = tokio::spawn(connection_task::<L>(
             incoming,
             connection,

@@ -877,3 +877,26 @@ fn s14_4_a_grace_window_too_short_for_a_cluster_is_refused() {
         "{stderr}"
     );
 }
+
+/// §16.4 (issue 28 item 7): a cluster keeps outputs only while a
+/// coordinator's term lasts, and a run with `--reuse` starts none in the
+/// background there; one that finds no coordinator says on stderr that its
+/// output lasts only until it exits, and what keeps it.
+#[test]
+fn s16_4_a_reuse_run_without_a_coordinator_in_a_cluster_says_so() {
+    let Some(world) = World::hosts("reuse-alone", 1) else {
+        return;
+    };
+    let output = world
+        .command(0, "run")
+        .args(["--reuse", "30", "--key", "r", "--", "sh", "-c", "echo out"])
+        .output()
+        .expect("run runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(output.stdout, b"out\n");
+    assert!(stderr.contains("single-flight serve"), "{stderr}");
+    assert!(stderr.contains("§16.4"), "{stderr}");
+    // Nothing was left coordinating.
+    assert!(world.status().is_err(), "a coordinator was left behind");
+}

@@ -528,6 +528,71 @@ fn sigterm_on_a_leader_stops_its_command_and_interrupts_its_joiners() {
     scene.until("the command to end", |_| gone(&command));
 }
 
+/// §13.4, issue 28 item 8: a leader stopped by a signal kills COMMAND's
+/// process group once COMMAND itself has exited, although a process it left
+/// in the background (which ignores SIGINT, as a non-interactive shell's
+/// background jobs do) still holds its output: the leader exits 130 then,
+/// not when that process ends or `KILL_GRACE` (10 s) passes.
+#[test]
+fn a_stopped_leader_kills_what_its_command_left_behind() {
+    let mut scene = Scene::new("stopped-leftovers");
+    let script = "trap 'echo trapped > trapped; exit 3' INT; echo $PPID > leader; \
+        sleep 120 & echo $! > background; wait";
+    let leader = start_run_with(&mut scene, &[], script);
+    let background = scene.note("background");
+    assert_eq!(scene.index_of_pid_in("leader"), leader);
+    let signalled = Instant::now();
+    scene.signal(leader, Signal::INT);
+    let ended = scene.end(leader);
+    assert_eq!(ended.code, Some(130), "{}", ended.stderr_text());
+    assert_eq!(scene.note("trapped"), "trapped");
+    // The one bound on time here is far from both the 120 s that the
+    // background process would hold the leader and the 10 s of KILL_GRACE.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "the leader waited {:?} for what its command left behind",
+        signalled.elapsed()
+    );
+    scene.until("the background process to be killed", |_| gone(&background));
+}
+
+/// §15.4, issue 28 item 9: a second stop signal to a `--detach` leader
+/// stops COMMAND at once, even one that ignores SIGTERM: it is killed, the
+/// leader exits 143, and its joiner is interrupted (exit 75) rather than
+/// handed what COMMAND wrote before it was killed.
+#[test]
+fn a_second_signal_stops_a_detached_leaders_command_at_once() {
+    let mut scene = Scene::new("detach-twice");
+    let script = "trap '' TERM; echo $$ > command; echo $PPID > leader; echo before; \
+        wait_for never; echo after";
+    let first = start_run_with(&mut scene, &["--detach"], script);
+    let command = scene.note("command");
+    let joiner = start_run_with(&mut scene, &[], script);
+    scene.until_joiners("k", 1);
+    assert_eq!(scene.index_of_pid_in("leader"), first);
+    scene.signal(first, Signal::TERM);
+    scene.until("the flight to be detached", |scene| {
+        scene.status().is_some_and(|status| {
+            status
+                .flights
+                .iter()
+                .any(|flight| flight.key.as_str() == "k" && flight.detached)
+        })
+    });
+    // §13.5: the JSON form marks the flight as the wire does.
+    let dir = scene.dir_arg().to_owned();
+    let json = scene.run(&["status", "--dir", &dir, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(report["flights"][0]["detached"], true, "{report}");
+    scene.signal(first, Signal::TERM);
+    let led = scene.end(first);
+    assert_eq!(led.code, Some(143), "{}", led.stderr_text());
+    let joined = scene.end(joiner);
+    assert_eq!(joined.code, Some(75), "{}", joined.stderr_text());
+    assert!(joined.stdout.is_empty(), "{:?}", joined.stdout);
+    scene.until("the command to be killed", |_| gone(&command));
+}
+
 /// §13.4: SIGTERM to a joiner only withdraws it: the flight goes on and
 /// the others get its output.
 #[test]
@@ -670,6 +735,7 @@ fn status_reports_the_coordinator_and_its_flights() {
     let mut members = Vec::new();
     collect_members(&report, &mut members);
     members.push("waiting".into()); // only inside an open grace window
+    members.push("detached".into()); // only on a detached flight (§15.2)
     for member in members {
         assert!(
             help.contains(&format!("\"{member}\"")),
@@ -993,6 +1059,54 @@ fn another_users_coordinator_is_refused_both_ways() {
     drop(server);
 }
 
+/// §13.5 (issue 28): against a coordinator too old for `status` (one that
+/// answers `unsupported`), `status` says so on stderr, prints nothing on
+/// stdout whatever the form, and exits 125.
+#[test]
+fn status_against_a_coordinator_too_old_for_it_exits_125() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::UnixListener;
+    let mut scene = Scene::new("status-too-old");
+    fs::create_dir(&scene.dir).unwrap();
+    fs::set_permissions(&scene.dir, fs::Permissions::from_mode(0o700)).unwrap();
+    let listener = UnixListener::bind(scene.dir.join("flight.sock")).unwrap();
+    let forms: [&[&str]; 3] = [&[], &["--json"], &["--format", "openmetrics"]];
+    // An older coordinator: a hello of this version, and `unsupported`
+    // for the request it does not know.
+    let older = std::thread::spawn(move || {
+        for _ in 0..forms.len() {
+            let (stream, _) = listener.accept().unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let mut lines = BufReader::new(stream).lines();
+            lines.next().unwrap().unwrap();
+            writer
+                .write_all(
+                    b"{\"protocol\":\"single-flight\",\"version\":1,\"epoch\":\"1\",\"pid\":1}\n",
+                )
+                .unwrap();
+            let request: serde_json::Value =
+                serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+            assert_eq!(request["op"], "status");
+            let answer = serde_json::json!({"op": "unsupported", "id": request["id"]});
+            writer.write_all(format!("{answer}\n").as_bytes()).unwrap();
+        }
+    });
+    let dir = scene.dir_arg().to_owned();
+    for form in forms {
+        let mut args = vec!["status", "--dir", &dir];
+        args.extend_from_slice(form);
+        let ended = scene.run(&args);
+        assert_eq!(ended.code, Some(125), "{form:?}: {}", ended.stderr_text());
+        assert!(ended.stdout.is_empty(), "{form:?}: {:?}", ended.stdout);
+        assert!(
+            ended.stderr_text().contains("older"),
+            "{}",
+            ended.stderr_text()
+        );
+    }
+    older.join().unwrap();
+}
+
 /// Starts `single-flight run` with `flags` before `--key k -- sh -c SCRIPT`.
 fn start_run_with(scene: &mut Scene, flags: &[&str], script: &str) -> usize {
     let script = format!("{PRELUDE}{script}");
@@ -1056,12 +1170,53 @@ fn reuse_prints_the_kept_output_without_running() {
     scene.end(server);
 }
 
-/// §16.4: `--reuse` outside 0 < SECS <= 3600 is a usage error.
+/// §16.4, issue 28 item 7: with no other process running, a `run --reuse`
+/// a second after another prints its output and runs nothing; the
+/// coordinator that the first left behind ends once nothing is kept, and a
+/// run without `--reuse` leaves nothing running.
+#[test]
+fn reuse_works_between_sequential_runs_with_nobody_else() {
+    let mut scene = Scene::new("reuse-sequential");
+    let script = "echo ran >> runs; echo out; echo err >&2; exit 3";
+    let first = start_run_with(&mut scene, &["--reuse", "5"], script);
+    let first = scene.end(first);
+    assert_eq!(first.code, Some(3), "{}", first.stderr_text());
+    assert_eq!(first.stderr_text(), "err\n");
+    std::thread::sleep(Duration::from_secs(1));
+    let second = start_run_with(&mut scene, &["--reuse", "5", "--verbose"], script);
+    let second = scene.end(second);
+    assert_eq!(second.code, Some(3), "{}", second.stderr_text());
+    assert_eq!(second.stdout, b"out\n");
+    let said = second.stderr_text();
+    assert!(said.starts_with("err\n"), "{said}");
+    assert!(said.contains("reused"), "{said}");
+    assert_eq!(scene.note("runs"), "ran", "COMMAND ran once");
+    // Nothing lingers past the window: the background coordinator ends.
+    let pid = scene
+        .status()
+        .expect("a coordinator keeps the output")
+        .pid
+        .to_string();
+    scene.until("the background coordinator to end", |scene| {
+        scene.status().is_none() && gone(&pid)
+    });
+    let plain = start_run_with(&mut scene, &[], script);
+    assert_eq!(scene.end(plain).code, Some(3));
+    assert!(
+        scene.status().is_none(),
+        "a run without --reuse left a coordinator"
+    );
+}
+
+/// §16.4: `--reuse` outside 0.001 <= SECS <= 3600, or not written as
+/// decimal seconds, is a usage error.
 #[test]
 fn reuse_out_of_range_is_a_usage_error() {
     let mut scene = Scene::new("reuse-range");
     let dir = scene.dir_arg().to_owned();
-    for bad in ["0", "3601", "x"] {
+    // Seconds are decimal digits with at most one point (§13.2), and the
+    // window at least the protocol's millisecond (§16.1).
+    for bad in ["0", "3601", "x", "1e3", "+5", "inf", " 5", "0.0001"] {
         let ended = scene.run(&[
             "run", "--dir", &dir, "--reuse", bad, "--key", "k", "--", "true",
         ]);

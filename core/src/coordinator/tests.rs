@@ -845,6 +845,31 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
     assert_eq!(co.flights().count(), 0, "the flight ended");
 }
 
+/// §3.4: the `ValueTooLarge` failure that replaces an outcome too large,
+/// a value or a failure, gives the size and says to share the path of a
+/// file (issue 28 item 10: a failure's said to shorten its message only).
+#[test]
+fn value_too_large_gives_the_size_and_says_to_share_a_path() {
+    use crate::protocol::limits::MAX_OUTCOME_BYTES;
+    let long_failure = Outcome::Failure(crate::protocol::Failure {
+        name: "Error".into(),
+        message: "m".repeat(MAX_OUTCOME_BYTES),
+        code: None,
+    });
+    for outcome in [value_of_len(MAX_OUTCOME_BYTES + 1), long_failure] {
+        let len = outcome.encoded_len();
+        let Err(failure) = outcome.shareable() else {
+            panic!("an outcome over the limit is not shareable");
+        };
+        assert_eq!(failure.name, "ValueTooLarge");
+        assert!(failure.message.contains(&len.to_string()), "{failure:?}");
+        assert!(
+            failure.message.contains("share the path of a file"),
+            "{failure:?}"
+        );
+    }
+}
+
 /// §3.4, §8.3: a landed reassert whose outcome is over the limit hands the
 /// `ValueTooLarge` failure to the rejoins that wait and to those that come
 /// later in the window, and its leader is answered `rejected`.
@@ -956,4 +981,52 @@ fn status_lists_the_flights_that_fit_and_counts_the_others() {
     let listed: Vec<String> = flights.iter().map(|f| f.key.to_string()).collect();
     let first: Vec<String> = (0..fit).map(key_of).collect();
     assert_eq!(listed, first, "the first ones in key order");
+}
+
+/// §8.4, §8.11 (issue 28): when a held flight lands in the window, the
+/// waiting runs of its key are answered in arrival order whatever their
+/// kind, a plain run `joined` then `landed` and a rejoin `landed`; the
+/// plain runs count as joins, the rejoins do not (they count as rejoins).
+#[test]
+fn a_held_flight_landing_in_the_window_answers_in_arrival_order() {
+    let old = token(1, 1);
+    let mut co = coordinator(2, Term::AfterFailover, 4);
+    co.step(reassert(1, "1", "k", old));
+    assert_eq!(co.step(run(2, "1", "k")), vec![]);
+    assert_eq!(co.step(rejoin(3, "1", "k", old)), vec![]);
+    assert_eq!(co.step(run(4, "1", "k")), vec![]);
+    assert_eq!(
+        co.step(land(1, "1", value("v"))),
+        vec![
+            joined(2, "1", old),
+            landed(2, "1", value("v")),
+            landed(3, "1", value("v")),
+            joined(4, "1", old),
+            landed(4, "1", value("v")),
+            ack(1, "1"),
+        ]
+    );
+    let counters = co.counters();
+    assert_eq!((counters.joins, counters.rejoins), (2, 1));
+}
+
+/// §8.4 (issue 28): when the window ends, plain runs and rejoins are
+/// settled as one sequence in arrival order, whatever their kind.
+#[test]
+fn the_window_settles_plain_runs_and_rejoins_in_arrival_order() {
+    let old = token(1, 1);
+    let mut co = coordinator(2, Term::AfterFailover, 4);
+    co.step(reassert(1, "1", "k", old));
+    assert_eq!(co.step(run(2, "1", "k")), vec![]);
+    assert_eq!(co.step(rejoin(3, "1", "k", old)), vec![]);
+    assert_eq!(co.step(run(4, "1", "k")), vec![]);
+    assert_eq!(
+        co.step(Event::GraceWindowEnded),
+        vec![
+            joined(2, "1", old),
+            joined(3, "1", old),
+            joined(4, "1", old)
+        ]
+    );
+    assert_eq!(co.counters().joins, 3);
 }

@@ -37,7 +37,11 @@ pub struct CoordinatorHello {
     /// The coordinator's host name, for operators (SPEC.md §4.2): in
     /// cluster mode the pid alone does not say which machine to look at.
     /// Optional, so that hellos of coordinators that do not send it decode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_text"
+    )]
     pub host: Option<String>,
 }
 
@@ -121,12 +125,29 @@ pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, Handsha
     Ok(hello)
 }
 
-fn parse<'a, T: Deserialize<'a>>(line: &'a [u8]) -> Result<T, HandshakeError> {
-    serde_json::from_slice(line).map_err(|error| HandshakeError::NotAHello {
+/// An optional member that, when present, is a string: `null` is a value of
+/// the wrong type as anywhere in the protocol (SPEC.md §3.4's `code`), not
+/// a way to leave the member out.
+fn present_text<'de, D: serde::Deserializer<'de>>(reader: D) -> Result<Option<String>, D::Error> {
+    String::deserialize(reader).map(Some)
+}
+
+/// Reads a hello as a line like any other (SPEC.md §3.7, §4.2): through a
+/// `serde_json::Value` first, so that nesting deeper than
+/// `MAX_NESTING_DEPTH` anywhere in the line, even in a member the hello does
+/// not know, makes it not JSON (a derived reader skips unknown members
+/// without counting their depth). A hello is read once per connection, so
+/// the tree it builds costs nothing that matters.
+fn parse<T: serde::de::DeserializeOwned>(line: &[u8]) -> Result<T, HandshakeError> {
+    let not_json = |error: serde_json::Error| HandshakeError::NotAHello {
         reason: DecodeError::NotJson {
             reason: error.to_string(),
         }
         .to_string(),
+    };
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(not_json)?;
+    T::deserialize(value).map_err(|error| HandshakeError::NotAHello {
+        reason: error.to_string(),
     })
 }
 
@@ -181,6 +202,61 @@ mod tests {
         let longer = "h".repeat(MAX_HOST_BYTES + 1);
         assert!(decode_coordinator_hello(hello(&longer).as_bytes()).is_err());
         assert!(decode_coordinator_hello(hello("a\u{1b}[2J").as_bytes()).is_err());
+        // §4.2: the control characters are Unicode's (general category Cc):
+        // C0, DEL and C1; other characters, however unusual, are kept.
+        for control in ['\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}'] {
+            let host = format!("ci{control}7");
+            assert!(
+                decode_coordinator_hello(hello(&host).as_bytes()).is_err(),
+                "{host:?}"
+            );
+        }
+        assert!(decode_coordinator_hello(hello("ci-7.été").as_bytes()).is_ok());
+        // A host that is not a string makes the line not a hello (§4.2).
+        for host in ["42", "null", "[\"ci-7\"]", "{}"] {
+            let line = format!(
+                r#"{{"protocol":"single-flight","version":1,"epoch":"3","pid":42,"host":{host}}}"#
+            );
+            assert!(
+                matches!(
+                    decode_coordinator_hello(line.as_bytes()),
+                    Err(HandshakeError::NotAHello { .. })
+                ),
+                "{line}"
+            );
+        }
+    }
+
+    /// §4.2, §3.7: a hello is subject to `MAX_NESTING_DEPTH` like any line,
+    /// wherever the nesting is (issue 28: 100 000 levels were accepted).
+    #[test]
+    fn hellos_nested_too_deep_are_not_hellos() {
+        use crate::protocol::limits::MAX_NESTING_DEPTH;
+        let nested = |depth: usize| {
+            // The hello object is the first level; `extra` adds the rest.
+            let extra = depth - 1;
+            format!(
+                r#"{{"protocol":"single-flight","version":1,"extra":{}{}}}"#,
+                "[".repeat(extra),
+                "]".repeat(extra)
+            )
+        };
+        assert!(decode_client_hello(nested(MAX_NESTING_DEPTH).as_bytes()).is_ok());
+        for depth in [MAX_NESTING_DEPTH + 1, 100_000] {
+            assert!(
+                matches!(
+                    decode_client_hello(nested(depth).as_bytes()),
+                    Err(HandshakeError::NotAHello { .. })
+                ),
+                "{depth}"
+            );
+        }
+        let coordinator = format!(
+            r#"{{"protocol":"single-flight","version":1,"epoch":"3","pid":42,"extra":{}{}}}"#,
+            "[".repeat(MAX_NESTING_DEPTH),
+            "]".repeat(MAX_NESTING_DEPTH)
+        );
+        assert!(decode_coordinator_hello(coordinator.as_bytes()).is_err());
     }
 
     /// §4.2: a different version is a `ProtocolVersionError`, anything else

@@ -167,7 +167,7 @@ impl Outcome {
                 "the leader's value is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; share the path of a file instead"
             ),
             Outcome::Failure(_) => format!(
-                "the leader's error is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; give it a shorter message"
+                "the leader's error is {len} bytes as JSON, more than the {MAX_OUTCOME_BYTES} bytes a flight can share; write its details to a file and share the path of a file in a shorter message"
             ),
         };
         Err(Failure {

@@ -319,3 +319,35 @@ fn reuse_around_the_grace_window() {
         vec![reused(3, "1", t, value("w"))]
     );
 }
+
+/// §16.1: a rejoin that carries `reuse` (which a client never sends) is a
+/// rejoin: the member is ignored, so it never receives a kept value and
+/// joins its flight as any rejoin does.
+#[test]
+fn a_rejoin_carrying_reuse_ignores_it() {
+    let mut co = coordinator(1, Term::First, 3);
+    let t = token(1, 1);
+    co.step(run_reusing(1, "1", "k", 5000));
+    co.step(land(1, "1", value("v")));
+    let t2 = token(1, 2);
+    assert_eq!(co.step(run(1, "2", "k")), vec![lead(1, "2", t2)]);
+    let rejoin_reusing = |i: &str, flight: FencingToken| {
+        request(
+            c(2),
+            Request::Run {
+                id: id(i),
+                key: key("k"),
+                flight: Some(flight),
+                reuse: Some(window(10)),
+            },
+        )
+    };
+    // A value of "k" is kept, yet the rejoin of the flight in progress
+    // joins it rather than take the kept value.
+    assert_eq!(co.step(rejoin_reusing("1", t2)), vec![joined(2, "1", t2)]);
+    // A rejoin of the landed flight is interrupted, not handed its value.
+    assert_eq!(
+        co.step(rejoin_reusing("2", t)),
+        vec![send(2, Response::Interrupted { id: id("2") })]
+    );
+}
