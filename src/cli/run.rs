@@ -538,9 +538,22 @@ async fn finish(
             }
             code
         }
-        Err(RunError::Interrupted { .. }) => {
+        Err(RunError::Interrupted {
+            lost_in_failover: false,
+            ..
+        }) => {
             say(format_args!(
                 "the flight of {key:?} was interrupted: its leader was killed or stopped before the command finished; nothing ran here: run again to start a new flight"
+            ));
+            exit::INTERRUPTED
+        }
+        // §13.3: the leader may well have finished; say what is known.
+        Err(RunError::Interrupted {
+            lost_in_failover: true,
+            ..
+        }) => {
+            say(format_args!(
+                "the flight of {key:?} was lost in a failover: its coordinator changed while the command ran, and the leader did not bring the flight back to the new coordinator within the grace window (it may have finished, been stopped, or not reached it in time); nothing ran here: run again to start a new flight"
             ));
             exit::INTERRUPTED
         }

@@ -346,7 +346,10 @@ impl<'a> Started<'a> {
             // Only a detached leader's work is told to stop, after its
             // caller left; never a call's first event.
             Some(CallEvent::Stop) => {
-                return Answer::Done(Err(RunError::Interrupted { key: self.key }));
+                return Answer::Done(Err(RunError::Interrupted {
+                    key: self.key,
+                    lost_in_failover: false,
+                }));
             }
             Some(CallEvent::Unavailable(reason)) => {
                 self.withdraw.armed = false;
@@ -360,7 +363,16 @@ impl<'a> Started<'a> {
             Resolution::Joined { flight, outcome } => (flight, outcome, Role::Joined),
             Resolution::Reused { flight, outcome } => (flight, outcome, Role::Reused),
             Resolution::Interrupted | Resolution::Led { .. } => {
-                return Answer::Done(Err(RunError::Interrupted { key }));
+                return Answer::Done(Err(RunError::Interrupted {
+                    key,
+                    lost_in_failover: false,
+                }));
+            }
+            Resolution::Lost => {
+                return Answer::Done(Err(RunError::Interrupted {
+                    key,
+                    lost_in_failover: true,
+                }));
             }
             Resolution::Unsupported => return Answer::Done(Err(RunError::Protocol {
                 key,

@@ -84,6 +84,12 @@ pub enum RunError<E> {
     Interrupted {
         /// The call's key.
         key: String,
+        /// Whether the flight was lost in a failover rather than ended by
+        /// its leader: this call had rejoined it on a new coordinator,
+        /// which did not receive it back from its leader within the grace
+        /// window (SPEC.md §9.2, §10.3). The leader may have finished its
+        /// work; its outcome could not reach this call.
+        lost_in_failover: bool,
     },
     /// The call's deadline passed first; it was withdrawn (a leader's work
     /// was dropped and its joiners interrupted).
@@ -130,9 +136,19 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 f,
                 "the flight of {key:?} that this call joined failed in its leader's process: {failure}"
             ),
-            RunError::Interrupted { key } => write!(
+            RunError::Interrupted {
+                key,
+                lost_in_failover: false,
+            } => write!(
                 f,
                 "the flight of {key:?} that this call joined ended without an outcome (its leader stopped, cancelled, or lost the flight); the work was not rerun for this call, so call again to start a new flight"
+            ),
+            RunError::Interrupted {
+                key,
+                lost_in_failover: true,
+            } => write!(
+                f,
+                "the flight of {key:?} that this call joined was lost in a failover: its coordinator changed, and its leader did not bring the flight back to the new one within the grace window (it may have finished, stopped, or not reached it in time); the work was not rerun for this call, so call again to start a new flight"
             ),
             RunError::DeadlineExceeded { key, deadline } => write!(
                 f,

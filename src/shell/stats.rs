@@ -178,7 +178,10 @@ mod tests {
                     code: None,
                 },
             }),
-            Err(RunError::Interrupted { key: key() }),
+            Err(RunError::Interrupted {
+                key: key(),
+                lost_in_failover: false,
+            }),
             Err(RunError::DeadlineExceeded {
                 key: key(),
                 deadline: Duration::from_secs(1),

@@ -1325,3 +1325,35 @@ fn a_detached_leaders_timeout_leaves_its_joiner_the_output() {
         return;
     }
 }
+
+/// §9.2, §13.3: a joiner whose flight did not come back after a failover
+/// says that the flight was lost in the failover, not that its leader was
+/// killed: here the leader is only paused (SIGSTOP) while the coordinator
+/// dies, so it cannot reassert within the grace window.
+#[test]
+fn a_flight_lost_in_a_failover_is_not_called_a_killed_leader() {
+    let mut scene = Scene::new("lost-in-failover");
+    let dir = scene.dir_arg().to_owned();
+    let server = scene.start(&["serve", "--dir", &dir]);
+    let pid = scene.pid(server);
+    scene.until("serve to coordinate", |scene| {
+        scene.status().is_some_and(|status| status.pid == pid)
+    });
+    let indexes: Vec<usize> = (0..2)
+        .map(|_| scene.start_run("k", "echo $PPID > leader; wait_for release; echo late"))
+        .collect();
+    scene.until_joiners("k", 1);
+    let leader = scene.index_of_pid_in("leader");
+    let joiner = indexes.into_iter().find(|&index| index != leader).unwrap();
+    scene.signal(leader, Signal::STOP);
+    scene.signal(server, Signal::KILL);
+    let ended = scene.end(joiner);
+    assert_eq!(ended.code, Some(75), "{}", ended.stderr_text());
+    assert!(ended.stdout.is_empty());
+    let stderr = ended.stderr_text();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("lost in a failover"), "{stderr}");
+    assert!(!stderr.contains("killed"), "{stderr}");
+    assert!(stderr.contains("run again"), "{stderr}");
+    scene.signal(leader, Signal::KILL);
+}

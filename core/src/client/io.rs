@@ -123,6 +123,13 @@ pub enum Resolution {
     /// The flight ended without an outcome for this caller (SPEC.md §3.3):
     /// its leader stopped, cancelled or lost it. The work is not rerun.
     Interrupted,
+    /// The call had joined a flight, lost its coordinator, and rejoined the
+    /// flight on the new one, which answered `interrupted` (SPEC.md §9.2):
+    /// the flight was lost in the failover. Its leader did not bring it
+    /// back within the grace window (its process may have finished, stopped,
+    /// or not reached the new coordinator in time), or ended it without an
+    /// outcome right after. The work is not rerun.
+    Lost,
     /// The coordinator answered `unsupported` to a request every version
     /// knows: it does not speak this protocol correctly.
     Unsupported,

@@ -26,6 +26,10 @@ struct Call {
     key: Key,
     options: CallOptions,
     state: CallState,
+    /// A joined call whose rejoin (§9.4) has not been answered `joined`
+    /// again: an `interrupted` now means its flight was lost in the
+    /// failover, not ended by its leader (§9.2).
+    rejoining: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -90,6 +94,7 @@ impl Client {
                     key,
                     options,
                     state: CallState::Asked,
+                    rejoining: false,
                 };
                 if self.connected {
                     effects.push(Effect::Send(entry.run(call, None)));
@@ -125,6 +130,7 @@ impl Client {
             }
             (CallState::Asked | CallState::Joined { .. }, Response::Joined { flight, .. }) => {
                 entry.state = CallState::Joined { flight };
+                entry.rejoining = false;
                 return;
             }
             (CallState::Joined { flight }, Response::Landed { outcome, .. }) => {
@@ -181,6 +187,11 @@ impl Client {
                     why: StopReason::FlightLost,
                 });
                 return;
+            }
+            // §9.2: the flight this call rejoined did not come back on the
+            // new coordinator.
+            (CallState::Joined { .. }, Response::Interrupted { .. }) if entry.rejoining => {
+                Resolution::Lost
             }
             // A coordinator only sends `landed` after `joined`; without it
             // the outcome cannot be tied to a flight, so the call ends as if
@@ -277,7 +288,8 @@ impl Client {
 
     /// §9.4: what a new connection must learn, in call order.
     fn replay(&mut self, effects: &mut Vec<Effect>) {
-        for (&call, entry) in &self.calls {
+        for (&call, entry) in &mut self.calls {
+            entry.rejoining = matches!(entry.state, CallState::Joined { .. });
             let id = request_id(call);
             let key = entry.key.clone();
             match &entry.state {

@@ -145,6 +145,52 @@ fn joiner_resolves_with_outcome_or_interruption() {
     assert!(client.is_idle());
 }
 
+/// §9.2: a joined call whose rejoin is answered `interrupted` lost its
+/// flight in the failover; once the rejoin is answered `joined`, a later
+/// `interrupted` is its leader's doing again.
+#[test]
+fn an_interrupted_rejoin_is_a_flight_lost_in_a_failover() {
+    let mut client = connected();
+    start(&mut client, 1);
+    start(&mut client, 2);
+    for call in [1, 2] {
+        receive(
+            &mut client,
+            Response::Joined {
+                id: id(call),
+                flight: token(4),
+            },
+        );
+    }
+    client.step(Event::ConnectionLost);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![run(1, Some(token(4))), run(2, Some(token(4)))]
+    );
+    assert_eq!(
+        receive(&mut client, Response::Interrupted { id: id(1) }),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Lost
+        }]
+    );
+    receive(
+        &mut client,
+        Response::Joined {
+            id: id(2),
+            flight: token(4),
+        },
+    );
+    assert_eq!(
+        receive(&mut client, Response::Interrupted { id: id(2) }),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Interrupted
+        }]
+    );
+    assert!(client.is_idle());
+}
+
 /// §9.4: on a new connection the client reasserts what it leads (and lands
 /// again what was not acknowledged), rejoins what it joined, and runs again
 /// what got no answer; calls started while disconnected wait for it.
