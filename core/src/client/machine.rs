@@ -146,6 +146,10 @@ impl Client {
                 outcome: *outcome,
             },
             (CallState::Asked, Response::Reused { .. }) => Resolution::Interrupted,
+            // §17.1: the run or rejoin would close a cycle of nested flights.
+            (CallState::Asked | CallState::Joined { .. }, Response::Cycle { keys, .. }) => {
+                Resolution::Cycle { keys }
+            }
             // §15.3: nobody waits for the detached flight any more. A land
             // on the way is refused; there is nobody to hand it to.
             (CallState::Detached { .. }, Response::Stop { .. }) => {
@@ -291,6 +295,7 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
+                        parent: entry.options.parent,
                     }));
                 }
                 // §15.3: the flight comes back, then is detached again; the
@@ -301,6 +306,7 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
+                        parent: entry.options.parent,
                     }));
                     effects.push(Effect::Send(Request::Detach { id }));
                 }
@@ -308,11 +314,14 @@ impl Client {
                 // reassert, so that the flight does not come back to life
                 // (SPEC.md §8.3).
                 CallState::Landing { token, outcome } => {
+                    // No parent: the flight does not come back, so it waits
+                    // for nothing (§17.2).
                     effects.push(Effect::Send(Request::Reassert {
                         id,
                         key,
                         token: *token,
                         outcome: Some(outcome.clone()),
+                        parent: None,
                     }));
                 }
                 CallState::Orphaned { .. } => {}
@@ -330,6 +339,7 @@ impl Call {
             key: self.key.clone(),
             flight,
             reuse: self.options.reuse.filter(|_| flight.is_none()),
+            parent: self.options.parent,
         }
     }
 }

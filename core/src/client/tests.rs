@@ -40,6 +40,7 @@ fn run(call: u64, flight: Option<FencingToken>) -> Effect {
         key: key(),
         flight,
         reuse: None,
+        parent: None,
     })
 }
 
@@ -197,12 +198,14 @@ fn replay_after_lost_connection() {
                 key: key(),
                 token: token(1),
                 outcome: None,
+                parent: None,
             }),
             Effect::Send(Request::Reassert {
                 id: id(2),
                 key: key(),
                 token: token(2),
                 outcome: Some(value()),
+                parent: None,
             }),
             run(3, Some(token(7))),
             run(4, None),
@@ -358,6 +361,7 @@ fn start_with(client: &mut Client, call: u64, options: CallOptions) -> Vec<Effec
 const DETACHED: CallOptions = CallOptions {
     detached: true,
     reuse: None,
+    parent: None,
 };
 
 /// A connected client whose detached call 1 leads flight 1.
@@ -480,6 +484,7 @@ fn detached_leader_replays_reassert_then_detach() {
                 key: key(),
                 token: token(1),
                 outcome: None,
+                parent: None,
             }),
             Effect::Send(Request::Detach { id: id(1) }),
         ]
@@ -495,6 +500,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
     let options = CallOptions {
         detached: false,
         reuse,
+        parent: None,
     };
     let mut client = connected();
     assert_eq!(
@@ -504,6 +510,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
             key: key(),
             flight: None,
             reuse,
+            parent: None,
         })]
     );
     assert_eq!(

@@ -266,6 +266,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                 key: key.clone(),
                                 flight: None,
                                 reuse: None,
+                                parent: None,
                             },
                         ),
                         None,
@@ -281,6 +282,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     flight: Some(flight),
                                     reuse: None,
+                                    parent: None,
                                 },
                             ),
                             None,
@@ -299,6 +301,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     token: t,
                                     outcome: None,
+                                    parent: None,
                                 },
                             ),
                             Some(t),
@@ -407,6 +410,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                             key,
                             flight: None,
                             reuse: None,
+                            parent: None,
                         },
                     ));
                     assert_eq!(
