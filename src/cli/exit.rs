@@ -13,6 +13,13 @@ pub const NOT_RUNNING: u8 = 3;
 /// running it again starts a new flight. `EX_TEMPFAIL` of `sysexits.h`.
 pub const INTERRUPTED: u8 = 75;
 
+/// The run was made by the COMMAND of a flight and would have waited for a
+/// flight that waits for that one (SPEC.md §17.3): refused at once, where it
+/// would have hung. Running it again loops again, so it is not 75; and
+/// single-flight did not fail, so it is not 125. `EX_CONFIG` of
+/// `sysexits.h`: the flights are set up to call each other.
+pub const CYCLE: u8 = 78;
+
 /// `--timeout` passed first, as `timeout(1)` exits.
 pub const TIMED_OUT: u8 = 124;
 

@@ -11,6 +11,7 @@ mod directory;
 mod exit;
 mod man;
 mod metrics;
+mod nested;
 mod output;
 mod place;
 mod run;

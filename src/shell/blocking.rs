@@ -51,6 +51,7 @@ use super::landed::Landed;
 use super::codec::{Codec, Json};
 use super::error::{OpenError, RunError};
 use super::failure::IntoFailure;
+use super::nested;
 use crate::protocol::FencingToken;
 
 /// Single-flight for the processes that share one directory, for blocking
@@ -303,7 +304,10 @@ impl<'a, C> Call<'a, C> {
         // `AssertUnwindSafe`: the caller gets the panic back once it is
         // landed (SPEC.md §9.6), and sees what the work left as if nothing
         // had caught it.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(leading.token)));
+        let working = leading.working();
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            nested::on_this_thread(working, || work(leading.token))
+        }));
         if let Some(expiry) = &expiry
             && !expiry.claim()
         {
