@@ -46,6 +46,8 @@ pub const RUN_STATUSES: &str =
                     every joiner exits with the same
   75                the flight was interrupted (its leader was killed or
                     cancelled): nothing ran for this caller, run it again
+  78                run in the COMMAND of a flight, it would have waited for
+                    its own flight (a cycle, named on stderr): refused at once
   124               --timeout passed
   125               single-flight itself failed (usage, directory, coordinator)
   126               COMMAND cannot be executed (every joiner exits 126 too)
@@ -91,7 +93,11 @@ Environment:
   RUST_LOG                when set, the library's logs on stderr
   COMMAND runs with SINGLE_FLIGHT_TOKEN (the flight's fencing token, a decimal
   number greater than every earlier flight's: pass it to what COMMAND writes,
-  so that a stale leader's writes can be refused) and SINGLE_FLIGHT_KEY.
+  so that a stale leader's writes can be refused), SINGLE_FLIGHT_KEY and
+  SINGLE_FLIGHT_PLACE (its directory or cluster). A `run` in COMMAND with
+  both, of the same directory or cluster, names the flight as its parent: if
+  it would wait for its own flight, directly or through other nested runs,
+  it exits 78 at once and names the cycle.
 
 Standard input:
   COMMAND reads the leader's standard input, except when that is a terminal:
