@@ -694,3 +694,53 @@ fn s14_2_a_partitioned_coordinator_steps_down_and_the_fence_refuses_its_leader()
     );
     world.hosts.as_ref().unwrap().heal(0);
 }
+
+/// A command line as `sh` reads it, each word in single quotes.
+fn shell_line(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|word| quoted(&word.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// §17.3: A's COMMAND on host 0 runs B on host 1, whose COMMAND runs A on
+/// host 0 again: that run exits 78 at once, naming the cycle, and B's and
+/// A's commands go on (it used to hang until --timeout). Every run has a
+/// --timeout far above what they take, which a cycle left waiting would
+/// reach (exit 124) instead of hanging the test.
+#[test]
+fn s17_3_a_loop_across_two_hosts_exits_at_once() {
+    let Some(world) = World::hosts("nested", 2) else {
+        return;
+    };
+    let run = |host: usize, key: &str| {
+        let mut command = world.command(host, "run");
+        command.args(["--timeout", "60", "--key", key, "--"]);
+        shell_line(&command)
+    };
+    let deep = format!(r#"{} echo deep; echo "deep exited $?""#, run(0, "A"));
+    let middle = format!(
+        r#"{} sh -c {}; echo "B exited $?""#,
+        run(1, "B"),
+        quoted(&deep)
+    );
+    let mut outer = world.command(0, "run");
+    outer.args(["--timeout", "60", "--key", "A", "--", "sh", "-c", &middle]);
+    let output = outer.output().expect("run ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "deep exited 78\nB exited 0\n",
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#""B" waits for itself through "A""#),
+        "{stderr}"
+    );
+}
