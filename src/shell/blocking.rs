@@ -234,6 +234,16 @@ impl<'a, C> Call<'a, C> {
         }
     }
 
+    /// Names the flight whose work makes this call (SPEC.md §17); see
+    /// [`crate::Call::parent`]. A call made on the thread of a blocking
+    /// work names that work's flight without this; a work that hands the
+    /// call to another thread passes its token on with this.
+    pub fn parent(self, token: FencingToken) -> Self {
+        Call {
+            call: self.call.parent(token),
+        }
+    }
+
     /// Makes the call detached (SPEC.md §15): when its deadline passes
     /// while it leads, the flight is not interrupted while any caller of
     /// the key waits for it. The work, which runs on the calling thread,

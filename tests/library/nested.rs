@@ -222,3 +222,32 @@ fn blocking_works_loop_and_diamond() {
     assert_eq!(call("A", &|| Ok(7)).unwrap().value, 7);
     flights.close();
 }
+
+/// §17.1: a blocking work that hands a call to another thread passes its
+/// token on with the blocking `Call::parent`.
+#[test]
+fn a_blocking_work_passes_its_token_to_another_thread() {
+    let directory = Directory::new("blocking-thread");
+    let flights = blocking::SingleFlight::open(&directory.0).unwrap();
+    let landed = flights
+        .call("A")
+        .deadline(PATIENCE)
+        .run(|token| {
+            let handed = flights.clone();
+            let refused = std::thread::spawn(move || {
+                handed
+                    .call("A")
+                    .parent(token)
+                    .deadline(PATIENCE)
+                    .run(|_| Ok::<_, std::io::Error>(0))
+            })
+            .join()
+            .unwrap()
+            .unwrap_err();
+            assert_eq!(keys(&refused), ["A"]);
+            Ok::<_, std::io::Error>(1)
+        })
+        .unwrap();
+    assert_eq!(landed.value, 1);
+    flights.close();
+}
