@@ -323,7 +323,12 @@ impl State {
                 .map(|(_, token)| token)
         };
         let mut edges: BTreeMap<FencingToken, BTreeSet<FencingToken>> = BTreeMap::new();
-        for record in self.processes.iter().flatten().flat_map(|p| p.calls.values()) {
+        for record in self
+            .processes
+            .iter()
+            .flatten()
+            .flat_map(|p| p.calls.values())
+        {
             let (Some(parent), Some(party)) = (record.parent, record.at_coordinator) else {
                 continue;
             };
