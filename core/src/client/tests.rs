@@ -626,3 +626,72 @@ fn caller_of_an_orphaned_call_leaves() {
     assert_eq!(cancelled(&mut client, 1), vec![]);
     assert!(client.is_idle());
 }
+
+/// §17.3: a nested call sends its parent with its run, with its rejoin and
+/// its running reassert after a reconnect, and `cycle` resolves it.
+#[test]
+fn a_nested_call_carries_its_parent_and_resolves_a_cycle() {
+    let parent = token(9);
+    let mut client = connected();
+    let nested = |call: u64| Event::CallStarted {
+        call: CallId(call),
+        key: key(),
+        options: CallOptions {
+            parent: Some(parent),
+            ..CallOptions::default()
+        },
+    };
+    let with_parent = |call: u64, flight: Option<FencingToken>| {
+        Effect::Send(Request::Run {
+            id: id(call),
+            key: key(),
+            flight,
+            reuse: None,
+            parent: Some(parent),
+        })
+    };
+    assert_eq!(client.step(nested(1)), vec![with_parent(1, None)]);
+    assert_eq!(client.step(nested(2)), vec![with_parent(2, None)]);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    receive(
+        &mut client,
+        Response::Joined {
+            id: id(2),
+            flight: token(3),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![
+            Effect::Send(Request::Reassert {
+                id: id(1),
+                key: key(),
+                token: token(1),
+                outcome: None,
+                parent: Some(parent),
+            }),
+            with_parent(2, Some(token(3))),
+        ]
+    );
+    let keys = vec![Key::new("p").unwrap(), key()];
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Cycle {
+                id: id(2),
+                keys: keys.clone(),
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Cycle { keys },
+        }]
+    );
+}
