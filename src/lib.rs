@@ -45,6 +45,11 @@
 //!   writes must keep the highest token it has seen and refuse a lower one in
 //!   the same atomic step as the write, e.g. `UPDATE t SET body = ?, token = ?
 //!   WHERE id = ? AND token < ?`. Tokens grow across coordinator changes.
+//! - A call made by a flight's work names that flight as its parent (on the
+//!   work's own task or thread, or with [`Call::parent`]); one that would wait
+//!   for its own flight, through nested calls in any process, ends at once
+//!   with [`RunError::Cycle`] naming the keys, instead of hanging (SPEC.md
+//!   §17).
 //! - A leader whose work panics hands its joiners the failure `Panic`, then
 //!   the panic goes on in its own caller (SPEC.md §9.6).
 //! - [`blocking::SingleFlight`] is the same API for callers without an

@@ -9,3 +9,5 @@ mod support;
 mod cli;
 #[path = "command/completions.rs"]
 mod completions;
+#[path = "command/nested.rs"]
+mod nested;

@@ -10,6 +10,8 @@ mod support;
 mod calls;
 #[path = "library/election.rs"]
 mod election;
+#[path = "library/nested.rs"]
+mod nested;
 #[path = "library/shell.rs"]
 mod shell;
 #[path = "library/stats.rs"]

@@ -208,6 +208,7 @@ fn run(connection_number: u64, call: u64, key_number: u64) -> Event {
             key: key(key_number),
             flight: None,
             reuse: None,
+            parent: None,
         },
     )
 }

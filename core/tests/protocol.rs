@@ -82,6 +82,7 @@ fn request_run() {
             key: key("build:app"),
             flight: None,
             reuse: None,
+            parent: None,
         },
         r#"{"op":"run","id":"1","key":"build:app"}"#,
     );
@@ -96,6 +97,7 @@ fn request_run_with_flight() {
             key: key("build:app"),
             flight: Some(first_token()),
             reuse: None,
+            parent: None,
         },
         r#"{"op":"run","id":"2","key":"build:app","flight":"4294967297"}"#,
     );
@@ -110,6 +112,7 @@ fn request_run_with_reuse() {
             key: key("build:app"),
             flight: None,
             reuse: ReuseWindow::from_millis(30_000),
+            parent: None,
         },
         r#"{"op":"run","id":"1","key":"build:app","reuse":30000}"#,
     );
@@ -123,6 +126,7 @@ fn request_run_with_reuse() {
             key: key("build:app"),
             token: first_token(),
             outcome: None,
+            parent: None,
         }))
     );
 }
@@ -278,6 +282,7 @@ fn request_reassert() {
             key: key("build:app"),
             token: first_token(),
             outcome: None,
+            parent: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297"}"#,
     );
@@ -292,6 +297,7 @@ fn request_reassert_with_outcome() {
             key: key("build:app"),
             token: first_token(),
             outcome: Some(Outcome::Value("{\"ok\":true}".into())),
+            parent: None,
         },
         r#"{"op":"reassert","id":"1","key":"build:app","token":"4294967297","outcome":{"value":"{\"ok\":true}"}}"#,
     );
@@ -559,6 +565,7 @@ fn member_order_and_unknown_members_do_not_matter() {
             key: key("build:app"),
             flight: None,
             reuse: None,
+            parent: None,
         }))
     );
     assert_eq!(
@@ -594,6 +601,7 @@ fn ids_and_keys_at_the_limit_are_accepted() {
             key: key(&longest_key),
             flight: None,
             reuse: None,
+            parent: None,
         },
         &format!(r#"{{"op":"run","id":"{longest_id}","key":"{longest_key}"}}"#),
     );
@@ -632,6 +640,7 @@ fn an_outcome_at_the_limit_fits_in_every_line_that_carries_it() {
         key: longest_key,
         token: largest_token,
         outcome: Some(outcome.clone()),
+        parent: None,
     });
     let land = encode(&Request::Land {
         id: longest_id.clone(),
@@ -1589,13 +1598,15 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
         (
             arbitrary_id(),
             arbitrary_key(),
-            prop::option::of(arbitrary_token())
+            prop::option::of(arbitrary_token()),
+            prop::option::of(arbitrary_token()),
         )
-            .prop_map(|(id, key, flight)| Request::Run {
+            .prop_map(|(id, key, flight, parent)| Request::Run {
                 id,
                 key,
                 flight,
-                reuse: None
+                reuse: None,
+                parent,
             }),
         (
             arbitrary_id(),
@@ -1607,7 +1618,8 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
                 id,
                 key,
                 flight,
-                reuse: Some(reuse)
+                reuse: Some(reuse),
+                parent: None,
             }),
         (arbitrary_id(), arbitrary_outcome())
             .prop_map(|(id, outcome)| Request::Land { id, outcome }),
@@ -1617,12 +1629,14 @@ fn arbitrary_request() -> impl Strategy<Value = Request> {
             arbitrary_key(),
             arbitrary_token(),
             prop::option::of(arbitrary_outcome()),
+            prop::option::of(arbitrary_token()),
         )
-            .prop_map(|(id, key, token, outcome)| Request::Reassert {
+            .prop_map(|(id, key, token, outcome, parent)| Request::Reassert {
                 id,
                 key,
                 token,
                 outcome,
+                parent,
             }),
         arbitrary_id().prop_map(|id| Request::Status { id }),
         arbitrary_id().prop_map(|id| Request::Detach { id }),
@@ -1712,6 +1726,8 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
                 outcome: Box::new(outcome)
             }
         ),
+        (arbitrary_id(), prop::collection::vec(arbitrary_key(), 1..4))
+            .prop_map(|(id, keys)| Response::Cycle { id, keys }),
         (
             arbitrary_id(),
             prop::collection::vec(flight, 0..4),

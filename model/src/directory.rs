@@ -58,6 +58,10 @@ pub struct Directory {
     /// Which calls have a reuse window (SPEC.md §16). With any, the pending
     /// windows expire at arbitrary moments ([`Action::ReuseExpires`]).
     pub reuse: Choice,
+    /// Nested calls started in the whole run (SPEC.md §17): a call made by
+    /// the work of a flight in progress, for any key, with that flight as
+    /// its parent. A work does not finish while a call it made waits.
+    pub nested: u8,
     /// A seeded bug of the coordinator (SPEC.md §12.3), or none.
     pub mutant: Option<Mutant>,
 }
@@ -105,6 +109,13 @@ pub enum Action {
         key: usize,
         detached: bool,
         reuse: bool,
+    },
+    /// The work that `parent` of `process` leads makes a call for the
+    /// `key`-th key, naming its flight as the call's parent (SPEC.md §17).
+    NestedCallStarts {
+        process: usize,
+        parent: CallId,
+        key: usize,
     },
     /// `process` connects to the current coordinator; the handshake is not
     /// modelled (SPEC.md §4.2): the coordinator learns the connection
@@ -207,6 +218,7 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
+            nested: 0,
             mutant: None,
         }
     }
@@ -228,6 +240,7 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
+            nested: 0,
             mutant: None,
         }
     }
@@ -251,6 +264,7 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
+            nested: 0,
             mutant: None,
         }
     }
@@ -275,6 +289,7 @@ impl Directory {
             failures: false,
             detached: Choice::Always,
             reuse: Choice::Never,
+            nested: 0,
             mutant: None,
         }
     }
@@ -298,6 +313,7 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::PerCall,
+            nested: 0,
             mutant: None,
         }
     }
@@ -331,6 +347,7 @@ impl Directory {
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
+            nested: 0,
             mutant: None,
         }
     }
@@ -370,6 +387,7 @@ impl Directory {
             failures: true,
             detached: Choice::PerCall,
             reuse: Choice::PerCall,
+            nested: 0,
             mutant: None,
         }
     }
@@ -381,6 +399,31 @@ impl Directory {
         Directory {
             disconnects: 1,
             ..Directory::large()
+        }
+    }
+
+    /// Checked in CI (SPEC.md §12.1): nested calls (SPEC.md §17). Two keys
+    /// and two nested calls make every kind of cycle the bounds allow: a
+    /// work that calls its own key, and a work that calls a key whose
+    /// work calls it back; a plain call of the other key makes a nested
+    /// call that is no cycle (it joins a flight that waits for nothing).
+    /// One failover brings the graph back from the reasserts and rejoins.
+    pub fn nested() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 2,
+            calls: 2,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            overlaps: 0,
+            failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
+            nested: 2,
+            mutant: None,
         }
     }
 
@@ -501,7 +544,25 @@ impl Model for Directory {
                     }
                 }
             }
+            if state.used.nested < self.nested {
+                for &parent in process.work.keys() {
+                    for key in 0..self.keys {
+                        actions.push(Action::NestedCallStarts {
+                            process: index,
+                            parent,
+                            key,
+                        });
+                    }
+                }
+            }
             for (&call, &token) in &process.work {
+                // A work waits for the calls it made (SPEC.md §17).
+                let waits = process.calls.values().any(|record| {
+                    record.parent == Some(token) && !record.resolved && !record.cancelled
+                });
+                if waits {
+                    continue;
+                }
                 if self.failures {
                     for ending in [Ending::Value, Ending::Failure] {
                         actions.push(Action::WorkFinishes {
@@ -612,6 +673,11 @@ impl Step<'_> {
                 detached,
                 reuse,
             } => self.call_starts(process, key, detached, reuse),
+            Action::NestedCallStarts {
+                process,
+                parent,
+                key,
+            } => self.nested_call_starts(process, parent, key),
             Action::Connects { process } => self.connects(process),
             Action::RequestArrives { process } => {
                 if self.to_deposed(process) {
@@ -745,6 +811,30 @@ impl Step<'_> {
             options: client::CallOptions {
                 detached,
                 reuse: reuse.then_some(REUSE_WINDOW),
+                parent: None,
+            },
+        });
+        self.client_effects(index, effects);
+    }
+
+    fn nested_call_starts(&mut self, index: usize, parent: CallId, key: usize) {
+        self.state.used.nested += 1;
+        let key = self.model.key(key);
+        let process = self.process(index);
+        let token = *process
+            .work
+            .get(&parent)
+            .expect("enabled only while the parent's work runs");
+        let call = CallId(process.calls.len() as u64 + 1);
+        let mut record = CallRecord::new(key.clone(), false, false);
+        record.parent = Some(token);
+        process.calls.insert(call, record);
+        let effects = process.client.step(client::Event::CallStarted {
+            call,
+            key,
+            options: client::CallOptions {
+                parent: Some(token),
+                ..client::CallOptions::default()
             },
         });
         self.client_effects(index, effects);
@@ -783,6 +873,10 @@ impl Step<'_> {
                 flight,
                 answerable: in_grace || in_progress.contains(&flight),
             });
+            // It waits until an answer says what it leads or joins.
+            if record.parent.is_some() {
+                record.at_coordinator = Some(None);
+            }
         }
         let who = self.who();
         self.note(format_args!("{who} reads {request:?}"));
@@ -850,6 +944,13 @@ impl Step<'_> {
         };
         if !accepted {
             return;
+        }
+        if !landed && let Some(record) = self.record_mut(index, &id) {
+            // A running reassert's flight waits for nothing new: only a
+            // nested call's party is an edge (SPEC.md §17.2).
+            if record.parent.is_some() {
+                record.at_coordinator = Some(Some(token));
+            }
         }
         if !in_grace {
             self.state
@@ -1093,6 +1194,7 @@ impl Step<'_> {
             record.answered_for_good = false;
             record.stopped = false;
             record.rejoin = None;
+            record.at_coordinator = None;
         }
         let effects = process.client.step(client::Event::ConnectionLost);
         self.client_effects(index, effects);
@@ -1183,6 +1285,9 @@ impl Step<'_> {
             self.state.last_step.violate(Violation::SentOnClosed);
             return;
         };
+        if let Response::Cycle { id, .. } = &response {
+            self.check_refusal(index, id);
+        }
         let history = &mut self.state.history;
         let facts = &mut self.state.last_step;
         let process = self.state.processes[index]
@@ -1196,7 +1301,16 @@ impl Step<'_> {
             {
                 facts.violate(Violation::AnsweredAfterFinal);
             }
+            if record.parent.is_some() {
+                record.at_coordinator = match &response {
+                    Response::Lead { token: flight, .. } | Response::Joined { flight, .. } => {
+                        Some(Some(*flight))
+                    }
+                    _ => None,
+                };
+            }
             match &response {
+                Response::Cycle { .. } => record.answered_for_good = true,
                 Response::Lead { token, .. } => {
                     if record.joined {
                         facts.violate(Violation::JoinedLeads);
@@ -1289,6 +1403,37 @@ impl Step<'_> {
             .push_back(response);
     }
 
+    /// SPEC.md §17.2: the call `id` of `index` is refused for a cycle. It
+    /// must be a nested call whose parent's work runs, and the flight of its
+    /// key that it would have waited for (a rejoin's own flight only) must
+    /// wait for that parent through the works' nested calls, or be it.
+    fn check_refusal(&mut self, index: usize, id: &RequestId) {
+        self.state.last_step.witness(Witness::CycleRefused);
+        let Some(record) = self.state.processes[index]
+            .as_ref()
+            .and_then(|process| call_of(id).and_then(|call| process.calls.get(&call)))
+        else {
+            return self.state.last_step.violate(Violation::FalseCycleRefusal);
+        };
+        let waited_for = self
+            .state
+            .coordinator
+            .flights()
+            .find(|(key, _)| **key == record.key)
+            .map(|(_, token)| token)
+            .filter(|token| record.rejoin.is_none_or(|rejoin| rejoin.flight == *token));
+        let real = match (record.parent, waited_for) {
+            (Some(parent), Some(start)) => {
+                self.state.running().contains(&parent)
+                    && State::reaches(&self.state.waits_for(), start, parent)
+            }
+            _ => false,
+        };
+        if !real {
+            self.state.last_step.violate(Violation::FalseCycleRefusal);
+        }
+    }
+
     /// `connection` closes while both of its processes live (it broke, or
     /// the coordinator closed it, SPEC.md §8.9): the client learns it, then
     /// the coordinator; what was queued on it is lost, and the client
@@ -1370,6 +1515,12 @@ impl Step<'_> {
                 }
             }
         }
+    }
+
+    fn record_mut(&mut self, index: usize, id: &RequestId) -> Option<&mut CallRecord> {
+        self.state.processes[index]
+            .as_mut()
+            .and_then(|process| call_of(id).and_then(|call| process.calls.get_mut(&call)))
     }
 
     fn process(&mut self, index: usize) -> &mut Process {

@@ -32,6 +32,8 @@ pub const REUSED_WAS_KEPT: &str = "a reused value is the latest that a flight of
      landed in this term, with a reuse window, and only before its expiry event";
 pub const NO_REUSE_WITHOUT_WINDOW: &str =
     "a call without a reuse window never receives a kept value";
+pub const NO_CYCLE_LEFT_WAITING: &str = "no cycle of waiting flights is left waiting";
+pub const NO_FALSE_REFUSAL: &str = "a call refused for a cycle was in one";
 
 pub const REASSERT_SUCCEEDS: &str = "sometimes: a flight is reasserted after a failover";
 pub const LANDED_REASSERT_ACKNOWLEDGED: &str =
@@ -43,6 +45,7 @@ pub const DETACHED_FLIGHT_LANDS: &str =
     "sometimes: a detached flight lands for its joiners after its caller left";
 pub const STOP_SENT: &str = "sometimes: a stop is sent";
 pub const VALUE_REUSED: &str = "sometimes: a value is reused";
+pub const CYCLE_REFUSED: &str = "sometimes: a nested call is refused for a cycle";
 /// Not a failure but a limit of what anything can promise when terms
 /// overlap (SPEC.md §12.5): both coordinators lead the key, and both works
 /// run. Fencing (§6) is what keeps the older one's writes out.
@@ -63,11 +66,15 @@ pub fn of(directory: &Directory) -> Vec<Property<Directory>> {
     let detaches = directory.detached != Choice::Never;
     let reuses = directory.reuse != Choice::Never;
     let overlaps = directory.overlaps > 0;
+    let nests = directory.nested > 0;
     all()
         .into_iter()
         .filter(|property| match property.name {
             DETACHED_FLIGHT_LANDS | STOP_SENT => detaches,
             VALUE_REUSED => reuses,
+            // Without nested calls there is no graph: skipped, so that the
+            // other configurations cost what they did (SPEC.md §17).
+            NO_CYCLE_LEFT_WAITING | NO_FALSE_REFUSAL | CYCLE_REFUSED => nests,
             TWO_TERMS_RUN_ONE_KEY => overlaps,
             _ => true,
         })
@@ -136,6 +143,15 @@ pub fn all() -> Vec<Property<Directory>> {
         Property::<Directory>::always(NO_REUSE_WITHOUT_WINDOW, |_, state: &State| {
             !state.last_step.has(Violation::ReusedWithoutWindow)
         }),
+        // SPEC.md §17.2: once every message has arrived and no grace window
+        // is open, no flight's work waits, through the nested calls of the
+        // works, for itself: a cycle would wait for ever.
+        Property::<Directory>::always(NO_CYCLE_LEFT_WAITING, |_, state: &State| {
+            !settled(state) || !has_cycle(state)
+        }),
+        Property::<Directory>::always(NO_FALSE_REFUSAL, |_, state: &State| {
+            !state.last_step.has(Violation::FalseCycleRefusal)
+        }),
         Property::<Directory>::sometimes(REASSERT_SUCCEEDS, |_, state: &State| {
             state.last_step.saw(Witness::ReassertAccepted)
         }),
@@ -159,6 +175,9 @@ pub fn all() -> Vec<Property<Directory>> {
         }),
         Property::<Directory>::sometimes(VALUE_REUSED, |_, state: &State| {
             state.last_step.saw(Witness::ValueReused)
+        }),
+        Property::<Directory>::sometimes(CYCLE_REFUSED, |_, state: &State| {
+            state.last_step.saw(Witness::CycleRefused)
         }),
         Property::<Directory>::sometimes(TWO_TERMS_RUN_ONE_KEY, |_, state: &State| {
             two_terms_run_one_key(state)
@@ -203,6 +222,27 @@ pub fn quiescent(state: &State) -> bool {
         })
 }
 
+/// Every message has arrived, every live process is connected, and no grace
+/// window is open: what waits now waits until a caller, a death or a work
+/// changes something.
+fn settled(state: &State) -> bool {
+    serving(state).all(|coordinator| !coordinator.in_grace())
+        && state.processes.iter().flatten().all(|process| {
+            process
+                .link
+                .as_ref()
+                .is_some_and(|link| link.requests.is_empty() && link.responses.is_empty())
+        })
+}
+
+/// Some flight waits for itself in [`State::waits_for`].
+fn has_cycle(state: &State) -> bool {
+    let edges = state.waits_for();
+    edges
+        .iter()
+        .any(|(from, to)| to.iter().any(|to| State::reaches(&edges, *to, *from)))
+}
+
 /// Every call has been resolved or cancelled, and no client keeps a land
 /// to send.
 fn no_call_waiting(state: &State) -> bool {
@@ -217,7 +257,7 @@ fn no_call_waiting(state: &State) -> bool {
 
 /// The flags of a step, in words, for a printed path.
 pub fn describe(facts: &StepFacts) -> String {
-    const VIOLATIONS: [Violation; 18] = [
+    const VIOLATIONS: [Violation; 19] = [
         Violation::SecondFlight,
         Violation::TokenNotIncreasing,
         Violation::EpochNotIncreasing,
@@ -236,8 +276,9 @@ pub fn describe(facts: &StepFacts) -> String {
         Violation::DetachedJoinerInterrupted,
         Violation::ReusedNotKept,
         Violation::ReusedWithoutWindow,
+        Violation::FalseCycleRefusal,
     ];
-    const WITNESSES: [Witness; 8] = [
+    const WITNESSES: [Witness; 9] = [
         Witness::ReassertAccepted,
         Witness::LandedReassertAcknowledged,
         Witness::RejoinInterrupted,
@@ -246,6 +287,7 @@ pub fn describe(facts: &StepFacts) -> String {
         Witness::DetachedFlightLanded,
         Witness::StopSent,
         Witness::ValueReused,
+        Witness::CycleRefused,
     ];
     let mut words: Vec<String> = VIOLATIONS
         .iter()

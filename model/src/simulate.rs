@@ -64,7 +64,7 @@ pub const DEFAULT_SECONDS: u64 = 60;
 
 /// The configurations, by the names the command line takes: those of
 /// `check`, and the ones only walked.
-pub const CONFIGURATIONS: [Configuration; 11] = [
+pub const CONFIGURATIONS: [Configuration; 12] = [
     ("small", Directory::small),
     ("two-keys", Directory::two_keys),
     ("disconnect", Directory::disconnect),
@@ -73,6 +73,7 @@ pub const CONFIGURATIONS: [Configuration; 11] = [
     ("detach-reuse", Directory::detach_and_reuse),
     ("large", Directory::large),
     ("overlap", Directory::overlap),
+    ("nested", Directory::nested),
     ("goal", Directory::goal),
     ("fleet", Directory::fleet),
     ("fleet-without-overlaps", Directory::fleet_without_overlaps),
@@ -419,6 +420,12 @@ impl Simulation {
             failures: full.failures && random.below(2) == 1,
             detached: option(random, full.detached),
             reuse: option(random, full.reuse),
+            // As overlaps: drawn only when there are any.
+            nested: if full.nested == 0 {
+                0
+            } else {
+                up_to(random, full.nested)
+            },
             mutant: full.mutant,
         }
     }
@@ -585,7 +592,9 @@ impl Pick {
 /// The kind of `action`, from 0 to [`KINDS`] - 1.
 pub fn kind(action: &Action) -> usize {
     match action {
-        Action::CallStarts { .. } => 0,
+        // A call a work makes is a call too: one kind, so that the weights
+        // of configurations without nested calls are drawn as before.
+        Action::CallStarts { .. } | Action::NestedCallStarts { .. } => 0,
         Action::Connects { .. } => 1,
         Action::RequestArrives { .. } => 2,
         Action::ResponseArrives { .. } => 3,

@@ -131,6 +131,14 @@ pub struct CallRecord {
     pub stopped: bool,
     /// Its latest request on its current connection was a rejoin.
     pub rejoin: Option<Rejoin>,
+    /// A nested call (SPEC.md §17): the token of the flight whose work made
+    /// it, which waits for it.
+    pub parent: Option<FencingToken>,
+    /// Only for a nested call: whether the coordinator holds a party for it
+    /// (`None`: no party), and the flight it leads or joins (`Some(None)`:
+    /// it waits in a grace window for its key's flight). From the
+    /// coordinator's answers as they are sent, not as the client reads them.
+    pub at_coordinator: Option<Option<FencingToken>>,
 }
 
 /// A rejoin as the coordinator received it.
@@ -152,6 +160,7 @@ pub struct Used {
     pub disconnects: u8,
     pub coordinator_deaths: u8,
     pub overlaps: u8,
+    pub nested: u8,
 }
 
 /// The past, as far as the properties need it.
@@ -192,7 +201,7 @@ pub struct History {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct StepFacts {
     pub violations: u32,
-    pub witnessed: u8,
+    pub witnessed: u16,
 }
 
 /// A broken rule seen during a step. Recorded as a flag rather than a panic,
@@ -248,6 +257,10 @@ pub enum Violation {
     /// A call without a reuse window was answered `reused`, or resolved
     /// with a reused value.
     ReusedWithoutWindow,
+    /// A nested call was answered `cycle` although the flight it would have
+    /// waited for does not wait, through the works' nested calls, for its
+    /// parent (SPEC.md §17.2).
+    FalseCycleRefusal,
 }
 
 /// Something worth reaching, seen during a step (for `sometimes`
@@ -273,6 +286,8 @@ pub enum Witness {
     StopSent,
     /// A call resolved with a reused value.
     ValueReused,
+    /// A nested call was answered `cycle` (SPEC.md §17.2).
+    CycleRefused,
 }
 
 impl StepFacts {
@@ -281,7 +296,7 @@ impl StepFacts {
     }
 
     pub fn saw(&self, witness: Witness) -> bool {
-        self.witnessed & (1 << witness as u8) != 0
+        self.witnessed & (1 << witness as u16) != 0
     }
 
     pub fn violate(&mut self, violation: Violation) {
@@ -289,11 +304,69 @@ impl StepFacts {
     }
 
     pub fn witness(&mut self, witness: Witness) {
-        self.witnessed |= 1 << witness as u8;
+        self.witnessed |= 1 << witness as u16;
     }
 }
 
 impl State {
+    /// The wait-for graph as the works and their nested calls make it
+    /// (SPEC.md §17.2), from the model's own records: a flight whose work
+    /// runs waits for the flight that each of its nested calls leads or
+    /// joins at the coordinator, or, for one that waits there in a grace
+    /// window, its key's flight in progress (a rejoin's own flight only).
+    pub fn waits_for(&self) -> BTreeMap<FencingToken, BTreeSet<FencingToken>> {
+        let running = self.running();
+        let flight_of = |key: &Key| {
+            self.coordinator
+                .flights()
+                .find(|(of, _)| *of == key)
+                .map(|(_, token)| token)
+        };
+        let mut edges: BTreeMap<FencingToken, BTreeSet<FencingToken>> = BTreeMap::new();
+        for record in self
+            .processes
+            .iter()
+            .flatten()
+            .flat_map(|p| p.calls.values())
+        {
+            let (Some(parent), Some(party)) = (record.parent, record.at_coordinator) else {
+                continue;
+            };
+            if record.resolved || record.cancelled || !running.contains(&parent) {
+                continue;
+            }
+            let target = party.or_else(|| {
+                flight_of(&record.key)
+                    .filter(|token| record.rejoin.is_none_or(|rejoin| rejoin.flight == *token))
+            });
+            if let Some(target) = target {
+                edges.entry(parent).or_default().insert(target);
+            }
+        }
+        edges
+    }
+
+    /// Whether `to` is reached from `from` in `edges` (or is `from`).
+    pub fn reaches(
+        edges: &BTreeMap<FencingToken, BTreeSet<FencingToken>>,
+        from: FencingToken,
+        to: FencingToken,
+    ) -> bool {
+        let mut seen = BTreeSet::from([from]);
+        let mut next = vec![from];
+        while let Some(at) = next.pop() {
+            if at == to {
+                return true;
+            }
+            for &after in edges.get(&at).into_iter().flatten() {
+                if seen.insert(after) {
+                    next.push(after);
+                }
+            }
+        }
+        false
+    }
+
     /// The tokens under which some process's work runs.
     pub fn running(&self) -> BTreeSet<FencingToken> {
         self.processes
@@ -350,6 +423,8 @@ impl CallRecord {
             answered_for_good: false,
             stopped: false,
             rejoin: None,
+            parent: None,
+            at_coordinator: None,
         }
     }
 }

@@ -26,6 +26,8 @@ fn every_seeded_bug_is_caught() {
             | Mutant::KeepsFailures
             | Mutant::ReusesPastExpiry
             | Mutant::ReusesOlderValues => Directory::reuse(),
+            // Cycles of nested flights (SPEC.md §17) need nested calls.
+            Mutant::SkipsCycleCheck | Mutant::RefusesNonCycle => Directory::nested(),
             _ => Directory::small(),
         };
         let report = hunt(directory.with_mutant(Some(mutant)));

@@ -83,6 +83,9 @@ fn random_walks_find_every_seeded_bug() {
         // the exhaustive hunt of tests/mutants.rs catches it in any case.
         let configuration = match mutant {
             Mutant::JoinsHeldFlights => "fleet-without-overlaps",
+            // The fleet makes no nested calls (SPEC.md §17): walked in the
+            // configuration that does.
+            Mutant::SkipsCycleCheck | Mutant::RefusesNonCycle => "nested",
             _ => "fleet",
         };
         let simulation = Simulation::new(configuration, Some(mutant), FIXED_SEED)

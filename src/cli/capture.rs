@@ -40,6 +40,9 @@ pub const NOT_EXECUTABLE: &str = "CommandNotExecutable";
 pub struct CommandLine {
     pub program: OsString,
     pub arguments: Vec<OsString>,
+    /// The directory or cluster of the flight, as `SINGLE_FLIGHT_PLACE`
+    /// names it to COMMAND (SPEC.md §17.3).
+    pub place: String,
 }
 
 /// How far the leader's command has come, for the process's signal handling.
@@ -131,6 +134,7 @@ pub async fn lead(
         .args(&command.arguments)
         .env("SINGLE_FLIGHT_TOKEN", token.to_string())
         .env("SINGLE_FLIGHT_KEY", &key)
+        .env(super::nested::PLACE_VARIABLE, &command.place)
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

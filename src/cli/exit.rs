@@ -13,6 +13,13 @@ pub const NOT_RUNNING: u8 = 3;
 /// running it again starts a new flight. `EX_TEMPFAIL` of `sysexits.h`.
 pub const INTERRUPTED: u8 = 75;
 
+/// The run was made by the COMMAND of a flight and would have waited for a
+/// flight that waits for that one (SPEC.md §17.3): refused at once, where it
+/// would have hung. Running it again loops again, so it is not 75; and
+/// single-flight did not fail, so it is not 125. `EX_CONFIG` of
+/// `sysexits.h`: the flights are set up to call each other.
+pub const CYCLE: u8 = 78;
+
 /// `--timeout` passed first, as `timeout(1)` exits.
 pub const TIMED_OUT: u8 = 124;
 
@@ -39,6 +46,8 @@ pub const RUN_STATUSES: &str =
                     every joiner exits with the same
   75                the flight was interrupted (its leader was killed or
                     cancelled): nothing ran for this caller, run it again
+  78                run in the COMMAND of a flight, it would have waited for
+                    its own flight (a cycle, named on stderr): refused at once
   124               --timeout passed
   125               single-flight itself failed (usage, directory, coordinator)
   126               COMMAND cannot be executed (every joiner exits 126 too)
@@ -85,7 +94,11 @@ Environment:
   RUST_LOG                when set, the library's logs on stderr
   COMMAND runs with SINGLE_FLIGHT_TOKEN (the flight's fencing token, a decimal
   number greater than every earlier flight's: pass it to what COMMAND writes,
-  so that a stale leader's writes can be refused) and SINGLE_FLIGHT_KEY.
+  so that a stale leader's writes can be refused), SINGLE_FLIGHT_KEY and
+  SINGLE_FLIGHT_PLACE (its directory or cluster). A `run` in COMMAND with
+  both, of the same directory or cluster, names the flight as its parent: if
+  it would wait for its own flight, directly or through other nested runs,
+  it exits 78 at once and names the cycle.
 
 Standard input:
   COMMAND reads the leader's standard input, except when that is a terminal:

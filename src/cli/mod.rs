@@ -11,6 +11,7 @@ mod directory;
 mod exit;
 mod man;
 mod metrics;
+mod nested;
 mod output;
 mod place;
 mod run;
@@ -184,9 +185,11 @@ struct RunArgs {
 
     /// The command and its arguments, after `--`.
     ///
-    /// It runs with SINGLE_FLIGHT_TOKEN (the flight's fencing token) and
-    /// SINGLE_FLIGHT_KEY in its environment. It is not run through a shell:
-    /// use `sh -c '...'` for pipes and redirections.
+    /// It runs with SINGLE_FLIGHT_TOKEN (the flight's fencing token),
+    /// SINGLE_FLIGHT_KEY and SINGLE_FLIGHT_PLACE in its environment; a `run`
+    /// in it names the flight as its parent, and exits 78 at once instead
+    /// of waiting for its own flight. It is not run through a shell: use
+    /// `sh -c '...'` for pipes and redirections.
     #[arg(
         value_name = "COMMAND",
         required = true,

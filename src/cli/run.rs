@@ -13,6 +13,7 @@ use single_flight::{Failure, FencingToken, Landed, Role, RunError, SingleFlight,
 use super::RunArgs;
 use super::capture::{self, CommandLine, Control, Progress};
 use super::exit;
+use super::nested;
 use super::output::{Output, Ran, RanCodec, Sink, replay};
 use super::signals::{Received, Signals};
 use super::spill;
@@ -74,6 +75,8 @@ pub async fn run(args: RunArgs) -> u8 {
             return exit::FAILED;
         }
     };
+    // After opening, which creates the directory that it resolves.
+    let identity = nested::identity(&place);
     let spill = directory.map(|directory| Spill {
         tag: spill::key_tag(&args.key),
         directory,
@@ -106,6 +109,7 @@ pub async fn run(args: RunArgs) -> u8 {
     let control = Control::new();
     let mut ending = call(
         &flights,
+        &identity,
         &args,
         spill.as_ref(),
         &control,
@@ -132,6 +136,7 @@ pub async fn run(args: RunArgs) -> u8 {
         ));
         ending = call(
             &flights,
+            &identity,
             &args,
             spill.as_ref(),
             &control,
@@ -374,6 +379,7 @@ impl Drop for Dropped {
 /// with `--detach`, a leader's flight goes on for them (§15.4).
 async fn call(
     flights: &SingleFlight,
+    place: &str,
     args: &RunArgs,
     spill: Option<&Spill>,
     control: &Control,
@@ -383,6 +389,7 @@ async fn call(
     let command = CommandLine {
         program: args.command[0].clone(),
         arguments: args.command[1..].to_vec(),
+        place: place.to_owned(),
     };
     let work = {
         let (key, control) = (args.key.clone(), control.clone());
@@ -417,6 +424,9 @@ async fn call(
     let mut call = flights.call(&args.key).codec(RanCodec);
     if let Some(window) = reuse {
         call = call.reuse_for(window);
+    }
+    if let Some(parent) = nested::parent_of(place) {
+        call = call.parent(parent);
     }
     let running: std::pin::Pin<Box<dyn Future<Output = _> + Send + '_>> = if args.detach {
         Box::pin(call.detached().run(work))
@@ -537,6 +547,12 @@ async fn finish(
                 )),
             }
             code
+        }
+        // §17.3: COMMAND of another flight made this run, which would have
+        // waited for a flight that waits for that one.
+        Err(error @ RunError::Cycle { .. }) => {
+            say(error);
+            exit::CYCLE
         }
         Err(RunError::Interrupted {
             lost_in_failover: false,

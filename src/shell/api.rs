@@ -17,6 +17,7 @@ use super::landed::{Landed, Role};
 use super::driver::{CallEvent, Command, PANIC_LAND_TIMEOUT};
 use super::error::{RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
+use super::nested::{self, Working};
 use super::thread::Shared;
 use super::stats::{Counters, Stats};
 use crate::client::{CallId, CallOptions, Resolution};
@@ -123,6 +124,7 @@ impl SingleFlight {
             deadline: None,
             reuse: None,
             detached: false,
+            parent: None,
             codec: Json,
         }
     }
@@ -154,6 +156,8 @@ pub struct Call<'a, C> {
     /// As given; checked when the call starts.
     reuse: Option<Duration>,
     detached: bool,
+    /// Set by [`Call::parent`]; otherwise the flight whose work runs here.
+    parent: Option<FencingToken>,
     pub(super) codec: C,
 }
 
@@ -174,6 +178,7 @@ impl<'a, C> Call<'a, C> {
             deadline: self.deadline,
             reuse: self.reuse,
             detached: self.detached,
+            parent: self.parent,
             codec,
         }
     }
@@ -189,6 +194,23 @@ impl<'a, C> Call<'a, C> {
     /// only: after a failover the first call runs the work again.
     pub fn reuse_for(mut self, window: Duration) -> Self {
         self.reuse = Some(window);
+        self
+    }
+
+    /// Names the flight whose work makes this call: the flight of `token`
+    /// of this `SingleFlight` (SPEC.md §17). A call made by a work on the
+    /// work's own task or thread names it without this (the work of a
+    /// leader, a detached leader or a blocking leader); a work that hands
+    /// the call to another task or thread passes its token on with this.
+    ///
+    /// The coordinator then refuses the call at once, with
+    /// [`RunError::Cycle`], when waiting would close a cycle of flights
+    /// that wait for each other (the flight's work calling its own key,
+    /// or a key whose work calls it back), instead of leaving every one of
+    /// them waiting for ever. A token that is not of a flight in progress
+    /// of this directory or cluster changes nothing.
+    pub fn parent(mut self, token: FencingToken) -> Self {
+        self.parent = Some(token);
         self
     }
 
@@ -234,7 +256,8 @@ impl<'a, C> Call<'a, C> {
         match started.answer(event, &self.codec) {
             Answer::Done(result) => Finished::Returned(result),
             Answer::Lead(leading) => {
-                let result = catch_panic(work, leading.token).await;
+                let working = leading.working();
+                let result = nested::scope(working, catch_panic(work, leading.token)).await;
                 leading.finish(&self.codec, result)
             }
         }
@@ -275,6 +298,7 @@ impl<'a, C> Call<'a, C> {
         let options = CallOptions {
             detached: self.detached,
             reuse,
+            parent: self.parent.or_else(|| nested::current(shared.place)),
         };
         let call = CallId(shared.next_call.fetch_add(1, Ordering::Relaxed));
         let (events_out, events) = mpsc::unbounded_channel();
@@ -374,6 +398,12 @@ impl<'a> Started<'a> {
                     lost_in_failover: true,
                 }));
             }
+            Resolution::Cycle { keys } => {
+                return Answer::Done(Err(RunError::Cycle {
+                    key,
+                    keys: keys.iter().map(|key| key.as_str().to_owned()).collect(),
+                }));
+            }
             Resolution::Unsupported => return Answer::Done(Err(RunError::Protocol {
                 key,
                 reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),
@@ -439,6 +469,15 @@ pub(super) enum Finished<T, E> {
 }
 
 impl Leading<'_> {
+    /// The flight this call leads, as its work's calls name their parent
+    /// (SPEC.md §17.1).
+    pub(super) fn working(&self) -> Working {
+        Working {
+            place: self.shared.place,
+            token: self.token,
+        }
+    }
+
     /// Lands what the work came to (SPEC.md §9.3, §9.6) and says how the
     /// call ends: its own value or error, or its panic.
     pub(super) fn finish<T, E, C>(
@@ -611,6 +650,13 @@ impl<'a, C> Detached<'a, C> {
         }
     }
 
+    /// See [`Call::parent`].
+    pub fn parent(self, token: FencingToken) -> Self {
+        Detached {
+            call: self.call.parent(token),
+        }
+    }
+
     /// Runs the call; see [`SingleFlight::run`]. A leader's work runs on the
     /// thread of detached works (SPEC.md §15.3), so that it outlives its
     /// caller.
@@ -651,11 +697,12 @@ impl<C> Call<'_, C> {
         };
         let shared = self.flights.shared.clone();
         let (call, token) = (leading.call, leading.token);
+        let working = leading.working();
         let mut events = std::mem::replace(&mut leading.events, mpsc::unbounded_channel().1);
         let key = self.key;
         let (done, on_done) = oneshot::channel();
         self.flights.shared.works().spawn(async move {
-            let work = catch_panic(work, token);
+            let work = nested::scope(working, catch_panic(work, token));
             tokio::pin!(work);
             let result = loop {
                 tokio::select! {

@@ -51,6 +51,7 @@ use super::landed::Landed;
 use super::codec::{Codec, Json};
 use super::error::{OpenError, RunError};
 use super::failure::IntoFailure;
+use super::nested;
 use crate::protocol::FencingToken;
 
 /// Single-flight for the processes that share one directory, for blocking
@@ -233,6 +234,16 @@ impl<'a, C> Call<'a, C> {
         }
     }
 
+    /// Names the flight whose work makes this call (SPEC.md §17); see
+    /// [`crate::Call::parent`]. A call made on the thread of a blocking
+    /// work names that work's flight without this; a work that hands the
+    /// call to another thread passes its token on with this.
+    pub fn parent(self, token: FencingToken) -> Self {
+        Call {
+            call: self.call.parent(token),
+        }
+    }
+
     /// Makes the call detached (SPEC.md §15): when its deadline passes
     /// while it leads, the flight is not interrupted while any caller of
     /// the key waits for it. The work, which runs on the calling thread,
@@ -303,7 +314,10 @@ impl<'a, C> Call<'a, C> {
         // `AssertUnwindSafe`: the caller gets the panic back once it is
         // landed (SPEC.md §9.6), and sees what the work left as if nothing
         // had caught it.
-        let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(leading.token)));
+        let working = leading.working();
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            nested::on_this_thread(working, || work(leading.token))
+        }));
         if let Some(expiry) = &expiry
             && !expiry.claim()
         {

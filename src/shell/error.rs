@@ -126,6 +126,32 @@ pub enum RunError<E> {
     },
     /// No coordinator could be reached or elected.
     Unavailable(Arc<Unavailable>),
+    /// The call was made by the work of a flight (its parent, SPEC.md §17)
+    /// and would have waited for a flight that waits for that one: it was
+    /// refused at once instead of waiting for ever. The flights go on; the
+    /// work that made the call decides what to do.
+    Cycle {
+        /// The call's key, as given.
+        key: String,
+        /// The keys of the cycle: the parent's first, then this call's,
+        /// then each key whose flight waits for the next, the last waiting
+        /// for the parent's. One key when a flight's work called its own.
+        keys: Vec<String>,
+    },
+}
+
+/// The cycle of `keys` as a phrase: `"A" waits for itself through "B"`
+/// (SPEC.md §17.1).
+fn describe_cycle(keys: &[String]) -> String {
+    let mut text = match keys.first() {
+        Some(first) => format!("{first:?} waits for itself"),
+        None => "a flight waits for itself".to_owned(),
+    };
+    for (n, key) in keys.iter().enumerate().skip(1) {
+        text.push_str(if n == 1 { " through " } else { ", then " });
+        text.push_str(&format!("{key:?}"));
+    }
+    text
 }
 
 impl<E: fmt::Display> fmt::Display for RunError<E> {
@@ -165,6 +191,11 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 "the coordinator broke the protocol in the call for {key:?}: {reason}"
             ),
             RunError::Unavailable(reason) => write!(f, "no single-flight coordinator: {reason}"),
+            RunError::Cycle { key, keys } => write!(
+                f,
+                "the call for {key:?} was refused: {} (SPEC.md §17); a flight's work must not wait, through the calls it makes, for its own flight",
+                describe_cycle(keys)
+            ),
         }
     }
 }

@@ -11,6 +11,7 @@ mod error;
 mod failure;
 mod landed;
 mod lines;
+mod nested;
 mod options;
 mod serve;
 mod server;

@@ -110,7 +110,10 @@ impl Counters {
             Err(RunError::DeadlineExceeded { .. }) => &self.deadline,
             Err(RunError::Unavailable(_)) => &self.unavailable,
             Err(
-                RunError::InvalidCall { .. } | RunError::Codec { .. } | RunError::Protocol { .. },
+                RunError::InvalidCall { .. }
+                | RunError::Codec { .. }
+                | RunError::Protocol { .. }
+                | RunError::Cycle { .. },
             ) => &self.invalid,
         };
         counter.fetch_add(1, Ordering::Relaxed);

@@ -32,6 +32,9 @@ pub(super) struct Shared {
     pub(super) counters: Arc<Counters>,
     /// Where detached works run (SPEC.md §15.3), started at the first one.
     pub(super) works: std::sync::OnceLock<Works>,
+    /// This `SingleFlight`'s number in the process, which its works' calls
+    /// check before they take a flight as their parent (SPEC.md §17.1).
+    pub(super) place: u64,
 }
 
 /// The runtime of the detached works (SPEC.md §15.3): one thread of its
@@ -168,6 +171,7 @@ pub(super) fn start_thread(
         runtime: handle,
         counters,
         works: std::sync::OnceLock::new(),
+        place: super::nested::new_place(),
     });
     Ok((shared, opened))
 }

@@ -900,3 +900,53 @@ fn s16_4_a_reuse_run_without_a_coordinator_in_a_cluster_says_so() {
     // Nothing was left coordinating.
     assert!(world.status().is_err(), "a coordinator was left behind");
 }
+
+/// A command line as `sh` reads it, each word in single quotes.
+fn shell_line(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|word| quoted(&word.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
+/// §17.3: A's COMMAND on host 0 runs B on host 1, whose COMMAND runs A on
+/// host 0 again: that run exits 78 at once, naming the cycle, and B's and
+/// A's commands go on (it used to hang until --timeout). Every run has a
+/// --timeout far above what they take, which a cycle left waiting would
+/// reach (exit 124) instead of hanging the test.
+#[test]
+fn s17_3_a_loop_across_two_hosts_exits_at_once() {
+    let Some(world) = World::hosts("nested", 2) else {
+        return;
+    };
+    let run = |host: usize, key: &str| {
+        let mut command = world.command(host, "run");
+        command.args(["--timeout", "60", "--key", key, "--"]);
+        shell_line(&command)
+    };
+    let deep = format!(r#"{} echo deep; echo "deep exited $?""#, run(0, "A"));
+    let middle = format!(
+        r#"{} sh -c {}; echo "B exited $?""#,
+        run(1, "B"),
+        quoted(&deep)
+    );
+    let mut outer = world.command(0, "run");
+    outer.args(["--timeout", "60", "--key", "A", "--", "sh", "-c", &middle]);
+    let output = outer.output().expect("run ends");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "deep exited 78\nB exited 0\n",
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(r#""B" waits for itself through "A""#),
+        "{stderr}"
+    );
+}

@@ -52,6 +52,10 @@ pub struct CallOptions {
     /// The call takes a kept value of its key, and its own value is kept
     /// this long if it leads (SPEC.md §16).
     pub reuse: Option<ReuseWindow>,
+    /// The flight whose work makes this call (SPEC.md §17): the coordinator
+    /// refuses the call, rather than let it wait for ever, when it would
+    /// close a cycle of flights waiting for each other.
+    pub parent: Option<FencingToken>,
 }
 
 /// A command for the shell, to be carried out in the order given.
@@ -133,4 +137,11 @@ pub enum Resolution {
     /// The coordinator answered `unsupported` to a request every version
     /// knows: it does not speak this protocol correctly.
     Unsupported,
+    /// The call was refused because it would close a cycle of nested
+    /// flights (SPEC.md §17.1): `keys` from its parent's key, each waiting
+    /// for the next and the last for the first.
+    Cycle {
+        /// The keys of the cycle, the parent's first, then the call's own.
+        keys: Vec<Key>,
+    },
 }

@@ -152,6 +152,10 @@ impl Client {
                 outcome: *outcome,
             },
             (CallState::Asked, Response::Reused { .. }) => Resolution::Interrupted,
+            // §17.1: the run or rejoin would close a cycle of nested flights.
+            (CallState::Asked | CallState::Joined { .. }, Response::Cycle { keys, .. }) => {
+                Resolution::Cycle { keys }
+            }
             // §15.3: nobody waits for the detached flight any more. A land
             // on the way is refused; there is nobody to hand it to.
             (CallState::Detached { .. }, Response::Stop { .. }) => {
@@ -303,6 +307,7 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
+                        parent: entry.options.parent,
                     }));
                 }
                 // §15.3: the flight comes back, then is detached again; the
@@ -313,6 +318,7 @@ impl Client {
                         key,
                         token: *token,
                         outcome: None,
+                        parent: entry.options.parent,
                     }));
                     effects.push(Effect::Send(Request::Detach { id }));
                 }
@@ -320,11 +326,14 @@ impl Client {
                 // reassert, so that the flight does not come back to life
                 // (SPEC.md §8.3).
                 CallState::Landing { token, outcome } => {
+                    // No parent: the flight does not come back, so it waits
+                    // for nothing (§17.2).
                     effects.push(Effect::Send(Request::Reassert {
                         id,
                         key,
                         token: *token,
                         outcome: Some(outcome.clone()),
+                        parent: None,
                     }));
                 }
                 CallState::Orphaned { .. } => {}
@@ -342,6 +351,7 @@ impl Call {
             key: self.key.clone(),
             flight,
             reuse: self.options.reuse.filter(|_| flight.is_none()),
+            parent: self.options.parent,
         }
     }
 }

@@ -40,6 +40,7 @@ fn run(call: u64, flight: Option<FencingToken>) -> Effect {
         key: key(),
         flight,
         reuse: None,
+        parent: None,
     })
 }
 
@@ -243,12 +244,14 @@ fn replay_after_lost_connection() {
                 key: key(),
                 token: token(1),
                 outcome: None,
+                parent: None,
             }),
             Effect::Send(Request::Reassert {
                 id: id(2),
                 key: key(),
                 token: token(2),
                 outcome: Some(value()),
+                parent: None,
             }),
             run(3, Some(token(7))),
             run(4, None),
@@ -404,6 +407,7 @@ fn start_with(client: &mut Client, call: u64, options: CallOptions) -> Vec<Effec
 const DETACHED: CallOptions = CallOptions {
     detached: true,
     reuse: None,
+    parent: None,
 };
 
 /// A connected client whose detached call 1 leads flight 1.
@@ -526,6 +530,7 @@ fn detached_leader_replays_reassert_then_detach() {
                 key: key(),
                 token: token(1),
                 outcome: None,
+                parent: None,
             }),
             Effect::Send(Request::Detach { id: id(1) }),
         ]
@@ -541,6 +546,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
     let options = CallOptions {
         detached: false,
         reuse,
+        parent: None,
     };
     let mut client = connected();
     assert_eq!(
@@ -550,6 +556,7 @@ fn reuse_window_on_the_wire_and_reused_values() {
             key: key(),
             flight: None,
             reuse,
+            parent: None,
         })]
     );
     assert_eq!(
@@ -664,4 +671,73 @@ fn caller_of_an_orphaned_call_leaves() {
     let mut client = orphaned(CallOptions::default());
     assert_eq!(cancelled(&mut client, 1), vec![]);
     assert!(client.is_idle());
+}
+
+/// §17.3: a nested call sends its parent with its run, with its rejoin and
+/// its running reassert after a reconnect, and `cycle` resolves it.
+#[test]
+fn a_nested_call_carries_its_parent_and_resolves_a_cycle() {
+    let parent = token(9);
+    let mut client = connected();
+    let nested = |call: u64| Event::CallStarted {
+        call: CallId(call),
+        key: key(),
+        options: CallOptions {
+            parent: Some(parent),
+            ..CallOptions::default()
+        },
+    };
+    let with_parent = |call: u64, flight: Option<FencingToken>| {
+        Effect::Send(Request::Run {
+            id: id(call),
+            key: key(),
+            flight,
+            reuse: None,
+            parent: Some(parent),
+        })
+    };
+    assert_eq!(client.step(nested(1)), vec![with_parent(1, None)]);
+    assert_eq!(client.step(nested(2)), vec![with_parent(2, None)]);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(1),
+            token: token(1),
+        },
+    );
+    receive(
+        &mut client,
+        Response::Joined {
+            id: id(2),
+            flight: token(3),
+        },
+    );
+    client.step(Event::ConnectionLost);
+    assert_eq!(
+        client.step(Event::ConnectionReady),
+        vec![
+            Effect::Send(Request::Reassert {
+                id: id(1),
+                key: key(),
+                token: token(1),
+                outcome: None,
+                parent: Some(parent),
+            }),
+            with_parent(2, Some(token(3))),
+        ]
+    );
+    let keys = vec![Key::new("p").unwrap(), key()];
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Cycle {
+                id: id(2),
+                keys: keys.clone(),
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(2),
+            resolution: Resolution::Cycle { keys },
+        }]
+    );
 }

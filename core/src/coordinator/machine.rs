@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
+use super::cycles::{PartyRef, WaitFor};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
 use super::mutant::{Mutant, Seeded};
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
@@ -16,9 +17,6 @@ use crate::protocol::{
 /// what a real process runs at once and keeps a runaway client from growing
 /// the coordinator's memory without bound.
 pub const MAX_OPEN_REQUESTS_PER_CONNECTION: usize = 65_536;
-
-/// One request of one connection, as the coordinator names it.
-type PartyRef = (ConnectionId, RequestId);
 
 /// The coordinator of one term.
 ///
@@ -111,6 +109,9 @@ pub struct Coordinator {
     /// The reuse windows of the plain runs that wait for the grace window to
     /// end (SPEC.md §16.3), for when they lead or join.
     waiting_reuse: BTreeMap<PartyRef, ReuseWindow>,
+    /// The wait-for graph of nested flights (SPEC.md §17.2): a side table
+    /// too, empty unless calls name a parent.
+    waits: WaitFor,
     /// Effects of the step in progress; always empty between steps.
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
@@ -206,6 +207,7 @@ impl Coordinator {
             detached: BTreeSet::new(),
             keeps: BTreeMap::new(),
             waiting_reuse: BTreeMap::new(),
+            waits: WaitFor::default(),
             effects: Vec::new(),
             counters: Tally(CoordinatorStats {
                 grace_windows: u64::from(in_grace),
@@ -308,8 +310,13 @@ impl Coordinator {
                 key,
                 flight,
                 reuse,
+                parent,
             } => {
                 if self.open(connection, &id, &key) {
+                    if let Some(parent) = parent {
+                        self.waits
+                            .insert((connection, id.clone()), parent, key.clone(), flight);
+                    }
                     match flight {
                         None => self.run((connection, id), key, reuse),
                         Some(token) => {
@@ -326,8 +333,15 @@ impl Coordinator {
                 key,
                 token,
                 outcome,
+                parent,
             } => {
                 if self.open(connection, &id, &key) {
+                    // A leader's edge comes back with its flight (§17.2);
+                    // a landed or rejected reassert's goes with its party.
+                    if let Some(parent) = parent {
+                        self.waits
+                            .insert((connection, id.clone()), parent, key.clone(), None);
+                    }
                     self.reassert((connection, id), key, token, outcome);
                 }
             }
@@ -407,6 +421,11 @@ impl Coordinator {
     /// kept in the window, as no flight has been led in the term yet.
     fn run(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
         if self.hook(Mutant::GraceLetsRunsLead, self.in_grace, false) {
+            // §17.2: a run that waits in the window counts, and is refused
+            // if it closes a cycle through a held flight.
+            if self.refuses_cycle(&party, &key, None) {
+                return;
+            }
             if let Some(window) = reuse {
                 self.waiting_reuse.insert(party.clone(), window);
             }
@@ -418,7 +437,7 @@ impl Coordinator {
 
     /// `reuse`: the run's window (§16.3).
     fn lead_or_join(&mut self, party: PartyRef, key: Key, reuse: Option<ReuseWindow>) {
-        if self.reuse(&party, &key, reuse) {
+        if self.reuse(&party, &key, reuse) || self.refuses_cycle(&party, &key, None) {
             return;
         }
         let in_progress = self.flights.get(&key);
@@ -469,6 +488,9 @@ impl Coordinator {
     /// grace window if that flight is held or may still be reasserted, and is
     /// otherwise interrupted. It never leads.
     fn rejoin(&mut self, party: PartyRef, key: Key, token: FencingToken) {
+        if self.refuses_cycle(&party, &key, Some(token)) {
+            return;
+        }
         let in_progress = self.flights.get(&key).is_some_and(|f| f.token == token);
         if in_progress && self.hook(Mutant::JoinsHeldFlights, !self.in_grace, true) {
             return self.join(party, &key, token);
@@ -690,6 +712,9 @@ impl Coordinator {
 
     /// Undoes what `party`, already removed from its connection, was doing.
     fn withdrawn(&mut self, party: &PartyRef, Party { key, role, .. }: Party, why: Withdrawal) {
+        if !self.waits.is_empty() {
+            self.waits.remove(party);
+        }
         match role {
             Role::Waiting { .. } => {
                 self.waiting.retain(|waiting| waiting != party);
@@ -806,7 +831,11 @@ impl Coordinator {
                     ..
                 }) => {
                     if self.flights.get(&key).is_some_and(|f| f.token == token) {
-                        self.join(waiting, &key, token);
+                        // §17.2: the reasserts of the window may have closed
+                        // a cycle through this rejoin since it arrived.
+                        if !self.refuses_cycle(&waiting, &key, Some(token)) {
+                            self.join(waiting, &key, token);
+                        }
                     } else {
                         self.finish(&waiting, None);
                     }
@@ -1004,10 +1033,48 @@ impl Coordinator {
         }
     }
 
-    fn remove_party(&mut self, (connection, id): &PartyRef) {
+    fn remove_party(&mut self, party: &PartyRef) {
+        let (connection, id) = party;
         if let Some(parties) = self.connections.get_mut(connection) {
             parties.remove(id);
         }
+        if !self.waits.is_empty() {
+            self.waits.remove(party);
+        }
+    }
+
+    /// §17.2: a party made by the work of a flight in progress, about to wait
+    /// for the flight of `key` (`only`: a rejoin's, which it waits for only
+    /// while it is that key's flight), is answered `cycle` and closed when
+    /// that flight's work waits, through nested calls, for the parent's.
+    /// `true` when it was refused.
+    fn refuses_cycle(&mut self, party: &PartyRef, key: &Key, only: Option<FencingToken>) -> bool {
+        if self.waits.is_empty() {
+            return false;
+        }
+        let Some(parent) = self.waits.parent(party) else {
+            return false;
+        };
+        let start = self
+            .flights
+            .get(key)
+            .map(|flight| flight.token)
+            .filter(|token| only.is_none_or(|only| only == *token));
+        let flights = &self.flights;
+        let found = self
+            .waits
+            .cycle(key, start, parent, |key| flights.get(key).map(|f| f.token));
+        let found = self.hook(Mutant::SkipsCycleCheck, found, None);
+        // With the seeded bug, any wait for a flight in progress is taken
+        // for a cycle of its key alone.
+        let any_wait = start.map(|_| vec![key.clone()]);
+        let Some(keys) = self.hook(Mutant::RefusesNonCycle, found, any_wait) else {
+            return false;
+        };
+        self.remove_party(party);
+        let (connection, id) = party.clone();
+        self.send(connection, Response::Cycle { id, keys });
+        true
     }
 }
 

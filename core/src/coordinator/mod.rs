@@ -2,10 +2,12 @@
 //! keeps. No I/O, no clock, no threads, no randomness: the shell feeds it
 //! [`Event`]s and carries out the [`Effect`]s it returns.
 
+mod cycles;
 mod io;
 mod machine;
 mod mutant;
 
+pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term};
 pub use machine::{Coordinator, MAX_OPEN_REQUESTS_PER_CONNECTION};
 #[cfg(single_flight_mutants)]

@@ -66,12 +66,18 @@ pub enum Mutant {
     /// §16.2: a landing without a window leaves its key's older kept value
     /// in place, so a later call reuses a value older than the latest.
     ReusesOlderValues,
+    /// §17.2: a run that closes a cycle of nested flights is not refused,
+    /// and waits for ever.
+    SkipsCycleCheck,
+    /// §17.2: a nested run that would wait for any flight in progress is
+    /// refused as a cycle, whether or not that flight waits for its parent.
+    RefusesNonCycle,
 }
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
     /// Every seeded bug, in the order declared.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -86,6 +92,8 @@ impl Mutant {
         Mutant::KeepsFailures,
         Mutant::ReusesPastExpiry,
         Mutant::ReusesOlderValues,
+        Mutant::SkipsCycleCheck,
+        Mutant::RefusesNonCycle,
     ];
 }
 

@@ -6,6 +6,7 @@ use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
 };
 
+mod cycles;
 mod extensions;
 mod properties;
 
@@ -44,6 +45,7 @@ fn run(connection: u64, i: &str, k: &str) -> Event {
             key: key(k),
             flight: None,
             reuse: None,
+            parent: None,
         },
     )
 }
@@ -56,6 +58,7 @@ fn rejoin(connection: u64, i: &str, k: &str, flight: FencingToken) -> Event {
             key: key(k),
             flight: Some(flight),
             reuse: None,
+            parent: None,
         },
     )
 }
@@ -76,6 +79,7 @@ fn reassert(connection: u64, i: &str, k: &str, t: FencingToken) -> Event {
             key: key(k),
             token: t,
             outcome: None,
+            parent: None,
         },
     )
 }
@@ -573,6 +577,7 @@ fn counters_count_what_the_term_decided() {
             key: key("b"),
             token: token(1, 5),
             outcome: Some(value("v")),
+            parent: None,
         },
     );
     assert_eq!(co.step(landed_before), vec![ack(2, "2")]);
@@ -690,6 +695,7 @@ fn reassert_landed(connection: u64, i: &str, k: &str, t: FencingToken, outcome: 
             key: key(k),
             token: t,
             outcome: Some(outcome),
+            parent: None,
         },
     )
 }

@@ -92,3 +92,13 @@ pub const MAX_KEPT_VALUES: usize = 4096;
 /// coordinator is one process of the fleet that everyone's calls go
 /// through; it should not become its memory hog.
 pub const MAX_KEPT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most keys a `cycle` answer names, and the longest cycle of nested flights
+/// a coordinator finds (SPEC.md §17.2): a search from a run's key stops after
+/// this many flights. Nested calls deeper than a few levels are rare (a build
+/// step that fetches a dependency, a cache fill that needs another key), so
+/// 64 finds every cycle people make; it bounds the search's depth, and the
+/// answer: 64 keys at their limit, each byte escaped, are 1.6 MiB, well
+/// within a frame. A longer cycle is not refused: its calls wait as if the
+/// extension did not exist, until their deadlines.
+pub const MAX_CYCLE_KEYS: usize = 64;

@@ -27,7 +27,8 @@ use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
 use super::limits::{
-    MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REUSE_WINDOW_MS,
+    MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES,
+    MAX_REUSE_WINDOW_MS,
 };
 use super::token::FencingToken;
 
@@ -241,6 +242,10 @@ pub enum Request {
         /// and its own value, if it leads, is kept this long.
         #[serde(skip_serializing_if = "Option::is_none")]
         reuse: Option<ReuseWindow>,
+        /// Extension (SPEC.md §17.1): the token of the flight whose work
+        /// makes this call, which waits for it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent: Option<FencingToken>,
     },
     /// The leader of `id` ends its flight with `outcome`.
     Land {
@@ -267,6 +272,10 @@ pub enum Request {
         /// Only from a leader whose work already finished: how it ended.
         #[serde(skip_serializing_if = "Option::is_none")]
         outcome: Option<Outcome>,
+        /// Extension (SPEC.md §17.1): the token of the flight whose work
+        /// made the call that leads this flight.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent: Option<FencingToken>,
     },
     /// Asks for the coordinator's view of its flights (SPEC.md §3.5, an
     /// extension that older coordinators answer `unsupported`).
@@ -349,6 +358,18 @@ pub enum Response {
         /// coordinator effect larger, for an answer most terms never send
         /// (BENCHMARKS.md, "Detached calls and the reuse window").
         outcome: Box<Outcome>,
+    },
+    /// Extension (SPEC.md §17.1): the run, made by the work of the flight
+    /// its `parent` names, would wait for a flight that waits for that one:
+    /// it is refused, at once and for good.
+    Cycle {
+        /// The id of the `run`.
+        id: RequestId,
+        /// The keys of the cycle, each waiting for the next and the last for
+        /// the first: the parent's key, the run's own key, and those between
+        /// (one key alone when a flight's work called its own key). At most
+        /// [`MAX_CYCLE_KEYS`] of them.
+        keys: Vec<Key>,
     },
     /// The answer to `status` (SPEC.md §3.5).
     Status {
@@ -484,6 +505,7 @@ impl Response {
             | Response::Unsupported { id }
             | Response::Stop { id }
             | Response::Reused { id, .. }
+            | Response::Cycle { id, .. }
             | Response::Status { id, .. } => id,
         }
     }
@@ -570,6 +592,7 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             key: key(message.key.take())?,
             flight: optional_token(message.flight.take(), "flight")?,
             reuse: reuse(message.reuse.take())?,
+            parent: optional_token(message.parent.take(), "parent")?,
         },
         "land" => Request::Land {
             id,
@@ -581,6 +604,7 @@ pub fn decode_request(line: &[u8]) -> Result<Incoming, DecodeError> {
             key: key(message.key.take())?,
             token: token(message.token.take(), "token")?,
             outcome: optional_outcome(message.outcome.take())?,
+            parent: optional_token(message.parent.take(), "parent")?,
         },
         "status" => Request::Status { id },
         "detach" => Request::Detach { id },
@@ -624,6 +648,10 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
             id,
             flight: token(message.flight.take(), "flight")?,
             outcome: Box::new(outcome(message.outcome.take())?),
+        },
+        "cycle" => Response::Cycle {
+            id,
+            keys: cycle_keys(message.keys.take())?,
         },
         "status" => Response::Status {
             id,
@@ -830,6 +858,8 @@ struct MessageFields<'a> {
     omitted: Option<Json<'a>>,
     stats: Option<Json<'a, StatsFields<'a>>>,
     reuse: Option<Json<'a>>,
+    parent: Option<Json<'a>>,
+    keys: Option<Json<'a, Skipped, KeyList>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -867,6 +897,8 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "omitted" => member(map, &mut self.omitted),
             "stats" => member(map, &mut self.stats),
             "reuse" => member(map, &mut self.reuse),
+            "parent" => member(map, &mut self.parent),
+            "keys" => member(map, &mut self.keys),
             _ => skip(map),
         }
     }
@@ -932,6 +964,38 @@ impl<'a> Items<'a> for FlightList {
             match flight(item) {
                 Ok(flight) => self.flights.push(flight),
                 Err(error) => self.error = Some(error),
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// The `keys` of a `cycle` answer (SPEC.md §17.1), checked as they are read,
+/// so that a hostile array holds no more than [`MAX_CYCLE_KEYS`] keys: the
+/// valid ones before the first fault, and what that fault is.
+#[derive(Default)]
+struct KeyList {
+    keys: Vec<Key>,
+    error: Option<DecodeError>,
+}
+
+impl<'a> Items<'a> for KeyList {
+    fn read<A: SeqAccess<'a>>(&mut self, items: &mut A) -> Result<bool, A::Error> {
+        let mut item = Json::<Skipped>::Other;
+        if items.next_element_seed(Place(&mut item))?.is_none() {
+            return Ok(false);
+        }
+        if self.error.is_none() {
+            if self.keys.len() == MAX_CYCLE_KEYS {
+                self.error = Some(DecodeError::WrongType {
+                    field: "keys",
+                    expected: "an array of at most 64 keys",
+                });
+            } else {
+                match key(Some(item)) {
+                    Ok(key) => self.keys.push(key),
+                    Err(error) => self.error = Some(error),
+                }
             }
         }
         Ok(true)
@@ -1125,6 +1189,21 @@ fn flights(
     match list.error {
         Some(error) => Err(error),
         None => Ok(list.flights),
+    }
+}
+
+/// A `cycle` answer's keys (SPEC.md §17.1): 1 to [`MAX_CYCLE_KEYS`] keys.
+fn cycle_keys(member: Option<Json<'_, Skipped, KeyList>>) -> Result<Vec<Key>, DecodeError> {
+    let Json::Array(list) = required(member, "keys")? else {
+        return Err(DecodeError::WrongType {
+            field: "keys",
+            expected: "an array",
+        });
+    };
+    match list.error {
+        Some(error) => Err(error),
+        None if list.keys.is_empty() => Err(DecodeError::Empty { field: "keys" }),
+        None => Ok(list.keys),
     }
 }
 

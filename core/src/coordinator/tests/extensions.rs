@@ -25,6 +25,7 @@ fn run_reusing(connection: u64, i: &str, k: &str, millis: u64) -> Event {
             key: key(k),
             flight: None,
             reuse: Some(window(millis)),
+            parent: None,
         },
     )
 }

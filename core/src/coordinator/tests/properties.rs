@@ -18,6 +18,9 @@ enum Op {
     Open,
     Close(usize),
     Run(usize, usize),
+    /// A run made by the work of a flight (SPEC.md §17): its parent is one
+    /// of the tokens minted so far.
+    Nested(usize, usize, usize),
     Rejoin(usize, usize, usize),
     Land(usize, usize),
     Cancel(usize, usize),
@@ -33,6 +36,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::Open),
         1 => n.clone().prop_map(Op::Close),
         6 => (n.clone(), n.clone()).prop_map(|(c, k)| Op::Run(c, k)),
+        2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Nested(c, k, t)),
         2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Rejoin(c, k, t)),
         3 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Land(c, p)),
         2 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Cancel(c, p)),
@@ -103,7 +107,7 @@ impl Observer {
     fn is_final(response: &Response) -> bool {
         matches!(
             response,
-            Response::Landed { .. } | Response::Interrupted { .. }
+            Response::Landed { .. } | Response::Interrupted { .. } | Response::Cycle { .. }
         )
     }
 
@@ -247,7 +251,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                 }
                 observer.check(&effects);
             }
-            Op::Run(n, k) | Op::Rejoin(n, k, _) | Op::Reassert(n, k, _) => {
+            Op::Run(n, k) | Op::Nested(n, k, _) | Op::Rejoin(n, k, _) | Op::Reassert(n, k, _) => {
                 let Some(connection) = observer.connection(n) else {
                     continue;
                 };
@@ -258,6 +262,19 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                     .insert((connection, id.clone()), key.clone());
                 let token = |t: usize| observer.tokens[t % observer.tokens.len()];
                 let (event, reasserted) = match op {
+                    Op::Nested(.., t) => (
+                        request(
+                            connection,
+                            Request::Run {
+                                id: id.clone(),
+                                key: key.clone(),
+                                flight: None,
+                                reuse: None,
+                                parent: Some(token(t)),
+                            },
+                        ),
+                        None,
+                    ),
                     Op::Run(..) => (
                         request(
                             connection,
@@ -266,6 +283,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                 key: key.clone(),
                                 flight: None,
                                 reuse: None,
+                                parent: None,
                             },
                         ),
                         None,
@@ -281,6 +299,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     flight: Some(flight),
                                     reuse: None,
+                                    parent: None,
                                 },
                             ),
                             None,
@@ -299,6 +318,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                                     key: key.clone(),
                                     token: t,
                                     outcome: None,
+                                    parent: None,
                                 },
                             ),
                             Some(t),
@@ -407,6 +427,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                             key,
                             flight: None,
                             reuse: None,
+                            parent: None,
                         },
                     ));
                     assert_eq!(
