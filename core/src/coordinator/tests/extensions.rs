@@ -340,6 +340,7 @@ fn a_rejoin_carrying_reuse_ignores_it() {
                 key: key("k"),
                 flight: Some(flight),
                 reuse: Some(window(10)),
+                parent: None,
             },
         )
     };
