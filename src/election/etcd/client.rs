@@ -123,7 +123,6 @@ impl Client {
     }
 
     /// Every key that starts with `prefix`.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
         let key = prefix.into();
         let request = pb::RangeRequest {
@@ -176,9 +175,10 @@ impl Client {
 
     /// A stream of renewals of one lease ([`KeepAlive::renew`]), opened
     /// with a first renewal: etcd sends a stream's headers with its first
-    /// answer, so the stream is not open until a request has gone out. Fails
-    /// with `NOT_FOUND` when etcd says that the lease has expired.
-    pub async fn lease_keep_alive(&self, id: i64) -> Result<KeepAlive, Status> {
+    /// answer, so the stream is not open until a request has gone out. With
+    /// the TTL that first renewal got. Fails with `NOT_FOUND` when etcd says
+    /// that the lease has expired.
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<(KeepAlive, i64), Status> {
         let (requests, queue) = mpsc::channel(STREAM_QUEUE);
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = requests.try_send(pb::LeaseKeepAliveRequest { id });
@@ -189,11 +189,14 @@ impl Client {
             .await?
             .into_inner();
         match answers.message().await? {
-            Some(first) if first.ttl > 0 => Ok(KeepAlive {
-                id,
-                requests,
-                answers,
-            }),
+            Some(first) if first.ttl > 0 => Ok((
+                KeepAlive {
+                    id,
+                    requests,
+                    answers,
+                },
+                first.ttl,
+            )),
             Some(_) => Err(Status::not_found("etcd says the lease has expired")),
             None => Err(Status::unavailable("etcd ended the renewals' stream")),
         }
@@ -275,7 +278,6 @@ pub fn describe(status: &Status) -> String {
 /// The end of the range of every key that starts with `prefix`: the prefix
 /// with its last byte below 0xff raised by one (etcd's convention; `\0`,
 /// every key, for a prefix of 0xff bytes only).
-#[cfg(feature = "_internal")] // for the tests and harnesses only
 fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
@@ -351,6 +353,16 @@ pub fn put_op(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) ->
             key: key.into(),
             value: value.into(),
             lease,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A read of one key in a transaction.
+pub fn range_op(key: impl Into<Vec<u8>>) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(pb::RangeRequest {
+            key: key.into(),
             ..Default::default()
         })),
     }
