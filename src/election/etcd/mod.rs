@@ -17,7 +17,6 @@ use renew::{Proof, Reach, Renewals};
 use retry::{Backoff, Jitter, with_retries};
 
 pub use error::EtcdError;
-pub use retry::REQUEST_PATIENCE;
 
 use super::{Election, Term};
 use crate::protocol::Epoch;
@@ -59,6 +58,17 @@ pub const DEFAULT_PREFIX: &str = "single-flight";
 /// [`REQUEST_PATIENCE`] (§14.6), so that calls end `Unavailable` instead of
 /// hanging when etcd is gone.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a request to etcd is tried again while it fails transiently,
+/// from its first attempt (SPEC.md §14.6). A thousand processes that start
+/// at once on two cores make etcd answer late for seconds (their TLS
+/// handshakes and reads queue behind each other; BENCHMARKS.md, "A thousand
+/// processes"): a request that timed out then is worth another try, not an
+/// `Unavailable` call. 20 s is several times the longest such congestion
+/// measured, and bounds how long a call without a deadline waits for an
+/// etcd that is really gone before it ends `Unavailable`; a call's deadline
+/// ends it sooner.
+pub const REQUEST_PATIENCE: Duration = Duration::from_secs(20);
 
 /// The least of the window from which a process draws its pause before it
 /// campaigns (§14.3). Every process that finds no coordinator would

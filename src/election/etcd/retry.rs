@@ -10,29 +10,19 @@ use std::time::{Duration, Instant};
 use tonic::{Code, Status};
 use tracing::{debug, warn};
 
+use super::REQUEST_PATIENCE;
 use super::client::{Client, describe};
-
-/// How long a request to etcd is tried again while it fails transiently,
-/// from its first attempt (SPEC.md §14.6). A thousand processes that start
-/// at once on two cores make etcd answer late for seconds (their TLS
-/// handshakes and reads queue behind each other; BENCHMARKS.md, "A thousand
-/// processes"): a request that timed out then is worth another try, not an
-/// `Unavailable` call. 20 s is several times the longest such congestion
-/// measured, and bounds how long a call without a deadline waits for an
-/// etcd that is really gone before it ends `Unavailable`; a call's deadline
-/// ends it sooner.
-pub const REQUEST_PATIENCE: Duration = Duration::from_secs(20);
 
 /// The pause after a request's first failure: one member's death is
 /// noticed by the client at once (the next attempt goes to another member),
 /// so the first retry comes soon.
-pub const FIRST_RETRY: Duration = Duration::from_millis(100);
+pub(super) const FIRST_RETRY: Duration = Duration::from_millis(100);
 
 /// The longest pause between two attempts: the pause doubles after each
 /// failure up to this, so that an overloaded etcd sees fewer and fewer
 /// repeats of the same requests, and a recovered one is used again within
 /// 2 s.
-pub const LONGEST_RETRY: Duration = Duration::from_secs(2);
+pub(super) const LONGEST_RETRY: Duration = Duration::from_secs(2);
 
 /// Whether a failed request may succeed if sent again: etcd or the way to
 /// it was busy or gone, not the request wrong. UNAVAILABLE is a member that
@@ -41,7 +31,7 @@ pub const LONGEST_RETRY: Duration = Duration::from_secs(2);
 /// client's timeout of one attempt ("Timeout expired"); DEADLINE_EXCEEDED
 /// the same seen by a proxy or by etcd; RESOURCE_EXHAUSTED etcd's "too many
 /// requests".
-pub fn transient(error: &Status) -> bool {
+pub(super) fn transient(error: &Status) -> bool {
     matches!(
         error.code(),
         Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::ResourceExhausted
@@ -53,18 +43,18 @@ pub fn transient(error: &Status) -> bool {
 /// use, from a fixed seed in tests. Never used by the core, which is
 /// deterministic.
 #[derive(Clone, Debug)]
-pub struct Jitter(u64);
+pub(super) struct Jitter(u64);
 
 impl Jitter {
     /// A source seeded from the operating system's randomness, different in
     /// every process.
-    pub fn from_os() -> Jitter {
+    pub(super) fn from_os() -> Jitter {
         Jitter(RandomState::new().hash_one(std::process::id()))
     }
 
     /// A source that repeats: for tests.
     #[cfg(test)]
-    pub fn seeded(seed: u64) -> Jitter {
+    pub(super) fn seeded(seed: u64) -> Jitter {
         Jitter(seed)
     }
 
@@ -79,12 +69,12 @@ impl Jitter {
     }
 
     /// A source of its own for another task, seeded from this one.
-    pub fn fork(&mut self) -> Jitter {
+    pub(super) fn fork(&mut self) -> Jitter {
         Jitter(self.next())
     }
 
     /// A number in [0, 1), uniformly.
-    pub fn fraction(&mut self) -> f64 {
+    pub(super) fn fraction(&mut self) -> f64 {
         // The 53 high bits make every double of [0, 1) a multiple of 2^-53.
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
@@ -92,7 +82,7 @@ impl Jitter {
     /// A duration in [`max` / 2, `max`): "equal jitter", so that processes
     /// that failed together do not try again together, while none tries
     /// again much sooner than its backoff says.
-    pub fn half_to_full(&mut self, max: Duration) -> Duration {
+    pub(super) fn half_to_full(&mut self, max: Duration) -> Duration {
         max.mul_f64(0.5 + self.fraction() / 2.0)
     }
 }
@@ -101,18 +91,18 @@ impl Jitter {
 /// doubling to [`LONGEST_RETRY`], each jittered, until
 /// [`REQUEST_PATIENCE`] has passed since the first attempt.
 #[derive(Debug)]
-pub struct Backoff {
+pub(super) struct Backoff {
     until: Instant,
     next: Duration,
 }
 
 impl Backoff {
     /// The retries of a request first sent at `started`.
-    pub fn new(started: Instant) -> Backoff {
+    pub(super) fn new(started: Instant) -> Backoff {
         Backoff::with_patience(started, REQUEST_PATIENCE)
     }
 
-    pub fn with_patience(started: Instant, patience: Duration) -> Backoff {
+    pub(super) fn with_patience(started: Instant, patience: Duration) -> Backoff {
         Backoff {
             until: started + patience,
             next: FIRST_RETRY,
@@ -122,7 +112,7 @@ impl Backoff {
     /// After a transient failure at `now`: how long to pause before the
     /// next attempt, or `None` when the patience is spent. The last pause
     /// ends at the patience's end, for one last attempt.
-    pub fn after_failure(&mut self, now: Instant, jitter: &mut Jitter) -> Option<Duration> {
+    pub(super) fn after_failure(&mut self, now: Instant, jitter: &mut Jitter) -> Option<Duration> {
         let left = self.until.checked_duration_since(now)?;
         if left.is_zero() {
             return None;
@@ -139,7 +129,7 @@ impl Backoff {
 /// unused lease expires), a revocation, and the campaign's transaction,
 /// whose failure branch reads the key to tell an attempt that was applied
 /// (the key is under this campaign's lease) from a lost campaign.
-pub async fn with_retries<T, F, Fut>(
+pub(super) async fn with_retries<T, F, Fut>(
     client: &Client,
     jitter: &mut Jitter,
     what: &str,
