@@ -10,7 +10,7 @@
 //! RELIABILITY.md says how to run them and how often they passed.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -102,16 +102,33 @@ impl World {
     }
 
     /// `single-flight SUBCOMMAND` with the cluster's flags, on `host` (or
-    /// loopback), its output into `out/NAME.out` and `.err`.
-    fn command(&self, host: Option<usize>, subcommand: &str, name: &str) -> Command {
+    /// loopback), its output into `out/NAME.out` and `.err`. With a
+    /// `barrier`, a FIFO, it starts only once the barrier opens (see
+    /// [`World::stampede`]).
+    fn command(
+        &self,
+        host: Option<usize>,
+        subcommand: &str,
+        name: &str,
+        barrier: Option<&Path>,
+    ) -> Command {
         let certs = self.scratch.join("certs");
+        let program = if barrier.is_some() { "sh" } else { BINARY };
         let (mut command, listen) = match (host, &self.hosts) {
             (Some(index), Some((hosts, _))) => (
-                hosts.command(index, BINARY),
+                hosts.command(index, program),
                 format!("{}:0", hosts.address(index)),
             ),
-            _ => (Command::new(BINARY), "127.0.0.1:0".to_owned()),
+            _ => (Command::new(program), "127.0.0.1:0".to_owned()),
         };
+        if let Some(fifo) = barrier {
+            // Reads a line of the FIFO, which comes when the stampede
+            // starts, then becomes the command (same pid).
+            command
+                .args(["-c", "read _ < \"$0\"; exec \"$@\""])
+                .arg(fifo)
+                .arg(BINARY);
+        }
         let out = |extension: &str| {
             std::fs::File::create(self.scratch.join(format!("out/{name}.{extension}")))
                 .map(Stdio::from)
@@ -173,19 +190,41 @@ impl World {
             .enable_all()
             .build()
             .unwrap();
-        let before = self.etcd.requests();
-        let started = Instant::now();
+        // A stampede starts at once: every process waits at a barrier, a
+        // FIFO that this test holds open, reading a line, until the test
+        // writes a line for each. Started one after another instead, the
+        // first would win its term before the others came, and nothing of
+        // the herd would be tested.
+        let barrier = self.scratch.join("barrier");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &barrier,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .expect("a FIFO");
+        let mut gate = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&barrier)
+            .expect("the barrier opens");
         let hosts = self.hosts.as_ref().map_or(0, |(_, count)| *count);
         let mut children: Vec<Child> = (0..count)
             .map(|index| {
                 let host = (hosts > 0).then(|| index % hosts);
-                self.command(host, "run", &index.to_string())
+                self.command(host, "run", &index.to_string(), Some(&barrier))
                     .args(["--timeout", RUN_TIMEOUT_SECS, "--key", "k", "--"])
                     .args(["sh", "-c", SCRIPT])
                     .spawn()
                     .expect("run starts")
             })
             .collect();
+        let deadline = Instant::now() + GATHERING;
+        while !children.iter().all(|child| at_barrier(child.id())) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let before = self.etcd.requests();
+        let started = Instant::now();
+        std::io::Write::write_all(&mut gate, &vec![b'\n'; count]).expect("the barrier opens");
         let deadline = Instant::now() + GATHERING;
         let mut joined = None;
         loop {
@@ -222,6 +261,7 @@ impl World {
                 *complaints.entry(last).or_default() += 1;
             }
         }
+        drop(gate);
         let after = self.etcd.requests();
         let requests: BTreeMap<&String, u64> = after
             .iter()
@@ -247,6 +287,13 @@ impl World {
         );
         assert_eq!(self.ran(), 1, "COMMAND ran once");
     }
+}
+
+/// Whether the process `pid` waits at the stampede's barrier: blocked in
+/// reading a pipe (its wait channel is `pipe_read`, or `anon_pipe_read` on
+/// newer kernels).
+fn at_barrier(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|wchan| wchan.contains("pipe"))
 }
 
 impl Drop for World {
@@ -279,7 +326,7 @@ fn s14_2_a_stampede_on_one_host_with_serve_running_runs_the_command_once() {
         return;
     };
     let mut serve = world
-        .command(None, "serve", "serve")
+        .command(None, "serve", "serve", None)
         .spawn()
         .expect("serve starts");
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -242,6 +242,23 @@ impl Etcd {
         }
     }
 
+    /// Stops one member (`SIGSTOP`): its sockets stay open and its clients'
+    /// requests get no answer, as from a member swamped by a stampede.
+    pub fn pause(&self, index: usize) {
+        self.signal(index, rustix::process::Signal::STOP);
+    }
+
+    /// Lets a stopped member go on (`SIGCONT`).
+    pub fn resume(&self, index: usize) {
+        self.signal(index, rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, index: usize, signal: rustix::process::Signal) {
+        let child = self.members[index].child.as_ref().expect("the member runs");
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, signal).expect("the member takes the signal");
+    }
+
     /// Starts a killed member again with its data.
     pub fn restart(&mut self, index: usize) {
         assert!(self.members[index].child.is_none(), "the member runs");
