@@ -715,9 +715,11 @@ fn s14_6_a_call_waits_for_an_etcd_that_answers_late() {
     assert!(result.starts_with("led "), "{result}");
 }
 
-/// §14.3: when the coordinator dies, the processes connected to it learn
-/// it together from the watch, and few of them campaign for the next term:
-/// the rest see the winner's key put during their pause.
+/// §14.3: when the coordinator's term ends while its connections stay open
+/// (here its process is stopped, and its lease expires), the processes
+/// connected to it learn it together from the watch, and few of them
+/// campaign for the next term: the rest see the winner's key put during
+/// their pause.
 #[test]
 fn s14_3_after_a_failover_few_of_the_waiting_processes_campaign() {
     /// Enough processes that a herd would show plainly.
@@ -734,7 +736,8 @@ fn s14_3_after_a_failover_few_of_the_waiting_processes_campaign() {
         world.line(other, "READY");
     }
     let before = world.etcd.requests();
-    world.children.kill(coordinator);
+    let pid = rustix::process::Pid::from_raw(world.children.pid(coordinator) as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
     // The next term: a coordinator answers again.
     let deadline = Instant::now() + PATIENCE;
     while !world.status().is_ok_and(|status| status.address.is_some()) {
