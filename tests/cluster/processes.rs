@@ -741,7 +741,10 @@ fn s14_3_after_a_failover_few_of_the_waiting_processes_campaign() {
     // The next term: a coordinator answers again.
     let deadline = Instant::now() + PATIENCE;
     while !world.status().is_ok_and(|status| status.address.is_some()) {
-        assert!(Instant::now() < deadline, "no coordinator after the failover");
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator after the failover"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Every process has found the new term by then: it campaigned after its

@@ -234,7 +234,10 @@ impl World {
             }
             // A caller that already ended will never join: the outcome says
             // why.
-            if children.iter_mut().any(|child| child.try_wait().ok().flatten().is_some()) {
+            if children
+                .iter_mut()
+                .any(|child| child.try_wait().ok().flatten().is_some())
+            {
                 break;
             }
             if Instant::now() > deadline {
@@ -271,7 +274,11 @@ impl World {
         let total: u64 = requests.values().sum();
         eprintln!(
             "stampede of {count} on {}: all joined after {gathered:?} ({joined:?} joiners), ended after {:?}; etcd requests {requests:?}, {:.2} per caller; campaigns (lease grants) {}",
-            if hosts == 0 { "one host".to_owned() } else { format!("{hosts} hosts") },
+            if hosts == 0 {
+                "one host".to_owned()
+            } else {
+                format!("{hosts} hosts")
+            },
             started.elapsed(),
             total as f64 / count as f64,
             requests.get(&"LeaseGrant".to_owned()).copied().unwrap_or(0),

@@ -92,7 +92,10 @@ impl Etcd {
     /// certificates in `certs` (support/certs.rs): `https://` endpoints,
     /// `--client-cert-auth`, and the health and metrics on a plain port.
     pub fn single_tls(certs: &std::path::Path) -> Etcd {
-        Etcd::start_with(&[(IpAddr::V4(Ipv4Addr::LOCALHOST), Vec::new())], Some(certs))
+        Etcd::start_with(
+            &[(IpAddr::V4(Ipv4Addr::LOCALHOST), Vec::new())],
+            Some(certs),
+        )
     }
 
     /// Members per `(address, command prefix)`, with mutual TLS for their
@@ -209,14 +212,11 @@ impl Etcd {
                 .arg("--listen-metrics-urls")
                 .arg(&member.metrics_url);
         }
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            );
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(
+            std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        );
         let child = command.spawn().expect("etcd starts");
         self.members[index].child = Some(child);
     }
@@ -311,7 +311,10 @@ impl Etcd {
     pub fn requests(&self) -> std::collections::BTreeMap<String, u64> {
         let mut counts = std::collections::BTreeMap::new();
         let text = http_get(&self.members[0].metrics_url, "/metrics").unwrap_or_default();
-        for line in text.lines().filter(|l| l.starts_with("grpc_server_started_total{")) {
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_started_total{"))
+        {
             let method = line
                 .split("grpc_method=\"")
                 .nth(1)

@@ -38,9 +38,10 @@ pub use super::proto::etcdserverpb::{
 pub use super::proto::etcdserverpb::{Event, KeyValue, ResponseOp, StatusResponse};
 
 /// Requests queued for one bidirectional stream (a watch, a lease's
-/// renewals) before the sender waits: each stream carries one request at a
-/// time here, so a few are plenty.
-const STREAM_QUEUE: usize = 4;
+/// renewals) before the sender waits: a watch carries one request, and the
+/// renewals at most one a tick (`RENEWALS_PER_TTL` per TTL in flight), which
+/// the stream sends on as they come; a full queue means a stuck stream.
+const STREAM_QUEUE: usize = 8;
 
 /// The certificates for `https://` members: the CA that signed theirs, and
 /// this process's certificate and key, all PEM.
@@ -298,14 +299,17 @@ pub struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// Renews the lease once: etcd's answer (a TTL of 0 or less once the
-    /// lease has expired), or `None` when etcd ended the stream.
-    pub async fn renew(&mut self) -> Result<Option<LeaseKeepAliveResponse>, Status> {
-        let request = pb::LeaseKeepAliveRequest { id: self.id };
-        if self.requests.send(request).await.is_err() {
-            // The stream's request half is gone: so is the stream.
-            return Ok(None);
-        }
+    /// Sends a renewal without waiting for its answer; false when the
+    /// stream's queue is full or the stream is gone.
+    pub fn send(&self) -> bool {
+        self.requests
+            .try_send(pb::LeaseKeepAliveRequest { id: self.id })
+            .is_ok()
+    }
+
+    /// The next answer, in the order of the renewals: a TTL of 0 or less
+    /// once the lease has expired; `None` when etcd ended the stream.
+    pub async fn answer(&mut self) -> Result<Option<LeaseKeepAliveResponse>, Status> {
         self.answers.message().await
     }
 }

@@ -31,7 +31,7 @@ mod retry;
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
 /// bounds how long a dead coordinator's host keeps its key, hence the
 /// failover after a host dies: 5 s keeps that within what a stampede's
-/// callers wait anyway, while a renewal every third of it (1.7 s) survives
+/// callers wait anyway, while renewals every sixth of it (0.8 s) survive
 /// an etcd leader election (about 1 s with etcd's defaults) without
 /// stepping down.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);

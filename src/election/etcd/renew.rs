@@ -5,6 +5,7 @@
 //! renewals behind seconds of handshakes and the process's other requests,
 //! until the term could no longer prove its lease and ended mid-stampede.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,9 +16,9 @@ use tracing::{info, warn};
 use super::client::{Client, KeepAlive, TlsFiles, describe};
 use super::{REQUEST_TIMEOUT, STEP_DOWN_MARGIN};
 
-/// The pause between two attempts to renew after a failed one: short, so
-/// that a lease survives a member's death, and long enough not to hammer a
-/// cluster without quorum.
+/// The pause before the renewals' stream is opened again after it failed:
+/// short, so that a lease survives a member's death, and long enough not to
+/// hammer a cluster without quorum.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
 
 /// What the renewals share with the term: until when the lease is proven
@@ -48,8 +49,11 @@ impl Proof {
         until.checked_duration_since(now).filter(|left| !left.is_zero())
     }
 
+    /// A renewal sent at `sent` was answered with `ttl`; the proof never
+    /// goes back.
     fn renewed(&self, sent: Instant, ttl: Duration) {
-        *self.until.lock().expect("never poisoned") = sent + ttl.saturating_sub(STEP_DOWN_MARGIN);
+        let mut until = self.until.lock().expect("never poisoned");
+        *until = (*until).max(sent + ttl.saturating_sub(STEP_DOWN_MARGIN));
     }
 
     fn lose(&self, reason: String) {
@@ -130,10 +134,22 @@ pub(super) fn start(
     (Renewals { _stop: stop }, renewed)
 }
 
+/// How many renewals go out per TTL (SPEC.md §14.2). A renewal proves the
+/// lease from its own send time, so with renewals every TTL/6 the lease
+/// stays proven while etcd answers within TTL − margin − TTL/6 (3.2 s of
+/// the default 5 s lease): a stampede on a two-core host made etcd answer
+/// after up to 3.5 s, and renewals a third of the TTL apart, each awaited
+/// before the next, lost terms. Renewals are cheap for etcd (its leader
+/// answers them without a raft write).
+const RENEWALS_PER_TTL: u32 = 6;
+
 /// Renews the lease until it is gone, keeping the proof at the send time of
-/// the last renewal that succeeded, plus its TTL, minus the margin (SPEC.md
-/// §14.2). The first renewal goes out at once: it opens the stream (and the
-/// connection) before a stampede can make that slow.
+/// the last renewal answered, plus its TTL, minus the margin (SPEC.md
+/// §14.2). Renewals go out on a schedule over one stream, without waiting
+/// for the previous answer: a late answer delays no later renewal. The
+/// first goes out at once: it opens the stream (and the connection) before
+/// a stampede can make that slow. A stream whose oldest unanswered renewal
+/// is older than the TTL, or that breaks, is opened again.
 async fn renew(
     client: Client,
     lease: i64,
@@ -141,61 +157,86 @@ async fn renew(
     proof: Proof,
     told: watch::Sender<()>,
 ) {
-    let every = granted / 3;
-    let mut keeper: Option<KeepAlive> = None;
-    let mut pause = Duration::ZERO;
+    let every = granted / RENEWALS_PER_TTL;
     loop {
-        tokio::time::sleep(pause).await;
-        pause = RENEW_RETRY;
         let sent = Instant::now();
-        let renewed = match keeper.as_mut() {
-            None => match tokio::time::timeout(REQUEST_TIMEOUT, client.lease_keep_alive(lease)).await {
-                // Opening the stream renewed the lease once.
-                Ok(Ok((opened, ttl))) => {
-                    keeper = Some(opened);
-                    Ok(ttl)
-                }
-                Ok(Err(error)) if error.code() == Code::NotFound => {
-                    proof.lose(error.message().to_owned());
-                    told.send_replace(());
-                    return;
-                }
-                Ok(Err(error)) => Err(describe(&error)),
-                Err(_) => Err("etcd did not answer in time".to_owned()),
-            },
-            Some(renewals) => match tokio::time::timeout(REQUEST_TIMEOUT, renewals.renew()).await {
-                Ok(Ok(Some(answer))) if answer.ttl > 0 => Ok(answer.ttl),
-                Ok(Ok(Some(_))) => {
-                    proof.lose("etcd says the lease has expired".to_owned());
-                    told.send_replace(());
-                    return;
-                }
-                Ok(Ok(None)) => Err("etcd ended the renewals' stream".to_owned()),
-                Ok(Err(error)) => Err(describe(&error)),
-                Err(_) => Err("etcd did not answer in time".to_owned()),
-            },
-        };
-        match renewed {
-            Ok(ttl) => {
+        let opened = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_keep_alive(lease)).await;
+        let failure = match opened {
+            Ok(Ok((keeper, ttl))) => {
                 proof.renewed(sent, Duration::from_secs(ttl as u64));
                 told.send_replace(());
-                pause = every;
-            }
-            Err(error) => {
-                keeper = None;
-                told.send_replace(());
-                // §14.2: the coordinator says so before it steps down.
-                match proof.left(Instant::now()) {
-                    Some(left) => warn!(
-                        %error,
-                        proven_for = ?left,
-                        "a renewal of the coordinator's lease failed; retrying. Unless one succeeds, this coordinator steps down when the lease is no longer proven (SPEC.md §14.2)"
-                    ),
-                    None => {
-                        info!(%error, "renewals failed past the lease's proven time: the coordinator steps down (SPEC.md §14.2)");
-                    }
+                match renew_over(keeper, granted, every, &proof, &told).await {
+                    Some(failure) => failure,
+                    None => return,
                 }
             }
+            Ok(Err(error)) if error.code() == Code::NotFound => {
+                proof.lose(error.message().to_owned());
+                told.send_replace(());
+                return;
+            }
+            Ok(Err(error)) => describe(&error),
+            Err(_) => "etcd did not open the renewals' stream in time".to_owned(),
+        };
+        told.send_replace(());
+        // §14.2: the coordinator says so before it steps down.
+        match proof.left(Instant::now()) {
+            Some(left) => warn!(
+                error = %failure,
+                proven_for = ?left,
+                "renewing the coordinator's lease failed; retrying. Unless a renewal succeeds, this coordinator steps down when the lease is no longer proven (SPEC.md §14.2)"
+            ),
+            None => {
+                info!(error = %failure, "renewals failed past the lease's proven time: the coordinator steps down (SPEC.md §14.2)");
+            }
+        }
+        tokio::time::sleep(RENEW_RETRY).await;
+    }
+}
+
+/// Renews over one open stream until it fails (`Some` reason) or etcd says
+/// the lease is gone (`None`, the proof marked lost).
+async fn renew_over(
+    mut keeper: KeepAlive,
+    granted: Duration,
+    every: Duration,
+    proof: &Proof,
+    told: &watch::Sender<()>,
+) -> Option<String> {
+    let mut pending: VecDeque<Instant> = VecDeque::new();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {
+                let now = Instant::now();
+                if pending.front().is_some_and(|sent| now.duration_since(*sent) >= granted) {
+                    return Some("etcd answered no renewal for a TTL".to_owned());
+                }
+                if let Some(left) = proof.left(now).filter(|left| *left < every * 2) {
+                    // §14.2: said before the coordinator steps down.
+                    warn!(proven_for = ?left, unanswered = pending.len(), "renewals of the coordinator's lease are answered late; it steps down when the lease is no longer proven (SPEC.md §14.2)");
+                }
+                if !keeper.send() {
+                    return Some("the renewals' stream does not take requests".to_owned());
+                }
+                pending.push_back(now);
+            }
+            answer = keeper.answer() => match answer {
+                Ok(Some(answer)) if answer.ttl > 0 => {
+                    if let Some(sent) = pending.pop_front() {
+                        proof.renewed(sent, Duration::from_secs(answer.ttl as u64));
+                        told.send_replace(());
+                    }
+                }
+                Ok(Some(_)) => {
+                    proof.lose("etcd says the lease has expired".to_owned());
+                    told.send_replace(());
+                    return None;
+                }
+                Ok(None) => return Some("etcd ended the renewals' stream".to_owned()),
+                Err(error) => return Some(describe(&error)),
+            },
         }
     }
 }
