@@ -723,6 +723,18 @@ mod tests {
         assert_eq!(parse_epoch("k", b"2147483647").unwrap(), Epoch::MAX);
     }
 
+    /// §14.3: the window of a campaign's pause grows with etcd's answer
+    /// time, between its least and its widest.
+    #[test]
+    fn the_campaign_window_follows_etcds_answer_time_within_bounds() {
+        assert_eq!(campaign_window(Duration::from_millis(2)), CAMPAIGN_SPREAD);
+        assert_eq!(
+            campaign_window(Duration::from_millis(200)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(campaign_window(Duration::from_secs(3)), LONGEST_SPREAD);
+    }
+
     /// §14.1: cluster names cannot reach into another cluster's keys.
     #[test]
     fn cluster_names_are_plain() {
