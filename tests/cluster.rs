@@ -11,6 +11,8 @@ mod support;
 mod election;
 #[path = "cluster/processes.rs"]
 mod processes;
+#[path = "cluster/stampede.rs"]
+mod stampede;
 
 /// The entry point of this binary's child processes (support/child.rs).
 #[test]

@@ -158,7 +158,11 @@ fn large_directory_keeps_every_property() {
 }
 
 /// Unique states of [`Directory::goal`]: 602 042 595 generated, depth 39,
-/// 30 minutes of CPU and 2.6 GB (model/README.md).
+/// 30 minutes of CPU and 2.6 GB (model/README.md). Counted before a
+/// rejoin's `interrupted` was told apart as a flight lost in a failover
+/// (the client's `Resolution::Lost`, SPEC.md §9.2), which added 0.2–1.2 %
+/// to every other configuration's states and has not been counted here
+/// since: the next `--ignored` run prints the new figure to put here.
 const GOAL_UNIQUE_STATES: usize = 186_419_909;
 
 /// `large` with a broken connection: both core bugs' shapes at once.
@@ -176,7 +180,9 @@ fn goal_directory_keeps_every_property() {
 const OVERLAP_UNIQUE_STATES: usize = 676_966;
 
 /// Unique states of [`Directory::overlap`] with a coordinator death.
-const OVERLAP_FAILOVER_UNIQUE_STATES: usize = 6_187_799;
+/// 6 187 799 before a rejoin's `interrupted` was told apart as a flight
+/// lost in a failover (the client's `Resolution::Lost`, SPEC.md §9.2).
+const OVERLAP_FAILOVER_UNIQUE_STATES: usize = 6_263_929;
 
 /// A term begins while the last one's coordinator goes on serving the
 /// connections it has (SPEC.md §12.5): every property holds, read per

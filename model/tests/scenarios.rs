@@ -112,7 +112,8 @@ fn the_last_joiner_leaving_stops_a_detached_flight() {
 /// A detached flight across a failover, whose joiner reconnects only after
 /// the grace window. The leader's reassert and detach arrive in the window;
 /// when it ends no rejoin has arrived, so nobody waits and the flight is
-/// stopped; the late rejoin is then interrupted. (Had the leader's caller
+/// stopped; the late rejoin is then interrupted, and its call resolves as
+/// lost in the failover. (Had the leader's caller
 /// stayed, the flight would still be in progress and the late rejoin would
 /// join it: a detached flight counts its waiters from the rejoins that
 /// arrive in the window, SPEC.md §15.2.) This is why "a joiner of a detached flight whose
@@ -147,9 +148,10 @@ fn a_rejoin_after_the_window_finds_its_detached_flight_stopped() {
         log.contains(r#"coordinator sends Stop { id: "1" } on ConnectionId(0)"#),
         "{log}"
     );
+    // The rejoin found its flight gone: lost in the failover (§9.2).
     let interrupted = Effect::Resolve {
         call: CallId(1),
-        resolution: Resolution::Interrupted,
+        resolution: Resolution::Lost,
     };
     assert!(
         log.contains(&format!("process 0: {interrupted:?}")),

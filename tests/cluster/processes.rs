@@ -950,3 +950,74 @@ fn s17_3_a_loop_across_two_hosts_exits_at_once() {
         "{stderr}"
     );
 }
+
+/// §14.6: an etcd that answers nothing for longer than one request's
+/// timeout (a member swamped by a stampede; here stopped) makes a call
+/// wait and try again, not end `Unavailable`: once etcd answers, the call
+/// leads.
+#[test]
+fn s14_6_a_call_waits_for_an_etcd_that_answers_late() {
+    let Some(mut world) = World::loopback("late-etcd", 1) else {
+        return;
+    };
+    world.release();
+    world.etcd.pause(0);
+    let caller = world.spawn(None, "call", &[("SF_KEY", "late")]);
+    // Several of the library's 2 s request timeouts (REQUEST_TIMEOUT) pass
+    // while etcd is stopped; the call is still waiting when it resumes.
+    std::thread::sleep(Duration::from_secs(6));
+    world.etcd.resume(0);
+    let result = world.result(caller);
+    assert!(result.starts_with("led "), "{result}");
+}
+
+/// §14.3: when the coordinator's term ends while its connections stay open
+/// (here its process is stopped, and its lease expires), the processes
+/// connected to it learn it together from the watch, and few of them
+/// campaign for the next term: the rest see the winner's key put during
+/// their pause.
+#[test]
+fn s14_3_after_a_failover_few_of_the_waiting_processes_campaign() {
+    /// Enough processes that a herd would show plainly.
+    const PROCESSES: usize = 24;
+    let Some(mut world) = World::loopback("herd", 1) else {
+        return;
+    };
+    let coordinator = world.spawn(None, "idle", &[]);
+    world.line(coordinator, "READY");
+    let others: Vec<usize> = (0..PROCESSES)
+        .map(|_| world.spawn(None, "idle", &[]))
+        .collect();
+    for &other in &others {
+        world.line(other, "READY");
+    }
+    let before = world.etcd.requests();
+    let pid = rustix::process::Pid::from_raw(world.children.pid(coordinator) as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    // The next term: a coordinator answers again.
+    let deadline = Instant::now() + PATIENCE;
+    while !world.status().is_ok_and(|status| status.address.is_some()) {
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Every process has found the new term by then: it campaigned after its
+    // pause at the latest, or saw the winner's key.
+    std::thread::sleep(SETTLE);
+    let after = world.etcd.requests();
+    let grants = after.get("LeaseGrant").copied().unwrap_or(0)
+        - before.get("LeaseGrant").copied().unwrap_or(0);
+    eprintln!("{PROCESSES} processes after a failover: {grants} campaigns");
+    assert!(grants >= 1, "someone campaigned");
+    assert!(
+        (grants as usize) <= PROCESSES / 3,
+        "{grants} of {PROCESSES} processes campaigned for one term"
+    );
+}
+
+/// How long after the new term the campaigns of a failover are counted:
+/// past the longest pause before a campaign (`LONGEST_SPREAD`, 4 s, §14.3).
+/// A longer wait would only count more.
+const SETTLE: Duration = Duration::from_secs(5);

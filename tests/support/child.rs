@@ -305,6 +305,11 @@ impl Children {
         self.processes[child].stdin.take();
     }
 
+    /// The child's process id (for signals other than `kill -9`).
+    pub fn pid(&self, child: usize) -> u32 {
+        self.processes[child].child.id()
+    }
+
     /// Kills the child (`kill -9`) and reaps it; returns the instant just
     /// before the signal.
     pub fn kill(&mut self, child: usize) -> Instant {

@@ -50,6 +50,9 @@ exec "$@""#;
 struct Member {
     name: String,
     client_url: String,
+    /// Where the member answers `/health` and `/metrics` over plain HTTP:
+    /// its client URL, or a port of its own when clients need TLS.
+    metrics_url: String,
     peer_url: String,
     data: PathBuf,
     /// How to start it: the command's prefix (e.g. `ip netns exec NAME`).
@@ -63,6 +66,9 @@ pub struct Etcd {
     scratch: PathBuf,
     initial_cluster: String,
     token: String,
+    /// The certificates directory (support/certs.rs) when clients must
+    /// present a certificate over TLS.
+    tls: Option<PathBuf>,
 }
 
 impl Etcd {
@@ -79,6 +85,23 @@ impl Etcd {
 
     /// One member per `(address, command prefix)`.
     pub fn start(places: &[(IpAddr, Vec<String>)]) -> Etcd {
+        Etcd::start_with(places, None)
+    }
+
+    /// One member on loopback whose clients need mutual TLS with the
+    /// certificates in `certs` (support/certs.rs): `https://` endpoints,
+    /// `--client-cert-auth`, and the health and metrics on a plain port.
+    pub fn single_tls(certs: &std::path::Path) -> Etcd {
+        Etcd::start_with(
+            &[(IpAddr::V4(Ipv4Addr::LOCALHOST), Vec::new())],
+            Some(certs),
+        )
+    }
+
+    /// Members per `(address, command prefix)`, with mutual TLS for their
+    /// clients when `tls` names the certificates (whose server certificate
+    /// must be valid for the addresses).
+    pub fn start_with(places: &[(IpAddr, Vec<String>)], tls: Option<&std::path::Path>) -> Etcd {
         let scratch = std::env::temp_dir().join(format!(
             "sf-etcd-{}-{}",
             std::process::id(),
@@ -91,16 +114,23 @@ impl Etcd {
             .map(|(index, (ip, prefix))| {
                 // A member in a namespace of its own has every port free
                 // (and this process cannot bind that namespace's address).
-                let (client, peer) = if prefix.is_empty() {
-                    (free_port(*ip), free_port(*ip))
+                let (client, peer, metrics) = if prefix.is_empty() {
+                    (free_port(*ip), free_port(*ip), free_port(*ip))
                 } else {
-                    (2379, 2380)
+                    (2379, 2380, 2381)
                 };
-                (index, ip, prefix, client, peer)
+                (index, ip, prefix, client, peer, metrics)
             })
-            .map(|(index, ip, prefix, client, peer)| Member {
+            .map(|(index, ip, prefix, client, peer, metrics)| Member {
                 name: format!("m{index}"),
-                client_url: format!("http://{ip}:{client}"),
+                client_url: match tls {
+                    Some(_) => format!("https://{ip}:{client}"),
+                    None => format!("http://{ip}:{client}"),
+                },
+                metrics_url: match tls {
+                    Some(_) => format!("http://{ip}:{metrics}"),
+                    None => format!("http://{ip}:{client}"),
+                },
                 peer_url: format!("http://{ip}:{peer}"),
                 data: scratch.join(format!("m{index}")),
                 prefix: prefix.clone(),
@@ -117,6 +147,7 @@ impl Etcd {
             scratch: scratch.clone(),
             initial_cluster,
             token: format!("sf-{}", scratch.display().to_string().len()),
+            tls: tls.map(std::path::Path::to_owned),
         };
         for index in 0..etcd.members.len() {
             etcd.start_member(index);
@@ -168,14 +199,24 @@ impl Etcd {
             .arg("--initial-cluster-state")
             .arg(state)
             .arg("--initial-cluster-token")
-            .arg(&self.token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
-                    .map(Stdio::from)
-                    .unwrap_or_else(|_| Stdio::null()),
-            );
+            .arg(&self.token);
+        if let Some(certs) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(certs.join("server.pem"))
+                .arg("--key-file")
+                .arg(certs.join("server.key"))
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(certs.join("ca.pem"))
+                .arg("--listen-metrics-urls")
+                .arg(&member.metrics_url);
+        }
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(
+            std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
+                .map(Stdio::from)
+                .unwrap_or_else(|_| Stdio::null()),
+        );
         let child = command.spawn().expect("etcd starts");
         self.members[index].child = Some(child);
     }
@@ -201,6 +242,23 @@ impl Etcd {
         }
     }
 
+    /// Stops one member (`SIGSTOP`): its sockets stay open and its clients'
+    /// requests get no answer, as from a member swamped by a stampede.
+    pub fn pause(&self, index: usize) {
+        self.signal(index, rustix::process::Signal::STOP);
+    }
+
+    /// Lets a stopped member go on (`SIGCONT`).
+    pub fn resume(&self, index: usize) {
+        self.signal(index, rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, index: usize, signal: rustix::process::Signal) {
+        let child = self.members[index].child.as_ref().expect("the member runs");
+        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
+        rustix::process::kill_process(pid, signal).expect("the member takes the signal");
+    }
+
     /// Starts a killed member again with its data.
     pub fn restart(&mut self, index: usize) {
         assert!(self.members[index].child.is_none(), "the member runs");
@@ -212,7 +270,7 @@ impl Etcd {
         let deadline = Instant::now() + START_TIMEOUT;
         for member in self.members.iter().filter(|m| m.child.is_some()) {
             loop {
-                if healthy(&member.client_url) {
+                if healthy(&member.metrics_url) {
                     break;
                 }
                 assert!(
@@ -230,21 +288,45 @@ impl Etcd {
 /// `GET /health` over plain HTTP: `{"health":"true"}` once the member has a
 /// leader and can serve.
 fn healthy(url: &str) -> bool {
+    http_get(url, "/health").is_some_and(|answer| answer.contains("\"health\":\"true\""))
+}
+
+/// The answer to `GET path` over plain HTTP, headers included.
+fn http_get(url: &str, path: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let Some(address) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET /health HTTP/1.0\r\nHost: {address}\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
+    let address = url.strip_prefix("http://")?;
+    let mut stream = std::net::TcpStream::connect(address).ok()?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
     let mut answer = String::new();
     let _ = stream.read_to_string(&mut answer);
-    answer.contains("\"health\":\"true\"")
+    Some(answer)
+}
+
+impl Etcd {
+    /// How many requests of each gRPC method the first member has started
+    /// (`grpc_server_started_total` of its metrics, summed over services):
+    /// what a scenario costs etcd.
+    pub fn requests(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        let text = http_get(&self.members[0].metrics_url, "/metrics").unwrap_or_default();
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("grpc_server_started_total{"))
+        {
+            let method = line
+                .split("grpc_method=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next());
+            let count = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok());
+            if let (Some(method), Some(count)) = (method, count) {
+                *counts.entry(method.to_owned()).or_insert(0) += count as u64;
+            }
+        }
+        counts.retain(|_, count| *count > 0);
+        counts
+    }
 }
 
 impl Drop for Etcd {

@@ -38,9 +38,10 @@ pub use super::proto::etcdserverpb::{
 pub use super::proto::etcdserverpb::{Event, KeyValue, ResponseOp, StatusResponse};
 
 /// Requests queued for one bidirectional stream (a watch, a lease's
-/// renewals) before the sender waits: each stream carries one request at a
-/// time here, so a few are plenty.
-const STREAM_QUEUE: usize = 4;
+/// renewals) before the sender waits: a watch carries one request, and the
+/// renewals at most one a tick (`RENEWALS_PER_TTL` per TTL in flight), which
+/// the stream sends on as they come; a full queue means a stuck stream.
+const STREAM_QUEUE: usize = 8;
 
 /// The certificates for `https://` members: the CA that signed theirs, and
 /// this process's certificate and key, all PEM.
@@ -123,7 +124,6 @@ impl Client {
     }
 
     /// Every key that starts with `prefix`.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
         let key = prefix.into();
         let request = pb::RangeRequest {
@@ -176,9 +176,10 @@ impl Client {
 
     /// A stream of renewals of one lease ([`KeepAlive::renew`]), opened
     /// with a first renewal: etcd sends a stream's headers with its first
-    /// answer, so the stream is not open until a request has gone out. Fails
-    /// with `NOT_FOUND` when etcd says that the lease has expired.
-    pub async fn lease_keep_alive(&self, id: i64) -> Result<KeepAlive, Status> {
+    /// answer, so the stream is not open until a request has gone out. With
+    /// the TTL that first renewal got. Fails with `NOT_FOUND` when etcd says
+    /// that the lease has expired.
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<(KeepAlive, i64), Status> {
         let (requests, queue) = mpsc::channel(STREAM_QUEUE);
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = requests.try_send(pb::LeaseKeepAliveRequest { id });
@@ -189,11 +190,14 @@ impl Client {
             .await?
             .into_inner();
         match answers.message().await? {
-            Some(first) if first.ttl > 0 => Ok(KeepAlive {
-                id,
-                requests,
-                answers,
-            }),
+            Some(first) if first.ttl > 0 => Ok((
+                KeepAlive {
+                    id,
+                    requests,
+                    answers,
+                },
+                first.ttl,
+            )),
             Some(_) => Err(Status::not_found("etcd says the lease has expired")),
             None => Err(Status::unavailable("etcd ended the renewals' stream")),
         }
@@ -275,7 +279,6 @@ pub fn describe(status: &Status) -> String {
 /// The end of the range of every key that starts with `prefix`: the prefix
 /// with its last byte below 0xff raised by one (etcd's convention; `\0`,
 /// every key, for a prefix of 0xff bytes only).
-#[cfg(feature = "_internal")] // for the tests and harnesses only
 fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
@@ -296,14 +299,17 @@ pub struct KeepAlive {
 }
 
 impl KeepAlive {
-    /// Renews the lease once: etcd's answer (a TTL of 0 or less once the
-    /// lease has expired), or `None` when etcd ended the stream.
-    pub async fn renew(&mut self) -> Result<Option<LeaseKeepAliveResponse>, Status> {
-        let request = pb::LeaseKeepAliveRequest { id: self.id };
-        if self.requests.send(request).await.is_err() {
-            // The stream's request half is gone: so is the stream.
-            return Ok(None);
-        }
+    /// Sends a renewal without waiting for its answer; false when the
+    /// stream's queue is full or the stream is gone.
+    pub fn send(&self) -> bool {
+        self.requests
+            .try_send(pb::LeaseKeepAliveRequest { id: self.id })
+            .is_ok()
+    }
+
+    /// The next answer, in the order of the renewals: a TTL of 0 or less
+    /// once the lease has expired; `None` when etcd ended the stream.
+    pub async fn answer(&mut self) -> Result<Option<LeaseKeepAliveResponse>, Status> {
         self.answers.message().await
     }
 }
@@ -351,6 +357,16 @@ pub fn put_op(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) ->
             key: key.into(),
             value: value.into(),
             lease,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A read of one key in a transaction.
+pub fn range_op(key: impl Into<Vec<u8>>) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(pb::RangeRequest {
+            key: key.into(),
             ..Default::default()
         })),
     }

@@ -6,13 +6,15 @@
 //! longer prove the lease alive (§14.2).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tonic::{Code, Status};
+use tonic::Status;
 use tracing::{debug, info, warn};
 
 use client::{Client, EventType, TlsFiles, TxnRequest, describe, response_op};
+use proto::etcdserverpb::KeyValue;
+use renew::{Proof, Reach, Renewals};
+use retry::{Backoff, Jitter, with_retries};
 
 pub use error::EtcdError;
 
@@ -23,11 +25,13 @@ use crate::protocol::Epoch;
 pub mod client;
 mod error;
 mod proto;
+mod renew;
+mod retry;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
 /// bounds how long a dead coordinator's host keeps its key, hence the
 /// failover after a host dies: 5 s keeps that within what a stampede's
-/// callers wait anyway, while a renewal every third of it (1.7 s) survives
+/// callers wait anyway, while renewals every sixth of it (0.8 s) survive
 /// an etcd leader election (about 1 s with etcd's defaults) without
 /// stepping down.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
@@ -48,53 +52,53 @@ pub const STEP_DOWN_MARGIN: Duration = Duration::from_secs(1);
 /// found together in a shared etcd.
 pub const DEFAULT_PREFIX: &str = "single-flight";
 
-/// How long one request to etcd may take. A request that gets no answer in
-/// that time (quorum lost, every endpoint unreachable) fails, so that calls
-/// end `Unavailable` within their deadline instead of hanging (§14.6).
+/// How long one attempt of a request to etcd may take. An attempt that
+/// gets no answer in that time (quorum lost, every endpoint unreachable, an
+/// etcd swamped by a stampede) fails, and is tried again for up to
+/// [`REQUEST_PATIENCE`] (§14.6), so that calls end `Unavailable` instead of
+/// hanging when etcd is gone.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The pause between two attempts to renew after a failed one: short, so
-/// that a lease survives a member's death, and long enough not to hammer a
-/// cluster without quorum.
-const RENEW_RETRY: Duration = Duration::from_millis(200);
+/// How long a request to etcd is tried again while it fails transiently,
+/// from its first attempt (SPEC.md §14.6). A thousand processes that start
+/// at once on two cores make etcd answer late for seconds (their TLS
+/// handshakes and reads queue behind each other; BENCHMARKS.md, "A thousand
+/// processes"): a request that timed out then is worth another try, not an
+/// `Unavailable` call. 20 s is several times the longest such congestion
+/// measured, and bounds how long a call without a deadline waits for an
+/// etcd that is really gone before it ends `Unavailable`; a call's deadline
+/// ends it sooner.
+pub const REQUEST_PATIENCE: Duration = Duration::from_secs(20);
 
-/// Attempts of one request to etcd. The client spreads requests over the
-/// members, and one sent to a member that died fails at once ("connection
-/// refused") until the client stops choosing it; a few attempts, a short
-/// pause apart, let a request reach a live member instead.
-const REQUEST_ATTEMPTS: u32 = 5;
+/// The least of the window from which a process draws its pause before it
+/// campaigns (§14.3). Every process that finds no coordinator would
+/// otherwise campaign at once, a lease grant and a transaction each (two
+/// raft writes) that all but one lose: a thousand processes of a stampede
+/// made etcd answer so late that calls failed. Each process pauses
+/// `window × √u` for a uniform `u` (the later of two random draws),
+/// watching the coordinator key: the first to end its pause wins, and the
+/// rest see its key put and campaign not at all. The square root makes
+/// short pauses rare, so that few of n processes end theirs within the d
+/// seconds one campaign takes (about n·((window/√n + d)/window)²), while a
+/// lone process waits two thirds of the window on average. Half a second
+/// is small beside a failover's TTL and grace window.
+pub const CAMPAIGN_SPREAD: Duration = Duration::from_millis(500);
 
-/// The pause between two attempts of a request (see [`REQUEST_ATTEMPTS`]).
-const REQUEST_RETRY: Duration = Duration::from_millis(100);
+/// The window grows with how long etcd took to say that no coordinator
+/// exists, this many times that: a loaded etcd makes a campaign slow (two
+/// writes, each at least a read's time), and only a window well beyond a
+/// campaign's duration keeps the processes that campaign together few.
+const SPREAD_PER_READ: u32 = 10;
 
-/// Whether a failed request may succeed at another member: the member was
-/// unreachable (gRPC's UNAVAILABLE, which is also how a connection that
-/// cannot be made is reported), not the request wrong.
-fn transient(error: &Status) -> bool {
-    error.code() == Code::Unavailable
-}
+/// The widest window (§14.3): a lone process on a very slow etcd waits at
+/// most this long before it campaigns, and a thousand that wake together
+/// have their first pause over in a tenth of it.
+pub const LONGEST_SPREAD: Duration = Duration::from_secs(4);
 
-/// Sends a request, again at most [`REQUEST_ATTEMPTS`] times while it fails
-/// transiently. Every request made this way is safe to repeat: reads, a
-/// lease grant (an unused lease expires), and the campaign's transaction (if
-/// an attempt that failed was applied, the repeat finds the key taken and
-/// the campaign revokes its own lease).
-async fn with_retries<T, F, Fut>(client: &Client, mut request: F) -> Result<T, Status>
-where
-    F: FnMut(Client) -> Fut,
-    Fut: Future<Output = Result<T, Status>>,
-{
-    let mut attempt = 1;
-    loop {
-        match request(client.clone()).await {
-            Err(error) if attempt < REQUEST_ATTEMPTS && transient(&error) => {
-                debug!(error = %describe(&error), attempt, "an etcd request failed; trying another member");
-                attempt += 1;
-                tokio::time::sleep(REQUEST_RETRY).await;
-            }
-            other => return other,
-        }
-    }
+/// The window of a campaign's pause after a read of `read` found no
+/// coordinator (§14.3).
+fn campaign_window(read: Duration) -> Duration {
+    (read * SPREAD_PER_READ).clamp(CAMPAIGN_SPREAD, LONGEST_SPREAD)
 }
 
 /// The longest cluster name, so that every key stays short.
@@ -150,6 +154,11 @@ struct Keys {
 /// [`Election`] of one cluster's coordinator through etcd.
 pub struct EtcdElection {
     client: Client,
+    /// How the term's renewals reach etcd over their own connection.
+    reach: Reach,
+    /// The randomness of the pauses: of the campaign (§14.3) and of the
+    /// retries (§14.6).
+    jitter: Jitter,
     keys: Keys,
     endpoints: String,
     ttl: Duration,
@@ -158,6 +167,9 @@ pub struct EtcdElection {
     /// The coordinator key's create revision and the revision of the answer
     /// that last reported it, for [`Election::coordinator_gone`].
     seen: Option<(i64, i64)>,
+    /// The revision of the last read that found no coordinator key, and
+    /// how long that read took, for the campaign that follows it.
+    absent: Option<(i64, Duration)>,
 }
 
 impl std::fmt::Debug for EtcdElection {
@@ -235,6 +247,11 @@ impl EtcdElection {
         );
         Ok(EtcdElection {
             client,
+            reach: Reach {
+                endpoints: options.endpoints.clone(),
+                tls,
+            },
+            jitter: Jitter::from_os(),
             keys: Keys {
                 coordinator: format!("{base}/coordinator"),
                 epoch: format!("{base}/epoch"),
@@ -244,6 +261,7 @@ impl EtcdElection {
             ttl: options.ttl.max(MIN_TTL),
             advertise,
             seen: None,
+            absent: None,
         })
     }
 
@@ -282,6 +300,66 @@ fn parse_epoch(key: &str, value: &[u8]) -> Result<Epoch, EtcdError> {
         })
 }
 
+/// The keys of a cluster as one read found them (SPEC.md §14.1).
+struct Found {
+    coordinator: Option<KeyValue>,
+    epoch: Option<KeyValue>,
+    /// The revision of the read.
+    revision: i64,
+}
+
+impl EtcdElection {
+    /// Reads every key of the cluster in one request: the coordinator key
+    /// and the epoch (and the clean key, unused here).
+    async fn read_keys(&mut self, what: &'static str) -> Result<Found, EtcdError> {
+        let base = self
+            .keys
+            .coordinator
+            .strip_suffix("coordinator")
+            .expect("the key ends so")
+            .to_owned();
+        let answer = with_retries(&self.client, &mut self.jitter, what, |client| {
+            let base = base.clone();
+            async move { client.get_prefix(base).await }
+        })
+        .await
+        .map_err(|error| self.request_failed(what, error))?;
+        let find = |key: &str| answer.kvs.iter().find(|kv| kv.key == key.as_bytes()).cloned();
+        Ok(Found {
+            coordinator: find(&self.keys.coordinator),
+            epoch: find(&self.keys.epoch),
+            revision: answer.header.as_ref().map_or(0, |header| header.revision),
+        })
+    }
+
+    /// Whether the coordinator key is put within `pause`, by a watch from
+    /// the revision after `read`; the pause whole when the watch cannot be
+    /// had (§14.3).
+    async fn put_within(&self, pause: Duration, read: i64) -> bool {
+        let client = self.client.clone();
+        let key = self.keys.coordinator.clone();
+        let put = async move {
+            if let Ok(mut watch) = client.watch(key, read + 1).await {
+                while let Ok(Some(answer)) = watch.message().await {
+                    if answer
+                        .events
+                        .iter()
+                        .any(|event| event.r#type() == EventType::Put)
+                    {
+                        return;
+                    }
+                    if answer.canceled {
+                        break;
+                    }
+                }
+            }
+            // No watch: the re-read after the pause tells.
+            std::future::pending::<()>().await
+        };
+        tokio::time::timeout(pause, put).await.is_ok()
+    }
+}
+
 impl Election for EtcdElection {
     type Error = EtcdError;
     /// The `host:port` a coordinator advertises.
@@ -289,16 +367,24 @@ impl Election for EtcdElection {
     type Term = EtcdTerm;
 
     async fn coordinator(&mut self) -> Result<Option<String>, EtcdError> {
+        let started = Instant::now();
+        self.absent = None;
         let key = self.keys.coordinator.clone();
-        let answer = with_retries(&self.client, |client| {
-            let key = key.clone();
-            async move { client.get(key).await }
-        })
+        let answer = with_retries(
+            &self.client,
+            &mut self.jitter,
+            "reading the coordinator key",
+            |client| {
+                let key = key.clone();
+                async move { client.get(key).await }
+            },
+        )
         .await
         .map_err(|error| self.request_failed("reading the coordinator key", error))?;
         let revision = answer.header.map_or(0, |header| header.revision);
         let Some(found) = answer.kvs.first() else {
             self.seen = None;
+            self.absent = Some((revision, started.elapsed()));
             return Ok(None);
         };
         self.seen = Some((found.create_revision, revision));
@@ -306,23 +392,34 @@ impl Election for EtcdElection {
     }
 
     async fn campaign(&mut self) -> Result<Option<EtcdTerm>, EtcdError> {
-        // Most campaigns come from processes that could not reach a
-        // coordinator whose key still lives: one read, no lease.
-        if self.coordinator().await?.is_some() {
+        // A campaign right after a read that found no coordinator key goes
+        // on from that read. Others come from processes that could not
+        // reach a coordinator whose key still lives: one read, no lease.
+        let (read_at, read_took) = match self.absent.take() {
+            Some(absent) => absent,
+            None => {
+                let started = Instant::now();
+                let found = self.read_keys("reading the coordinator key").await?;
+                if found.coordinator.is_some() {
+                    return Ok(None);
+                }
+                (found.revision, started.elapsed())
+            }
+        };
+        // §14.3: a pause, so that one process of a stampede campaigns and
+        // the rest see its key put; then a read again.
+        let pause = campaign_window(read_took).mul_f64(self.jitter.fraction().sqrt());
+        if self.put_within(pause, read_at).await {
+            debug!(?pause, "another process took the coordinator key during the pause");
+            return Ok(None);
+        }
+        let found = self.read_keys("reading the coordinator key").await?;
+        if found.coordinator.is_some() {
             return Ok(None);
         }
         let epoch_key = self.keys.epoch.clone();
-        let answer = with_retries(&self.client, |client| {
-            let key = epoch_key.clone();
-            async move { client.get(key).await }
-        })
-        .await
-        .map_err(|error| self.request_failed("reading the epoch", error))?;
-        let (last, last_revision) = match answer.kvs.first() {
-            Some(found) => (
-                Some(parse_epoch(&epoch_key, &found.value)?),
-                found.mod_revision,
-            ),
+        let (last, last_revision) = match &found.epoch {
+            Some(kv) => (Some(parse_epoch(&epoch_key, &kv.value)?), kv.mod_revision),
             None => (None, 0),
         };
         let epoch = match last {
@@ -331,18 +428,27 @@ impl Election for EtcdElection {
                 .next()
                 .ok_or(EtcdError::EtcdEpochExhausted { key: epoch_key })?,
         };
-        // The lease is proven from the moment its grant was sent (§14.2).
-        let sent = Instant::now();
+        // The lease is proven from the moment its grant was sent (§14.2):
+        // the attempt that got it, when the grant was tried again.
+        let mut sent = Instant::now();
         let ttl = self.ttl.as_secs() as i64;
-        let (lease, granted) = with_retries(&self.client, |client| async move {
-            client.lease_grant(ttl).await
-        })
+        let (lease, granted) = with_retries(
+            &self.client,
+            &mut self.jitter,
+            "granting a lease",
+            |client| {
+                sent = Instant::now();
+                async move { client.lease_grant(ttl).await }
+            },
+        )
         .await
         .map_err(|error| self.request_failed("granting a lease", error))?;
         let granted = Duration::from_secs(granted.max(0) as u64);
         // §14.1: the key is won and the epoch raised in one transaction, which
         // succeeds only if nobody holds the key and nobody raised the epoch
-        // since it was read; so epochs strictly increase across terms.
+        // since it was read; so epochs strictly increase across terms. Its
+        // failure branch reads the key: an attempt that etcd applied but
+        // whose answer was lost shows the key under this lease (§14.6).
         let txn = TxnRequest {
             compare: vec![
                 client::create_revision_is(self.keys.coordinator.clone(), 0),
@@ -353,9 +459,9 @@ impl Election for EtcdElection {
                 client::put_op(self.keys.epoch.clone(), epoch.to_string(), 0),
                 client::delete_op(self.keys.clean.clone()),
             ],
-            failure: Vec::new(),
+            failure: vec![client::range_op(self.keys.coordinator.clone())],
         };
-        let won = with_retries(&self.client, |client| {
+        let won = with_retries(&self.client, &mut self.jitter, "campaigning", |client| {
             let txn = txn.clone();
             async move { client.txn(txn).await }
         })
@@ -369,26 +475,57 @@ impl Election for EtcdElection {
                 return Err(self.request_failed("campaigning", error));
             }
         };
-        if !won.succeeded {
-            debug!("another process won the campaign");
-            revoke_later(self.client.clone(), lease);
-            return Ok(None);
-        }
-        let revision = won.header.map_or(0, |header| header.revision);
-        let was_clean = won.responses.iter().any(|answer| {
-            matches!(&answer.response,
-                Some(response_op::Response::ResponseDeleteRange(deleted)) if deleted.deleted > 0)
-        });
-        let proven_until = Arc::new(Mutex::new(sent + granted.saturating_sub(STEP_DOWN_MARGIN)));
-        let lost = Arc::new(Mutex::new(None));
-        let renewing = tokio::spawn(renew(
+        let (revision, was_clean) = if won.succeeded {
+            let was_clean = won.responses.iter().any(|answer| {
+                matches!(&answer.response,
+                    Some(response_op::Response::ResponseDeleteRange(deleted)) if deleted.deleted > 0)
+            });
+            (won.header.map_or(0, |header| header.revision), was_clean)
+        } else {
+            let holder = won.responses.iter().find_map(|answer| match &answer.response {
+                Some(response_op::Response::ResponseRange(range)) => range.kvs.first().cloned(),
+                _ => None,
+            });
+            match holder {
+                // An earlier attempt won. Whether it deleted a clean key is
+                // not known: the term opens a grace window (§10.2), which
+                // costs a wait at most.
+                Some(kv) if kv.lease == lease => {
+                    info!("an attempt of the campaign that seemed to fail had won it");
+                    (kv.create_revision, false)
+                }
+                _ => {
+                    debug!("another process won the campaign");
+                    revoke_later(self.client.clone(), lease);
+                    return Ok(None);
+                }
+            }
+        };
+        let proof = Proof::new(sent + granted.saturating_sub(STEP_DOWN_MARGIN));
+        let (renewals, mut renewed) = renew::start(
+            self.reach.clone(),
             self.client.clone(),
             lease,
             granted,
-            proven_until.clone(),
-            lost.clone(),
-        ));
+            proof.clone(),
+        );
         info!(%epoch, key = %self.keys.coordinator, advertise = %self.advertise, ttl = ?granted, "won the coordinator's key");
+        // A campaign slowed by a loaded etcd can win a lease whose proof is
+        // nearly spent, and a term that served now would end at its first
+        // check, its key revoked and a new campaign begun. The term waits
+        // for its first renewal, sent at once, instead (§14.2), as long as
+        // a request is tried; a term still unproven then ends at its first
+        // check.
+        let proven = async {
+            while proof.left(Instant::now()).is_none_or(|left| left < granted / 3) {
+                if proof.lost().is_some() || renewed.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        if tokio::time::timeout(REQUEST_PATIENCE, proven).await.is_err() {
+            warn!("no renewal of the new term's lease succeeded; the term ends unproven (SPEC.md §14.2)");
+        }
         Ok(Some(EtcdTerm {
             client: self.client.clone(),
             keys: self.keys.clone(),
@@ -396,9 +533,8 @@ impl Election for EtcdElection {
             lease,
             revision,
             follows_failover: !(epoch == Epoch::FIRST || was_clean),
-            proven_until,
-            lost,
-            renewing,
+            proof,
+            renewals,
         }))
     }
 
@@ -412,19 +548,19 @@ impl Election for EtcdElection {
         let client = self.client.clone();
         let key = self.keys.coordinator.clone();
         let seen = self.seen;
+        let mut jitter = self.jitter.fork();
         async move {
             let Some((created, revision)) = seen else {
                 return;
             };
-            // Watching from the revision after the read, so that a change in
-            // between is not missed.
-            let Ok(mut stream) = client.watch(key, revision + 1).await else {
-                // Without a watch, the connection's keepalive still tells.
-                return std::future::pending().await;
-            };
+            // A watch that cannot be made or breaks says nothing about the
+            // coordinator: it is made again, after a backoff (§14.6), from
+            // the revision after the read, so that no change is missed.
+            // Meanwhile the connection's keepalive still tells.
+            let mut backoff = Backoff::new(Instant::now());
             loop {
-                match stream.message().await {
-                    Ok(Some(answer)) => {
+                if let Ok(mut stream) = client.watch(key.clone(), revision + 1).await {
+                    while let Ok(Some(answer)) = stream.message().await {
                         let gone = answer.events.iter().any(|event| {
                             event.r#type() == EventType::Delete
                                 || event
@@ -432,14 +568,18 @@ impl Election for EtcdElection {
                                     .as_ref()
                                     .is_some_and(|kv| kv.create_revision != created)
                         });
+                        // A watch that etcd cancels (its revision was
+                        // compacted) can no longer tell: as if gone, the
+                        // client reads the key again.
                         if gone || answer.canceled {
                             return;
                         }
                     }
-                    // A broken watch says nothing about the coordinator; the
-                    // connection's keepalive still tells.
-                    Ok(None) | Err(_) => return std::future::pending().await,
                 }
+                let pause = backoff
+                    .after_failure(Instant::now(), &mut jitter)
+                    .unwrap_or(retry::LONGEST_RETRY);
+                tokio::time::sleep(pause).await;
             }
         }
     }
@@ -452,62 +592,6 @@ fn revoke_later(client: Client, lease: i64) {
     });
 }
 
-/// Renews the lease until it is gone, keeping `proven_until` at the send
-/// time of the last renewal that succeeded, plus its TTL, minus the margin
-/// (SPEC.md §14.2). Sets `lost` when etcd says the lease is gone.
-async fn renew(
-    client: Client,
-    lease: i64,
-    granted: Duration,
-    proven_until: Arc<Mutex<Instant>>,
-    lost: Arc<Mutex<Option<String>>>,
-) {
-    let every = granted / 3;
-    let mut keeper = None;
-    let mut pause = every;
-    loop {
-        tokio::time::sleep(pause).await;
-        pause = RENEW_RETRY;
-        if keeper.is_none() {
-            match tokio::time::timeout(REQUEST_TIMEOUT, client.lease_keep_alive(lease)).await {
-                Ok(Ok(opened)) => keeper = Some(opened),
-                Ok(Err(error)) if error.code() == Code::NotFound => {
-                    *lost.lock().expect("never poisoned") = Some(error.message().to_owned());
-                    return;
-                }
-                Ok(Err(error)) => {
-                    warn!(error = %describe(&error), "cannot renew the coordinator's lease; retrying");
-                    continue;
-                }
-                Err(_) => {
-                    warn!("etcd did not answer a renewal in time; retrying");
-                    continue;
-                }
-            }
-        }
-        let renewals = keeper.as_mut().expect("set above");
-        let sent = Instant::now();
-        let renewed = tokio::time::timeout(REQUEST_TIMEOUT, renewals.renew()).await;
-        match renewed {
-            Ok(Ok(Some(answer))) if answer.ttl > 0 => {
-                let ttl = Duration::from_secs(answer.ttl as u64);
-                *proven_until.lock().expect("never poisoned") =
-                    sent + ttl.saturating_sub(STEP_DOWN_MARGIN);
-                pause = every;
-            }
-            Ok(Ok(Some(_))) => {
-                *lost.lock().expect("never poisoned") =
-                    Some("etcd says the lease has expired".to_owned());
-                return;
-            }
-            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => {
-                warn!("a renewal of the coordinator's lease failed; retrying");
-                keeper = None;
-            }
-        }
-    }
-}
-
 /// One term won through etcd: the coordinator key under a lease.
 pub struct EtcdTerm {
     client: Client,
@@ -517,9 +601,11 @@ pub struct EtcdTerm {
     /// The revision at which this term won the key (its create revision).
     revision: i64,
     follows_failover: bool,
-    proven_until: Arc<Mutex<Instant>>,
-    lost: Arc<Mutex<Option<String>>>,
-    renewing: tokio::task::JoinHandle<()>,
+    proof: Proof,
+    /// Dropped with the term, which stops renewing, so that a term dropped
+    /// without [`Term::resign`] lets its lease expire as if its process had
+    /// died.
+    renewals: Renewals,
 }
 
 impl std::fmt::Debug for EtcdTerm {
@@ -535,16 +621,11 @@ impl std::fmt::Debug for EtcdTerm {
 impl EtcdTerm {
     /// How much longer the lease is proven alive, or `None` once it is not.
     pub fn proven_for(&self) -> Option<Duration> {
-        let until = *self.proven_until.lock().expect("never poisoned");
-        until.checked_duration_since(Instant::now())
+        self.proof.left(Instant::now())
     }
-}
 
-impl Drop for EtcdTerm {
-    /// A term dropped without [`Term::resign`] stops renewing, so that its
-    /// lease expires as if its process had died.
-    fn drop(&mut self) {
-        self.renewing.abort();
+    fn lost(&self) -> Option<String> {
+        self.proof.lost()
     }
 }
 
@@ -560,7 +641,7 @@ impl Term for EtcdTerm {
     }
 
     fn check(&mut self) -> Result<(), EtcdError> {
-        if let Some(reason) = self.lost.lock().expect("never poisoned").clone() {
+        if let Some(reason) = self.lost() {
             return Err(EtcdError::LeaseLost {
                 key: self.keys.coordinator.clone(),
                 reason,
@@ -580,22 +661,31 @@ impl Term for EtcdTerm {
     /// §14.2: from the clock, never from etcd: a process that was paused
     /// past its lease must not answer before it learns anything.
     fn still_holds(&self) -> bool {
-        self.proven_for().is_some() && self.lost.lock().expect("never poisoned").is_none()
+        self.proven_for().is_some() && self.lost().is_none()
     }
 
     async fn resign(self, clean: bool) {
-        self.renewing.abort();
+        let EtcdTerm {
+            client: etcd,
+            keys,
+            epoch,
+            lease,
+            revision,
+            renewals,
+            ..
+        } = self;
+        drop(renewals);
         if clean {
             // §10.2: written only while this term still holds the key.
             let txn = TxnRequest {
                 compare: vec![client::create_revision_is(
-                    self.keys.coordinator.clone(),
-                    self.revision,
+                    keys.coordinator.clone(),
+                    revision,
                 )],
-                success: vec![client::put_op(self.keys.clean.clone(), "", 0)],
+                success: vec![client::put_op(keys.clean.clone(), "", 0)],
                 failure: Vec::new(),
             };
-            match tokio::time::timeout(REQUEST_TIMEOUT, self.client.txn(txn)).await {
+            match tokio::time::timeout(REQUEST_TIMEOUT, etcd.txn(txn)).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(error)) => {
                     warn!(error = %describe(&error), "could not mark the term's end as clean")
@@ -605,8 +695,8 @@ impl Term for EtcdTerm {
         }
         // Revoking the lease removes the key at once, so that the next
         // coordinator need not wait for it to expire.
-        match tokio::time::timeout(REQUEST_TIMEOUT, self.client.lease_revoke(self.lease)).await {
-            Ok(Ok(_)) => info!(epoch = %self.epoch, "resigned the coordinator's key"),
+        match tokio::time::timeout(REQUEST_TIMEOUT, etcd.lease_revoke(lease)).await {
+            Ok(Ok(_)) => info!(epoch = %epoch, "resigned the coordinator's key"),
             Ok(Err(error)) => {
                 warn!(error = %describe(&error), "could not revoke the lease; it expires by itself")
             }
@@ -637,6 +727,18 @@ mod tests {
             assert!(error.contains("p/c/epoch"), "{error}");
         }
         assert_eq!(parse_epoch("k", b"2147483647").unwrap(), Epoch::MAX);
+    }
+
+    /// §14.3: the window of a campaign's pause grows with etcd's answer
+    /// time, between its least and its widest.
+    #[test]
+    fn the_campaign_window_follows_etcds_answer_time_within_bounds() {
+        assert_eq!(campaign_window(Duration::from_millis(2)), CAMPAIGN_SPREAD);
+        assert_eq!(
+            campaign_window(Duration::from_millis(200)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(campaign_window(Duration::from_secs(3)), LONGEST_SPREAD);
     }
 
     /// §14.1: cluster names cannot reach into another cluster's keys.
