@@ -564,12 +564,13 @@ async fn finish(
             exit::INTERRUPTED
         }
         // §13.3: the leader may well have finished; say what is known.
+        // (A killed leader that was its own coordinator ends here too.)
         Err(RunError::Interrupted {
             lost_in_failover: true,
             ..
         }) => {
             say(format_args!(
-                "the flight of {key:?} was lost in a failover: its coordinator changed while the command ran, and the leader did not bring the flight back to the new coordinator within the grace window (it may have finished, been stopped, or not reached it in time); nothing ran here: run again to start a new flight"
+                "the flight of {key:?} was interrupted when its coordinator changed: its leader did not bring the flight back to the new coordinator within the grace window (the leader was killed or stopped, or it finished or went on but did not reach the new coordinator in time); nothing ran here: run again to start a new flight"
             ));
             exit::INTERRUPTED
         }

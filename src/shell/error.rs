@@ -174,7 +174,7 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 lost_in_failover: true,
             } => write!(
                 f,
-                "the flight of {key:?} that this call joined was lost in a failover: its coordinator changed, and its leader did not bring the flight back to the new one within the grace window (it may have finished, stopped, or not reached it in time); the work was not rerun for this call, so call again to start a new flight"
+                "the flight of {key:?} that this call joined was interrupted when its coordinator changed: its leader did not bring the flight back to the new one within the grace window (it was killed or stopped, or finished or went on but did not reach the new coordinator in time); the work was not rerun for this call, so call again to start a new flight"
             ),
             RunError::DeadlineExceeded { key, deadline } => write!(
                 f,

@@ -852,11 +852,14 @@ fn s13_5_serve_outlives_an_etcd_outage_and_status_names_the_silent_coordinator()
     let output = serve.wait_with_output().expect("serve ends");
     let log = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{log}");
-    assert_eq!(
+    // No flood: the election's own retries (§14.6) may carry a campaign
+    // through an outage shorter than their patience without it failing at
+    // all; otherwise serve says so once.
+    assert!(
         log.matches("trying again until the election answers")
-            .count(),
-        1,
-        "one line for the outage: {log}"
+            .count()
+            <= 1,
+        "at most one line for the outage: {log}"
     );
 }
 
