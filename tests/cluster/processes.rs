@@ -253,21 +253,15 @@ impl World {
         let hosts = self.hosts.as_ref().expect("command tests run on hosts");
         let certs = self.scratch.join("certs");
         let mut command = hosts.command(host, BINARY);
+        command.arg(subcommand);
+        certs::member_flags(
+            &mut command,
+            &self.etcd.endpoints(),
+            &self.cluster,
+            &format!("{}:0", hosts.address(host)),
+            &certs,
+        );
         command
-            .arg(subcommand)
-            .arg("--etcd")
-            .arg(self.etcd.endpoints().join(","))
-            .args(["--cluster", &self.cluster])
-            .arg("--listen")
-            .arg(format!("{}:0", hosts.address(host)))
-            .arg("--tls-ca")
-            .arg(certs.join("ca.pem"))
-            .arg("--tls-cert")
-            .arg(certs.join("server.pem"))
-            .arg("--tls-key")
-            .arg(certs.join("server.key"))
-            // No failover is wanted here: the default lease (§14.2).
-            .args(["--ttl", "5"])
             .current_dir(self.runs())
             .env_remove("SINGLE_FLIGHT_DIR")
             .stdin(Stdio::null())

@@ -134,19 +134,15 @@ impl World {
                 .map(Stdio::from)
                 .expect("an output file")
         };
+        command.arg(subcommand);
+        certs::member_flags(
+            &mut command,
+            &self.etcd.endpoints(),
+            &self.cluster,
+            &listen,
+            &certs,
+        );
         command
-            .arg(subcommand)
-            .arg("--etcd")
-            .arg(self.etcd.endpoints().join(","))
-            .args(["--cluster", &self.cluster, "--listen", &listen])
-            .arg("--tls-ca")
-            .arg(certs.join("ca.pem"))
-            .arg("--tls-cert")
-            .arg(certs.join("server.pem"))
-            .arg("--tls-key")
-            .arg(certs.join("server.key"))
-            // No failover is wanted: the default lease (§14.2).
-            .args(["--ttl", "5"])
             .current_dir(self.runs())
             .env_remove("SINGLE_FLIGHT_DIR")
             .stdin(Stdio::null())

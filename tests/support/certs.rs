@@ -30,3 +30,27 @@ pub fn make(directory: &Path, extra_san: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// Adds the flags of a cluster member to a `single-flight` command: the
+/// etcd `endpoints`, the `cluster`'s name, the address to `listen` on, the
+/// process certificate made in `certs` by [`make`], and the default lease
+/// (`--ttl 5`, SPEC.md §14.2), for tests that want no failover of their own.
+pub fn member_flags(
+    command: &mut Command,
+    endpoints: &[String],
+    cluster: &str,
+    listen: &str,
+    certs: &Path,
+) {
+    command
+        .arg("--etcd")
+        .arg(endpoints.join(","))
+        .args(["--cluster", cluster, "--listen", listen])
+        .arg("--tls-ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--tls-cert")
+        .arg(certs.join("server.pem"))
+        .arg("--tls-key")
+        .arg(certs.join("server.key"))
+        .args(["--ttl", "5"]);
+}
