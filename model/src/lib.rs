@@ -87,6 +87,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod connector;
 mod directory;
 pub mod properties;
 pub mod simulate;
