@@ -1557,3 +1557,19 @@ struct Sends {
 fn call_of(id: &RequestId) -> Option<CallId> {
     CallId::from_request_id(id)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC.md §9.1: the model names a call as the client does, so a
+    /// response the client ignores (`01` is no call's id) is not counted for
+    /// call 1 by the properties.
+    #[test]
+    fn the_model_reads_call_ids_as_the_client_does() {
+        let id = |text: &str| RequestId::new(text.to_owned()).expect("a valid id");
+        assert_eq!(call_of(&id("1")), Some(CallId(1)));
+        assert_eq!(call_of(&id("01")), None);
+        assert_eq!(call_of(&id("+1")), None);
+    }
+}
