@@ -196,6 +196,9 @@ where
     /// Runs until every handle is gone or [`Command::Close`] arrives, and
     /// the connector stops.
     pub(super) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        // The clock of the runtime that drives the loop, not of the thread
+        // that built the driver.
+        self.origin = tokio::time::Instant::now();
         let mut handles_left = true;
         while !self.connector.is_stopped() {
             // Past the last instant tokio can represent (a pause of
