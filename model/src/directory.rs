@@ -1472,6 +1472,10 @@ impl Step<'_> {
                         }
                     }
                 }
+                // The shell tells a leader that waits for its land after a
+                // panic (SPEC.md §9.6); the model's works do not panic, so
+                // nobody waits.
+                client::Effect::LandSettled { .. } => {}
                 client::Effect::StartWork { call, token } => {
                     process.work.insert(call, token);
                     if let Some(record) = process.calls.get_mut(&call) {
@@ -1548,8 +1552,24 @@ struct Sends {
     stopped: BTreeSet<FencingToken>,
 }
 
-/// The call a request id names: the client's ids are call numbers in
-/// decimal (SPEC.md §3.1).
+/// The call a request id names, by the client's own map (SPEC.md §9.1):
+/// only the canonical decimal text of a call number, as the client reads it.
 fn call_of(id: &RequestId) -> Option<CallId> {
-    id.as_str().parse().ok().map(CallId)
+    CallId::from_request_id(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SPEC.md §9.1: the model names a call as the client does, so a
+    /// response the client ignores (`01` is no call's id) is not counted for
+    /// call 1 by the properties.
+    #[test]
+    fn the_model_reads_call_ids_as_the_client_does() {
+        let id = |text: &str| RequestId::new(text.to_owned()).expect("a valid id");
+        assert_eq!(call_of(&id("1")), Some(CallId(1)));
+        assert_eq!(call_of(&id("01")), None);
+        assert_eq!(call_of(&id("+1")), None);
+    }
 }

@@ -62,6 +62,11 @@
 //! every property in every state of every trace, and replays one trace from
 //! its seed. CI walks the fleet for about a minute (`tests/simulation.rs`).
 //!
+//! [`connector`] is a second, small model: one process's real
+//! [`single_flight_core::client::Connector`] with modelled time, against a
+//! scripted coordinator that answers, goes away with answers still buffered,
+//! breaks or refuses (SPEC.md §12.6); its seeded bugs are the connector's.
+//!
 //! Violations are recorded as flags in the state rather than panics: a panic
 //! inside `next_state` ends the run without a path to show.
 //!
@@ -87,6 +92,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod connector;
 mod directory;
 pub mod properties;
 pub mod simulate;

@@ -646,7 +646,7 @@ struct Tally {
 
 /// splitmix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number
 /// generators", 2014), as in `java.util.SplittableRandom`.
-struct SplitMix64 {
+pub(crate) struct SplitMix64 {
     state: u64,
 }
 
@@ -655,17 +655,17 @@ impl SplitMix64 {
     /// ratio.
     const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
-    fn new(seed: u64) -> SplitMix64 {
+    pub(crate) fn new(seed: u64) -> SplitMix64 {
         SplitMix64 { state: seed }
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.state = self.state.wrapping_add(Self::GAMMA);
         Self::mix(self.state)
     }
 
     /// The `index`-th output (from 0), without the ones before it.
-    fn nth(&self, index: u64) -> u64 {
+    pub(crate) fn nth(&self, index: u64) -> u64 {
         Self::mix(
             self.state
                 .wrapping_add(Self::GAMMA.wrapping_mul(index.wrapping_add(1))),
@@ -681,7 +681,7 @@ impl SplitMix64 {
     /// A number below `bound` (which is not 0), by multiplying and keeping
     /// the high half (Lemire, 2019). Its bias, below `bound` / 2^64, is
     /// nothing for a choice among a few dozen actions.
-    fn below(&mut self, bound: usize) -> usize {
+    pub(crate) fn below(&mut self, bound: usize) -> usize {
         ((u128::from(self.next()) * bound as u128) >> 64) as usize
     }
 }

@@ -3,7 +3,7 @@
 //! [`Client`] over the connection. It runs on the process's single-flight
 //! thread; calls talk to it through [`Command`]s and [`CallEvent`]s.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,25 +19,15 @@ use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
 use super::stats::Counters;
-use crate::client::{CallId, CallOptions, Client, Effect, Event, Resolution, StopReason};
+use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
+use crate::client::{CallId, CallOptions, Connector, Effect, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
 use crate::protocol::{
-    ClientHello, FencingToken, HandshakeError, Key, Outcome, Response, decode_coordinator_hello,
+    ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
     decode_response, encode,
 };
 use crate::transport::{ConnectError, Connection, Transport};
-
-/// How long a shutting-down process waits for its lands to be acknowledged,
-/// so that its joiners get the values it produced (SPEC.md §9.3).
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// How long a client reads on from a coordinator whose term is over before
-/// it leaves, while no byte comes (SPEC.md §14.3). A term that ends cleanly
-/// writes its last answers before its key goes, so they are already on the
-/// way when the watch tells (a landed value of megabytes takes a while to
-/// read); a dead host sends nothing, and costs this much more to leave.
-const DRAIN_IDLE: Duration = Duration::from_millis(500);
 
 /// What a call asks of the driver.
 pub(super) enum Command {
@@ -82,24 +72,40 @@ pub(super) enum CallEvent {
 /// lives (§9.3).
 pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
-pub(super) struct Driver<E, T> {
+/// Carries out the [`Connector`]'s decisions (SPEC.md §9, §10, §14.3): it
+/// owns the connection, the attempt in progress and the channels to the
+/// callers, and holds no copy of what the machine decides (which calls lead,
+/// which lands settle, when to try again or leave).
+pub(super) struct Driver<E: Election, T: Transport> {
     /// The election and the transport, lent to the attempt in progress to
     /// reach or become the coordinator; `None` while one runs.
     finder: Option<Finder<E, T>>,
     options: Options,
-    client: Client,
+    connector: Connector,
+    /// Where the machine's time starts: it reads durations since then.
+    origin: tokio::time::Instant,
+    /// Each call's channel, until the call is resolved, withdrawn or told to
+    /// stop.
     calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
-    /// Calls whose work runs, in their caller's task, or on this thread for
-    /// a detached call (SPEC.md §15.3).
-    leading: BTreeSet<CallId>,
+    /// Leaders whose work panicked, each told when the machine says its land
+    /// is settled (§9.6).
+    panicked: BTreeMap<CallId, oneshot::Sender<()>>,
     writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    lines: Option<Lines<T::Reader>>,
+    gone: Option<Gone>,
+    /// The attempt to reach or become the coordinator in progress. The loop
+    /// polls it beside everything else, so that it never holds up a
+    /// command; dropping it abandons the attempt.
+    attempting: Option<Attempting<E, T>>,
+    /// Why the attempt that just ended failed, for the calls it ends.
+    failure: Option<Arc<Unavailable>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
-    /// Lands whose leader waits for them to be settled (§9.6).
-    settling: BTreeMap<CallId, oneshot::Sender<()>>,
     /// The epoch of the last coordinator this process connected to, to
     /// count the failovers it lives through (SPEC.md §9.8).
     last_epoch: Option<String>,
+    /// Who waits for the close to end.
+    closers: Vec<oneshot::Sender<()>>,
     counters: Arc<Counters>,
 }
 
@@ -109,12 +115,10 @@ enum Wake<E: Election, T: Transport> {
     /// The election says the coordinator this process is connected to no
     /// longer holds its term (§14.3).
     CoordinatorGone,
-    /// Time to see whether a gone coordinator's connection still brings
-    /// bytes.
-    DrainCheck,
     /// An attempt to reach or become the coordinator has ended.
     Attempted(Finder<E, T>, Attempt<E, T>),
-    Retry,
+    /// The time the connector asked to be woken at has come.
+    Timer,
 }
 
 /// A future that resolves when the connected coordinator's term is over.
@@ -173,174 +177,119 @@ where
                 transport,
             }),
             options,
-            client: Client::new(),
+            connector: Connector::new(),
+            origin: tokio::time::Instant::now(),
             calls: BTreeMap::new(),
-            leading: BTreeSet::new(),
+            panicked: BTreeMap::new(),
             writer: None,
+            lines: None,
+            gone: None,
+            attempting: None,
+            failure: None,
             serving: None,
-            settling: BTreeMap::new(),
             last_epoch: None,
+            closers: Vec::new(),
             counters,
         }
     }
 
-    /// Runs until every handle is gone or [`Command::Close`] arrives.
+    /// Runs until every handle is gone or [`Command::Close`] arrives, and
+    /// the connector stops.
     pub(super) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut lines: Option<Lines<T::Reader>> = None;
-        let mut gone: Option<Gone> = None;
-        // The attempt to reach or become the coordinator in progress. The
-        // loop polls it beside everything else, so that it never holds up a
-        // command; dropping it abandons the attempt.
-        let mut attempting: Option<Attempting<E, T>> = None;
-        // After the coordinator's term is over: when to look again, and the
-        // bytes read by then.
-        let mut draining: Option<(tokio::time::Instant, u64)> = None;
-        let mut closing: Option<(tokio::time::Instant, Option<oneshot::Sender<()>>)> = None;
+        // The clock of the runtime that drives the loop, not of the thread
+        // that built the driver.
+        self.origin = tokio::time::Instant::now();
         let mut handles_left = true;
-        // After an attempt to reach a coordinator failed, the next one comes
-        // a poll interval later (§7.2, §14.3), whatever wakes the loop in
-        // between: a caller that retries at once on `Unavailable` must not
-        // turn the attempts, each a read from the election's store in a cluster, into a busy
-        // loop.
-        let mut next_attempt: Option<tokio::time::Instant> = None;
-        loop {
-            if lines.is_none()
-                && attempting.is_none()
-                && next_attempt.is_none_or(|at| deadline_after(Duration::ZERO) >= at)
-                && let Some(finder) = self.finder.take()
-            {
-                // §7.2: a process that holds the claim never campaigns
-                // again; that would open the lock file a second time and
-                // could drop the claim. It waits for its own socket instead.
-                let serving = self.serving.as_ref().is_some_and(|s| !s.done.is_finished());
-                if !serving {
-                    self.serving = None;
-                }
-                attempting = Some(Box::pin(
-                    finder.attempt(serving, self.options.poll_interval),
-                ));
-                next_attempt = None;
-            }
-            if let Some((deadline, _)) = &closing {
-                let late = tokio::time::Instant::now() >= *deadline;
-                // An attempt still in progress is abandoned (§14.6): with
-                // nothing left to land, a close waits for no coordinator.
-                if self.client.is_idle() || late {
-                    break;
-                }
-            }
+        while !self.connector.is_stopped() {
+            // Past the last instant tokio can represent (a pause of
+            // `Duration::MAX`): no timer.
+            let timer = self
+                .connector
+                .poll_timeout()
+                .and_then(|at| self.origin.checked_add(at));
             let wake = tokio::select! {
                 command = commands.recv(), if handles_left => Wake::Command(command),
-                line = async { lines.as_mut().expect("guarded").next().await }, if lines.is_some() => Wake::Line(line),
-                () = async { gone.as_mut().expect("guarded").await }, if gone.is_some() && lines.is_some() => Wake::CoordinatorGone,
-                () = async { tokio::time::sleep_until(draining.expect("guarded").0).await }, if draining.is_some() && lines.is_some() => Wake::DrainCheck,
-                (finder, attempt) = async { attempting.as_mut().expect("guarded").await }, if attempting.is_some() => Wake::Attempted(finder, attempt),
-                () = async {
-                    match next_attempt {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => tokio::time::sleep(self.options.poll_interval).await,
-                    }
-                }, if (lines.is_none() && attempting.is_none()) || closing.is_some() => Wake::Retry,
+                line = async { self.lines.as_mut().expect("guarded").next().await }, if self.lines.is_some() => Wake::Line(line),
+                () = async { self.gone.as_mut().expect("guarded").await }, if self.gone.is_some() => Wake::CoordinatorGone,
+                (finder, attempt) = async { self.attempting.as_mut().expect("guarded").await }, if self.attempting.is_some() => Wake::Attempted(finder, attempt),
+                () = async { tokio::time::sleep_until(timer.expect("guarded")).await }, if timer.is_some() => Wake::Timer,
             };
-            match wake {
+            let event = match wake {
                 Wake::Command(Some(Command::Close { done })) => {
-                    closing = Some((deadline_after(CLOSE_TIMEOUT), Some(done)));
+                    self.closers.push(done);
+                    connector::Event::CloseRequested
                 }
-                Wake::Command(Some(command)) => self.command(command),
+                Wake::Command(Some(command)) => match self.command(command) {
+                    Some(event) => event,
+                    None => continue,
+                },
                 Wake::Command(None) => {
-                    if closing.is_none() {
-                        closing = Some((deadline_after(CLOSE_TIMEOUT), None));
-                    }
                     // No handle is left to send commands; only lands remain.
                     handles_left = false;
+                    connector::Event::CloseRequested
                 }
                 Wake::Attempted(finder, attempt) => {
                     self.finder = Some(finder);
-                    attempting = None;
-                    match attempt {
-                        Attempt::Connected {
-                            lines: connected,
-                            writer,
-                            epoch,
-                            gone: ends,
-                        } => {
-                            self.connected(writer, epoch);
-                            lines = Some(connected);
-                            gone = Some(ends);
-                            draining = None;
-                        }
-                        Attempt::Won(term, listener) => {
-                            self.serving = Some(server::start(term, listener, &self.options));
-                            // It connects to itself at once.
-                        }
-                        Attempt::Missed { pause } => {
-                            next_attempt = Some(deadline_after(pause));
-                        }
-                        Attempt::Failed { reason, pause } => {
-                            self.fail_waiting(reason);
-                            next_attempt = Some(deadline_after(pause));
-                        }
+                    self.attempting = None;
+                    connector::Event::AttemptEnded {
+                        attempt: self.attempted(attempt),
                     }
                 }
                 Wake::Line(Ok(line)) => match decode_response(&line) {
-                    Ok(response) => {
-                        let settles = self.settles(&response);
-                        let effects = self.client.step(Event::ResponseReceived { response });
-                        self.apply(effects);
-                        if let Some(settled) = settles.and_then(|call| self.settling.remove(&call))
-                        {
-                            let _ = settled.send(());
-                        }
-                    }
+                    Ok(response) => connector::Event::ResponseReceived { response },
                     Err(error) => {
                         warn!(%error, "the coordinator sent a malformed response; reconnecting");
-                        lines = None;
-                        self.lost();
+                        connector::Event::ConnectionLost
                     }
                 },
                 Wake::Line(Err(error)) => {
                     debug!(%error, "lost the coordinator");
-                    lines = None;
-                    self.lost();
+                    connector::Event::ConnectionLost
                 }
                 Wake::CoordinatorGone => {
                     info!(
                         "the coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)"
                     );
-                    gone = None;
-                    let received = lines.as_ref().map_or(0, Lines::received);
-                    draining = Some((deadline_after(DRAIN_IDLE), received));
-                }
-                Wake::DrainCheck => {
-                    let received = lines.as_ref().map_or(0, Lines::received);
-                    match draining {
-                        Some((_, before)) if received > before => {
-                            draining = Some((deadline_after(DRAIN_IDLE), received));
-                        }
-                        _ => {
-                            info!("leaving the coordinator whose term is over (SPEC.md §14.3)");
-                            lines = None;
-                            draining = None;
-                            self.lost();
-                        }
+                    self.gone = None;
+                    connector::Event::CoordinatorGone {
+                        received: self.received(),
                     }
                 }
-                Wake::Retry => {}
-            }
+                Wake::Timer => connector::Event::TimerFired {
+                    received: self.received(),
+                },
+            };
+            self.step(event);
         }
-        drop(attempting);
-        drop(lines);
+        drop(self.attempting.take());
+        drop(self.lines.take());
         self.writer = None;
         if let Some(serving) = self.serving.take() {
             let _ = serving.stop.send(());
             let _ = serving.done.await;
         }
-        if let Some((_, Some(done))) = closing {
+        for done in self.closers {
             let _ = done.send(());
         }
     }
 
-    fn command(&mut self, command: Command) {
+    /// Bytes read on the current connection so far.
+    fn received(&self) -> u64 {
+        self.lines.as_ref().map_or(0, Lines::received)
+    }
+
+    /// Feeds `event` to the connector, now, and carries out its effects.
+    fn step(&mut self, event: connector::Event) {
+        let now = tokio::time::Instant::now().saturating_duration_since(self.origin);
+        let effects = self.connector.step(now, event);
+        for effect in effects {
+            self.apply(effect);
+        }
+        self.failure = None;
+    }
+
+    /// What `command` tells the connector, if anything.
+    fn command(&mut self, command: Command) -> Option<connector::Event> {
         match command {
             Command::Start {
                 call,
@@ -348,125 +297,164 @@ where
                 options,
                 events,
             } => {
-                let in_progress = self.client.calls_in_progress();
+                let in_progress = self.connector.client().calls_in_progress();
                 if in_progress >= MAX_OPEN_REQUESTS_PER_CONNECTION {
                     let _ = events.send(CallEvent::Unavailable(Arc::new(
                         Unavailable::TooManyCalls(in_progress),
                     )));
-                    return;
+                    return None;
                 }
                 self.calls.insert(call, events);
-                let effects = self.client.step(Event::CallStarted { call, key, options });
-                self.apply(effects);
+                Some(connector::Event::CallStarted { call, key, options })
             }
             Command::WorkFinished {
                 call,
                 outcome,
                 settled,
             } => {
-                self.leading.remove(&call);
-                let before = self.client.calls_in_progress();
-                let effects = self.client.step(Event::WorkFinished { call, outcome });
-                self.apply(effects);
                 if let Some(settled) = settled {
-                    // Waiters that gave up (PANIC_LAND_TIMEOUT) leave their
-                    // entry behind when their land is never answered.
-                    self.settling.retain(|_, waiter| !waiter.is_closed());
-                    if self.client.calls_in_progress() < before {
-                        // The client forgot the call: it had lost its flight
-                        // (§9.3), and no land will be sent.
-                        let _ = settled.send(());
-                    } else {
-                        self.settling.insert(call, settled);
-                    }
+                    // Told by the machine's `LandSettled`, which this very
+                    // step gives when no land is sent. Waiters that gave up
+                    // (PANIC_LAND_TIMEOUT) leave their entry behind when
+                    // their land is never answered.
+                    self.panicked.retain(|_, waiter| !waiter.is_closed());
+                    self.panicked.insert(call, settled);
                 }
+                Some(connector::Event::WorkFinished { call, outcome })
             }
             Command::Cancel { call } => {
-                let effects = self.client.step(Event::CallCancelled { call });
-                if !self.client.is_detached(call) {
+                self.step(connector::Event::CallCancelled { call });
+                // A detached call that leads stays, for its work (§15.3).
+                if !self.connector.client().is_detached(call) {
                     self.calls.remove(&call);
-                    self.leading.remove(&call);
                 }
-                self.apply(effects);
+                None
             }
             Command::Close { .. } => unreachable!("handled by the loop"),
         }
     }
 
-    fn apply(&mut self, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Send(request) => {
-                    if let Some(writer) = &self.writer {
-                        let mut line = encode(&request).into_bytes();
-                        line.push(b'\n');
-                        let _ = writer.send(line);
-                    }
+    /// Takes the connection or the term an attempt brought, and tells the
+    /// connector what the attempt came to.
+    fn attempted(&mut self, attempt: Attempt<E, T>) -> Attempted {
+        match attempt {
+            Attempt::Connected {
+                lines,
+                writer,
+                epoch,
+                gone,
+            } => {
+                self.connected(writer, epoch);
+                self.lines = Some(lines);
+                self.gone = Some(gone);
+                Attempted::Connected
+            }
+            Attempt::Won(term, listener) => {
+                self.serving = Some(server::start(term, listener, &self.options));
+                Attempted::Won
+            }
+            Attempt::Missed { pause } => Attempted::Missed { pause },
+            Attempt::Failed { reason, pause } => {
+                self.failure = Some(Arc::new(reason));
+                Attempted::Failed { pause }
+            }
+        }
+    }
+
+    fn apply(&mut self, effect: connector::Effect) {
+        match effect {
+            connector::Effect::Call(effect) => self.call_effect(effect),
+            connector::Effect::StartAttempt => {
+                let finder = self
+                    .finder
+                    .take()
+                    .expect("the connector starts one attempt at a time");
+                // §7.2: a process that holds the claim never campaigns
+                // again; that would open the lock file a second time and
+                // could drop the claim. It waits for its own socket instead.
+                let serving = self.serving.as_ref().is_some_and(|s| !s.done.is_finished());
+                if !serving {
+                    self.serving = None;
                 }
-                Effect::StartWork { call, token } => {
-                    debug!(call = call.0, %token, "leading");
-                    self.leading.insert(call);
-                    if let Some(events) = self.calls.get(&call) {
-                        let _ = events.send(CallEvent::Lead(token));
-                    }
+                self.attempting = Some(Box::pin(
+                    finder.attempt(serving, self.options.poll_interval),
+                ));
+            }
+            connector::Effect::Disconnect => {
+                if self.gone.is_none() && self.lines.is_some() {
+                    info!("leaving the coordinator whose term is over (SPEC.md §14.3)");
                 }
-                Effect::Resolve { call, resolution } => {
-                    if let Some(events) = self.calls.remove(&call) {
-                        let _ = events.send(CallEvent::Resolved(resolution));
-                    }
+                self.lines = None;
+                self.gone = None;
+                self.writer = None;
+            }
+            connector::Effect::Unavailable { call } => {
+                let reason = self
+                    .failure
+                    .clone()
+                    .expect("only a failed attempt ends calls unavailable");
+                if let Some(events) = self.calls.remove(&call) {
+                    let _ = events.send(CallEvent::Unavailable(reason));
                 }
-                Effect::StopWork { call, why } => {
-                    match why {
-                        StopReason::NobodyWaits => {
-                            debug!(
-                                call = call.0,
-                                "nobody waits for the detached flight; stopping its work (SPEC.md §15.3)"
-                            );
-                        }
-                        StopReason::DetachUnsupported => warn!(
+            }
+            // The loop ends on it.
+            connector::Effect::Stop => {}
+        }
+    }
+
+    fn call_effect(&mut self, effect: Effect) {
+        match effect {
+            Effect::Send(request) => {
+                if let Some(writer) = &self.writer {
+                    let mut line = encode(&request).into_bytes();
+                    line.push(b'\n');
+                    let _ = writer.send(line);
+                }
+            }
+            Effect::StartWork { call, token } => {
+                debug!(call = call.0, %token, "leading");
+                if let Some(events) = self.calls.get(&call) {
+                    let _ = events.send(CallEvent::Lead(token));
+                }
+            }
+            Effect::Resolve { call, resolution } => {
+                if let Some(events) = self.calls.remove(&call) {
+                    let _ = events.send(CallEvent::Resolved(resolution));
+                }
+            }
+            Effect::StopWork { call, why } => {
+                match why {
+                    StopReason::NobodyWaits => {
+                        debug!(
                             call = call.0,
-                            "the coordinator does not know detached calls (SPEC.md §15); the flight was cancelled, which interrupted its joiners, and its work stopped"
-                        ),
-                        StopReason::FlightLost => {
-                            debug!(
-                                call = call.0,
-                                "a detached call lost its flight; stopping its work"
-                            );
-                        }
+                            "nobody waits for the detached flight; stopping its work (SPEC.md §15.3)"
+                        );
                     }
-                    self.leading.remove(&call);
-                    if let Some(events) = self.calls.remove(&call) {
-                        let _ = events.send(CallEvent::Stop);
+                    StopReason::DetachUnsupported => warn!(
+                        call = call.0,
+                        "the coordinator does not know detached calls (SPEC.md §15); the flight was cancelled, which interrupted its joiners, and its work stopped"
+                    ),
+                    StopReason::FlightLost => {
+                        debug!(
+                            call = call.0,
+                            "a detached call lost its flight; stopping its work"
+                        );
                     }
+                }
+                if let Some(events) = self.calls.remove(&call) {
+                    let _ = events.send(CallEvent::Stop);
+                }
+            }
+            Effect::LandSettled { call } => {
+                if let Some(settled) = self.panicked.remove(&call) {
+                    let _ = settled.send(());
                 }
             }
         }
     }
 
-    /// The call whose land `response` settles, if a leader waits for it:
-    /// a landing call leaves the client on `ack` or `rejected` (§9.3).
-    fn settles(&self, response: &Response) -> Option<CallId> {
-        if self.settling.is_empty() {
-            return None;
-        }
-        let (Response::Ack { id } | Response::Rejected { id }) = response else {
-            return None;
-        };
-        // A call's id is its number in decimal (§9.1); only that text names it.
-        self.settling
-            .keys()
-            .copied()
-            .find(|call| call.0.to_string() == id.as_str())
-    }
-
-    fn lost(&mut self) {
-        self.writer = None;
-        let effects = self.client.step(Event::ConnectionLost);
-        self.apply(effects);
-    }
-
-    /// A new connection to the coordinator of `epoch` is ready: the
-    /// client replays its calls on it (§9.4).
+    /// A new connection to the coordinator of `epoch` is ready; the
+    /// connector then has the client replay its calls on it (§9.4).
     fn connected(&mut self, write: T::Writer, epoch: String) {
         if self
             .last_epoch
@@ -478,27 +466,6 @@ where
         let (writer, outgoing) = mpsc::unbounded_channel();
         tokio::spawn(write_requests(write, outgoing));
         self.writer = Some(writer);
-        let effects = self.client.step(Event::ConnectionReady);
-        self.apply(effects);
-    }
-
-    /// Ends every call that waits for a coordinator with `reason`; calls
-    /// whose work runs go on (their result is their own).
-    fn fail_waiting(&mut self, reason: Unavailable) {
-        let reason = Arc::new(reason);
-        let waiting: Vec<CallId> = self
-            .calls
-            .keys()
-            .filter(|call| !self.leading.contains(call))
-            .copied()
-            .collect();
-        for call in waiting {
-            if let Some(events) = self.calls.remove(&call) {
-                let _ = events.send(CallEvent::Unavailable(reason.clone()));
-            }
-            let effects = self.client.step(Event::CallCancelled { call });
-            self.apply(effects);
-        }
     }
 }
 
@@ -666,11 +633,6 @@ where
         info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
         Ok(Some((lines, write, hello.epoch)))
     }
-}
-
-fn deadline_after(duration: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now + duration
 }
 
 async fn write_requests(

@@ -1,11 +1,28 @@
 //! What goes into the client state machine and what comes out (SPEC.md §9.1).
 
-use crate::protocol::{FencingToken, Key, Outcome, Request, Response, ReuseWindow};
+use crate::protocol::{FencingToken, Key, Outcome, Request, RequestId, Response, ReuseWindow};
 
 /// One call of this process, numbered by the shell; its decimal text is the
-/// request id on the wire (SPEC.md §3.1). Never reused within a process.
+/// request id on the wire (SPEC.md §3.1, §9.1). Never reused within a process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CallId(pub u64);
+
+impl CallId {
+    /// The wire id of this call: its number in decimal (SPEC.md §9.1). The
+    /// one place that writes it, for the client, the shell and the model.
+    pub fn request_id(self) -> RequestId {
+        RequestId::new(self.0.to_string()).expect("a decimal u64 is a valid id")
+    }
+
+    /// The call that the wire id `id` names; `None` for an id this client
+    /// never sends. Only the canonical decimal text of a number names a
+    /// call (SPEC.md §9.1), so that `"01"` or `"+1"` cannot alias call 1.
+    pub fn from_request_id(id: &RequestId) -> Option<CallId> {
+        let text = id.as_str();
+        let number: u64 = text.parse().ok()?;
+        (number.to_string() == text).then_some(CallId(number))
+    }
+}
 
 /// A fact the shell reports, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -84,6 +101,15 @@ pub enum Effect {
         call: CallId,
         /// Why its work is stopped.
         why: StopReason,
+    },
+    /// The work of `call` finished, and its land is settled (answered `ack`,
+    /// `rejected` or `stop`), or no land is sent for it (its flight was lost,
+    /// or the client no longer knows the call): a leader that waits for its
+    /// land before it resumes a panic goes on (SPEC.md §9.3, §9.6). Given
+    /// once for each `WorkFinished` of a call the client knew as a leader.
+    LandSettled {
+        /// The call whose land is settled.
+        call: CallId,
     },
 }
 

@@ -74,6 +74,17 @@ impl Client {
         self.calls.len()
     }
 
+    /// The calls that wait for a coordinator's answer (asked, or joined):
+    /// those that end `Unavailable` when no coordinator can be had, while
+    /// the calls whose work runs go on (SPEC.md §14.6).
+    pub fn waiting_calls(&self) -> Vec<CallId> {
+        self.calls
+            .iter()
+            .filter(|(_, entry)| matches!(entry.state, CallState::Asked | CallState::Joined { .. }))
+            .map(|(&call, _)| call)
+            .collect()
+    }
+
     /// Whether `call` is a detached call whose caller left while its work
     /// runs on (SPEC.md §15.3).
     pub fn is_detached(&self, call: CallId) -> bool {
@@ -115,7 +126,7 @@ impl Client {
 
     /// §9.2: the coordinator's answers.
     fn response(&mut self, response: Response, effects: &mut Vec<Effect>) {
-        let Some(call) = call_of(response.id()) else {
+        let Some(call) = CallId::from_request_id(response.id()) else {
             return;
         };
         let Some(entry) = self.calls.get_mut(&call) else {
@@ -168,6 +179,7 @@ impl Client {
             }
             (CallState::Landing { .. }, Response::Stop { .. }) => {
                 self.calls.remove(&call);
+                effects.push(Effect::LandSettled { call });
                 return;
             }
             // A coordinator that does not know `detach` (§15.3): cancel as
@@ -207,6 +219,7 @@ impl Client {
             (CallState::Landing { .. }, Response::Ack { .. } | Response::Rejected { .. }) => {
                 // The land is settled; the caller had its result already.
                 self.calls.remove(&call);
+                effects.push(Effect::LandSettled { call });
                 return;
             }
             (CallState::Leading { token }, Response::Rejected { .. }) => {
@@ -225,6 +238,9 @@ impl Client {
     /// §9.3: the leader's work finished.
     fn finished(&mut self, call: CallId, outcome: Outcome, effects: &mut Vec<Effect>) {
         let Some(entry) = self.calls.get_mut(&call) else {
+            // Forgotten (its flight was lost while it was detached, or it
+            // never led): no land will be sent.
+            effects.push(Effect::LandSettled { call });
             return;
         };
         match entry.state {
@@ -247,8 +263,14 @@ impl Client {
                     call,
                     resolution: Resolution::Led { token },
                 });
+                // §9.3: the flight was lost; no land is sent.
+                effects.push(Effect::LandSettled { call });
             }
-            _ => {}
+            // A land is pending already; it settles once.
+            CallState::Landing { .. } => {}
+            CallState::Asked | CallState::Joined { .. } => {
+                effects.push(Effect::LandSettled { call });
+            }
         }
     }
 
@@ -356,16 +378,6 @@ impl Call {
     }
 }
 
-/// The wire id of a call: its number in decimal (SPEC.md §3.1).
-pub(crate) fn request_id(call: CallId) -> RequestId {
-    RequestId::new(call.0.to_string()).expect("a decimal u64 is a valid id")
-}
-
-/// The call a response is for; `None` for ids this client never sends.
-fn call_of(id: &RequestId) -> Option<CallId> {
-    let text = id.as_str();
-    // Only the canonical decimal text of a number names a call, so that "01"
-    // cannot alias call 1.
-    let number: u64 = text.parse().ok()?;
-    (number.to_string() == text).then_some(CallId(number))
+fn request_id(call: CallId) -> RequestId {
+    call.request_id()
 }

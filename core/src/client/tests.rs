@@ -90,7 +90,11 @@ fn leader_runs_work_and_lands() {
         !client.is_idle(),
         "§9.3: the land is kept until acknowledged"
     );
-    assert_eq!(receive(&mut client, Response::Ack { id: id(1) }), vec![]);
+    assert_eq!(
+        receive(&mut client, Response::Ack { id: id(1) }),
+        vec![Effect::LandSettled { call: CallId(1) }],
+        "§9.6: a leader that waits for its land is told"
+    );
     assert!(client.is_idle());
 }
 
@@ -285,10 +289,14 @@ fn rejected_reassert_orphans_the_leader() {
     };
     assert_eq!(
         client.step(finished),
-        vec![Effect::Resolve {
-            call: CallId(1),
-            resolution: Resolution::Led { token: token(1) }
-        }]
+        vec![
+            Effect::Resolve {
+                call: CallId(1),
+                resolution: Resolution::Led { token: token(1) }
+            },
+            // §9.6: no land is sent, so a leader that waits for it goes on.
+            Effect::LandSettled { call: CallId(1) },
+        ]
     );
     assert!(client.is_idle());
     client.step(Event::ConnectionLost);
@@ -315,7 +323,7 @@ fn rejected_land_is_dropped() {
     client.step(Event::ConnectionReady);
     assert_eq!(
         receive(&mut client, Response::Rejected { id: id(1) }),
-        vec![]
+        vec![Effect::LandSettled { call: CallId(1) }]
     );
     assert!(client.is_idle());
     assert_eq!(
