@@ -349,10 +349,7 @@ fn held_flight_ending_in_the_window_settles_its_key() {
     co.step(rejoin(2, "1", "k", old));
     co.step(run(3, "1", "k"));
     assert_eq!(co.step(cancel(1, "1")), vec![interrupted(2, "1")]);
-    assert_eq!(
-        co.step(GRACE_ENDED),
-        vec![lead(3, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(3, "1", token(2, 1))]);
 }
 
 /// §8.4: a rejoin that arrives after its reasserted flight ended in this
@@ -403,10 +400,7 @@ fn cancel_rules() {
     assert_eq!(co.step(cancel(1, "1")), vec![]);
     assert_eq!(co.step(cancel(1, "404")), vec![]);
     co.step(run(2, "1", "k"));
-    assert_eq!(
-        co.step(GRACE_ENDED),
-        vec![lead(2, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(2, "1", token(2, 1))]);
     co.step(run(3, "1", "k"));
     co.step(run(3, "2", "k"));
     assert_eq!(co.step(cancel(3, "1")), vec![]);
@@ -731,10 +725,7 @@ fn landed_reassert_does_not_come_back() {
     // the plain run that waited joins it when the window ends, not the
     // landed one.
     assert_eq!(co.step(reassert(2, "1", "a", token(1, 2))), vec![]);
-    assert_eq!(
-        co.step(GRACE_ENDED),
-        vec![joined(3, "1", token(1, 2))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![joined(3, "1", token(1, 2))]);
     assert_eq!(
         co.step(land(2, "1", value("new"))),
         vec![landed(3, "1", value("new")), ack(2, "1")]
@@ -920,10 +911,7 @@ fn a_plain_run_waits_through_a_landed_reassert_and_then_leads() {
         co.step(reassert_landed(1, "1", "k", token(1, 1), value("old"))),
         vec![ack(1, "1")]
     );
-    assert_eq!(
-        co.step(GRACE_ENDED),
-        vec![lead(2, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(2, "1", token(2, 1))]);
 }
 
 /// §8.5: joiners are answered in (connection, id) order: connections in the
@@ -1088,23 +1076,41 @@ fn connections_hold_slots_until_refused_or_closed() {
     assert_eq!(co.step(accepted(3)), vec![too_many(3)]);
     assert!(!co.in_handshake(c(3)));
     // Refused in its handshake: the slot is free, and counted.
-    assert_eq!(co.step(Event::ConnectionRefused { connection: c(1) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(1) }),
+        vec![]
+    );
     assert!(!co.in_handshake(c(1)));
     assert_eq!(co.step(accepted(4)), vec![]);
     // Opened: it keeps its slot, now as an open connection.
-    assert_eq!(co.step(Event::ConnectionOpened { connection: c(4) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(4) }),
+        vec![]
+    );
     assert!(co.is_open(c(4)) && !co.in_handshake(c(4)));
     assert_eq!(co.step(accepted(5)), vec![too_many(5)]);
     // Its peer left before its hello: free, and not counted as refused.
-    assert_eq!(co.step(Event::ConnectionClosed { connection: c(2) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(2) }),
+        vec![]
+    );
     assert_eq!(co.step(accepted(6)), vec![]);
-    assert_eq!(co.step(Event::ConnectionClosed { connection: c(4) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(4) }),
+        vec![]
+    );
     assert_eq!(co.step(accepted(7)), vec![]);
     assert_eq!(co.step(accepted(8)), vec![too_many(8)]);
     // A late refusal, of a connection that is not in its handshake, changes
     // nothing and is not counted.
-    assert_eq!(co.step(Event::ConnectionRefused { connection: c(4) }), vec![]);
-    assert_eq!(co.step(Event::ConnectionRefused { connection: c(3) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(4) }),
+        vec![]
+    );
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(3) }),
+        vec![]
+    );
     let stats = co.counters();
     assert_eq!(stats.connections_refused, 4, "3, 1, 5 and 8");
     assert_eq!(stats.connections_open, 0);
@@ -1141,8 +1147,14 @@ fn status_reports_the_refused_connections() {
 #[test]
 fn a_connection_opened_without_accept_takes_a_slot() {
     let mut co = coordinator(1, Term::First, 0).with_connection_limit(1);
-    assert_eq!(co.step(Event::ConnectionOpened { connection: c(1) }), vec![]);
-    assert_eq!(co.step(Event::ConnectionOpened { connection: c(1) }), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(1) }),
+        vec![]
+    );
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(1) }),
+        vec![]
+    );
     assert_eq!(
         co.step(Event::ConnectionOpened { connection: c(2) }),
         vec![Effect::Close {

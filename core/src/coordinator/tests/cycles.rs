@@ -164,10 +164,7 @@ fn a_cycle_closed_in_the_grace_window_is_refused_when_it_ends() {
     // B's work calls A before A's nested leader of B has reasserted.
     assert_eq!(co.step(nested(3, "1", "A", b)), vec![]);
     assert_eq!(co.step(nested_reassert(2, "1", "B", b, a)), vec![]);
-    assert_eq!(
-        co.step(GRACE_ENDED),
-        vec![cycle(3, "1", &["B", "A"])]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![cycle(3, "1", &["B", "A"])]);
     assert_eq!(co.step(land(1, "1", value("a"))), vec![ack(1, "1")]);
 }
 
