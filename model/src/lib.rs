@@ -27,7 +27,8 @@
 //! out the effects they return, exactly as the shell does: a `Send` goes on
 //! the queue of its connection, `StartWork` starts the work and `StopWork`
 //! drops it, a coordinator's `Close` closes the connection at both ends, and
-//! its `KeepFor` starts a timer that a later action fires.
+//! its `StartTimer` of a reuse window starts a timer that a later action
+//! fires (the grace window ends by an action of its own).
 //!
 //! # Why a plain `Model` and not stateright's `ActorModel`
 //!
@@ -90,6 +91,7 @@ pub mod check;
 mod directory;
 pub mod properties;
 pub mod simulate;
+pub mod slots;
 mod state;
 
 pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
