@@ -461,7 +461,6 @@ impl Directory {
         Coordinator::new(epoch, term).with_mutant(self.mutant)
     }
 
-
     /// Applies `action` to a copy of `state`; with `log`, says what happened
     /// in it, message by message (for counterexamples and the explorer).
     pub fn apply(&self, state: &State, action: &Action, log: Option<&mut String>) -> State {

@@ -155,7 +155,9 @@ impl Model for Slots {
                 let connection = ConnectionId(next.accepted);
                 next.accepted += 1;
                 let free = next.links.len() < self.limit;
-                let effects = next.coordinator.step(Event::ConnectionAccepted { connection });
+                let effects = next
+                    .coordinator
+                    .step(Event::ConnectionAccepted { connection });
                 let refused = effects.iter().any(|effect| {
                     *effect
                         == Effect::Close {

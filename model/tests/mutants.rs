@@ -80,7 +80,10 @@ fn slots_catch(mutant: Mutant) -> bool {
         .filter_map(|name| checker.discovery(name).map(|path| (name, path)))
         .collect();
     for (name, path) in &broken {
-        println!("{mutant:?} breaks {name:?} (slots): {:?}", path.clone().into_actions());
+        println!(
+            "{mutant:?} breaks {name:?} (slots): {:?}",
+            path.clone().into_actions()
+        );
     }
     if broken.is_empty() {
         println!("{mutant:?} is NOT caught (slots)");
