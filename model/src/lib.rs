@@ -55,6 +55,9 @@
 //! [`Directory::detach`], [`Directory::reuse`], [`Directory::overlap`] and
 //! [`Directory::large`] (and variants in `tests/exhaustive.rs`);
 //! [`Directory::detach_and_reuse`] runs on request.
+//! [`slots::Slots`] is a second, small model, of one term's connection
+//! slots (SPEC.md §11.3): accepts, refusals in the handshake, departures,
+//! opens and closes against a limit of two, checked exhaustively in CI.
 //! The README gives their state counts and times.
 //!
 //! [`Directory::fleet`] (six processes, four keys, twenty calls, five
