@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use single_flight_core::client::{self, CallId, Resolution};
-use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Mutant, Term};
+use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Mutant, Term, Timer};
 use single_flight_core::protocol::{Epoch, FencingToken};
 use single_flight_core::protocol::{
     Failure, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
@@ -94,6 +95,16 @@ const REUSE_WINDOW: ReuseWindow = match ReuseWindow::from_millis(1000) {
     None => panic!("one second is a valid reuse window"),
 };
 
+/// The grace window a term after a failover is created with. Time is not
+/// modelled: the window ends when an action ends it, whatever its length,
+/// and the model ignores the timer the coordinator starts for it.
+const GRACE_WINDOW: Duration = Duration::from_millis(500);
+
+/// The coordinator's grace-window timer, fired (SPEC.md §8.4).
+const GRACE_WINDOW_ENDED: coordinator::Event = coordinator::Event::TimerFired {
+    timer: Timer::GraceWindow,
+};
+
 /// The names of the keys, in the order the model uses them. A configuration
 /// uses the first `keys` of them, so a longer list changes no configuration
 /// that uses fewer; four are what [`Directory::fleet`] needs.
@@ -161,8 +172,9 @@ pub enum Action {
     /// A reuse window's timer of the deposed coordinator fires.
     DeposedReuseExpires { key: Key, token: FencingToken },
     /// The reuse window of the value that flight `token` of `key` landed
-    /// ends: its timer, started by a `KeepFor` of this term, fires (SPEC.md
-    /// §16.2). Any pending timer may fire next, however long its window.
+    /// ends: its timer, started by a `StartTimer` of this term
+    /// (`Timer::Reuse`), fires (SPEC.md §16.2). Any pending timer may fire
+    /// next, however long its window.
     ReuseExpires { key: Key, token: FencingToken },
 }
 
@@ -490,6 +502,8 @@ impl Model for Directory {
     /// The first term, with every process connected to it and idle.
     fn init_states(&self) -> Vec<State> {
         let mut coordinator = self.coordinator(Epoch::FIRST, Term::First);
+        let began = coordinator.step(coordinator::Event::TermBegan);
+        debug_assert!(began.is_empty());
         let mut processes = Vec::new();
         for number in 0..self.processes {
             let connection = ConnectionId(number as u64);
@@ -714,13 +728,13 @@ impl Step<'_> {
                 self.fail_over();
             }
             Action::GraceWindowEnds => {
-                self.coordinator(coordinator::Event::GraceWindowEnded);
+                self.coordinator(GRACE_WINDOW_ENDED);
             }
             Action::ReuseExpires { ref key, token } => self.reuse_expires(key, token),
             Action::TermOverlaps => self.overlap(),
             Action::DeposedStops => self.deposed_stops(),
             Action::DeposedGraceWindowEnds => {
-                self.as_deposed(|step| step.coordinator(coordinator::Event::GraceWindowEnded));
+                self.as_deposed(|step| step.coordinator(GRACE_WINDOW_ENDED));
             }
             Action::DeposedReuseExpires { ref key, token } => {
                 self.as_deposed(|step| step.reuse_expires(key, token));
@@ -734,9 +748,11 @@ impl Step<'_> {
     fn reuse_expires(&mut self, key: &Key, token: FencingToken) {
         self.state.reuse_timers.remove(&(key.clone(), token));
         self.state.history.reusable.remove(&(key.clone(), token));
-        self.coordinator(coordinator::Event::ReuseExpired {
-            key: key.clone(),
-            token,
+        self.coordinator(coordinator::Event::TimerFired {
+            timer: Timer::Reuse {
+                key: key.clone(),
+                token,
+            },
         });
     }
 
@@ -1176,10 +1192,16 @@ impl Step<'_> {
             .next()
             .expect("the model's few terms stay far below Epoch::MAX");
         self.state.durable_epoch = epoch;
-        self.state.coordinator = self.model.coordinator(epoch, Term::AfterFailover);
+        self.state.coordinator = self.model.coordinator(
+            epoch,
+            Term::AfterFailover {
+                grace_window: GRACE_WINDOW,
+            },
+        );
         if self.state.coordinator.epoch() <= previous {
             self.state.last_step.violate(Violation::EpochNotIncreasing);
         }
+        self.coordinator(coordinator::Event::TermBegan);
         self.state.next_connection = 0;
         epoch
     }
@@ -1242,11 +1264,21 @@ impl Step<'_> {
                 coordinator::Effect::EndTerm => term_ended = true,
                 // The shell starts the timer that reports the expiry
                 // (SPEC.md §16.2); the model fires it at any later moment.
-                coordinator::Effect::KeepFor { key, token, .. } => {
+                coordinator::Effect::StartTimer {
+                    timer: Timer::Reuse { key, token },
+                    ..
+                } => {
                     let who = self.who();
                     self.note(format_args!("{who} keeps {key:?} of {token:?}"));
                     self.state.reuse_timers.insert((key, token));
                 }
+                // The model ends a grace window at any moment while it is
+                // open (an action), not after its length: time is not
+                // modelled.
+                coordinator::Effect::StartTimer {
+                    timer: Timer::GraceWindow,
+                    ..
+                } => {}
             }
         }
         if !sends.led.is_empty() && self.state.coordinator.in_grace() {

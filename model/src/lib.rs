@@ -27,7 +27,8 @@
 //! out the effects they return, exactly as the shell does: a `Send` goes on
 //! the queue of its connection, `StartWork` starts the work and `StopWork`
 //! drops it, a coordinator's `Close` closes the connection at both ends, and
-//! its `KeepFor` starts a timer that a later action fires.
+//! its `StartTimer` of a reuse window starts a timer that a later action
+//! fires (the grace window ends by an action of its own).
 //!
 //! # Why a plain `Model` and not stateright's `ActorModel`
 //!
@@ -54,6 +55,9 @@
 //! [`Directory::detach`], [`Directory::reuse`], [`Directory::overlap`] and
 //! [`Directory::large`] (and variants in `tests/exhaustive.rs`);
 //! [`Directory::detach_and_reuse`] runs on request.
+//! [`slots::Slots`] is a second, small model, of one term's connection
+//! slots (SPEC.md §11.3): accepts, refusals in the handshake, departures,
+//! opens and closes against a limit of two, checked exhaustively in CI.
 //! The README gives their state counts and times.
 //!
 //! [`Directory::fleet`] (six processes, four keys, twenty calls, five
@@ -96,6 +100,7 @@ pub mod connector;
 mod directory;
 pub mod properties;
 pub mod simulate;
+pub mod slots;
 mod state;
 
 pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};

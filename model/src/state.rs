@@ -34,8 +34,8 @@ pub struct State {
     /// The next connection number of this term: the shell never reuses one
     /// within a term (the coordinator's driving contract).
     pub next_connection: u64,
-    /// The reuse windows whose timers run: a `KeepFor` effect of this term
-    /// starts one, delivering its `ReuseExpired` ends it, and a coordinator
+    /// The reuse windows whose timers run: a `StartTimer` effect of this
+    /// term starts one, delivering its `TimerFired` ends it, and a coordinator
     /// death drops them all (the shell's timers die with it).
     pub reuse_timers: BTreeSet<(Key, FencingToken)>,
     /// How much of each bounded action has been used.

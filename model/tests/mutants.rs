@@ -5,12 +5,21 @@
 use single_flight_core::coordinator::Mutant;
 use single_flight_model::Directory;
 use single_flight_model::check::{hunt, must_hold};
+use single_flight_model::slots::Slots;
+use stateright::{Checker, Expectation, Model};
 
 #[test]
 fn every_seeded_bug_is_caught() {
     let must_hold = must_hold();
     let mut missed = Vec::new();
     for mutant in Mutant::ALL {
+        // The connection slots (SPEC.md §11.3) are a model of their own.
+        if mutant == Mutant::KeepsRefusedSlots {
+            if !slots_catch(mutant) {
+                missed.push(mutant);
+            }
+            continue;
+        }
         // This one needs two flights of a key in one window (a broken
         // connection is the smallest budget that gives them) and a third
         // process whose run arrives before the older one's reassert.
@@ -52,4 +61,32 @@ fn every_seeded_bug_is_caught() {
         Mutant::ALL.len()
     );
     assert!(missed.is_empty(), "not caught: {missed:?}");
+}
+
+/// Whether the slots model, with the coordinator carrying `mutant`, breaks
+/// one of its `always` properties (which the shipped coordinator keeps:
+/// tests/slots.rs).
+fn slots_catch(mutant: Mutant) -> bool {
+    let slots = Slots::small().with_mutant(Some(mutant));
+    let always: Vec<&'static str> = slots
+        .properties()
+        .into_iter()
+        .filter(|property| property.expectation == Expectation::Always)
+        .map(|property| property.name)
+        .collect();
+    let checker = slots.checker().spawn_bfs().join();
+    let broken: Vec<_> = always
+        .into_iter()
+        .filter_map(|name| checker.discovery(name).map(|path| (name, path)))
+        .collect();
+    for (name, path) in &broken {
+        println!(
+            "{mutant:?} breaks {name:?} (slots): {:?}",
+            path.clone().into_actions()
+        );
+    }
+    if broken.is_empty() {
+        println!("{mutant:?} is NOT caught (slots)");
+    }
+    !broken.is_empty()
 }

@@ -31,6 +31,10 @@ pub use failure::{ERROR_NAME, IntoFailure};
 pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use server::{LOG_TARGET, MAX_CONNECTIONS, MAX_QUEUED_BYTES};
+pub use server::{LOG_TARGET, MAX_QUEUED_BYTES};
+/// Connections a term serves at once (SPEC.md §11.3): the coordinator holds
+/// the slots and refuses a connection at accept when none is free.
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use single_flight_core::coordinator::MAX_CONNECTIONS;
 pub use stats::Stats;
 pub use status::{Status, StatusError};

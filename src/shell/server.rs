@@ -16,10 +16,10 @@ use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
+use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event, Timer};
 use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
-    CoordinatorHello, FencingToken, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
+    CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
     PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
     limits::MAX_FRAME_BYTES,
 };
@@ -30,11 +30,6 @@ use crate::transport::{Connection, Listener};
 /// filter. The cluster chaos harness's checker matches it in the workers'
 /// logs (the terms and their answers, RELIABILITY.md).
 pub const LOG_TARGET: &str = "single_flight::coordinator";
-
-/// Connections served at once. Each costs two tasks and up to
-/// [`MAX_QUEUED_BYTES`]; a flood beyond this is refused at accept, so that it
-/// cannot exhaust descriptors or memory (SPEC.md §11.3).
-pub const MAX_CONNECTIONS: usize = 4096;
 
 /// Bytes of responses queued for one connection before the coordinator gives
 /// up on it (SPEC.md §11.3). One whole frame must fit (a `landed` may be that
@@ -76,6 +71,17 @@ fn flush_time(queued: usize) -> Duration {
     FLUSH_TIMEOUT + Duration::from_secs_f64(queued as f64 / FLUSH_BYTES_PER_SECOND)
 }
 
+/// How long an ending term waits for its last answers (SPEC.md §10.4), given
+/// the bytes still queued for each connection: the writers drain at once,
+/// so the wait is for the one with the most to write.
+fn flush_patience(queued: impl IntoIterator<Item = usize>) -> Duration {
+    queued
+        .into_iter()
+        .map(flush_time)
+        .max()
+        .unwrap_or(FLUSH_TIMEOUT)
+}
+
 /// What the connection tasks report to the coordinator's loop.
 enum Report {
     Opened {
@@ -89,10 +95,9 @@ enum Report {
     Closed {
         connection: ConnectionId,
     },
-    /// The connection was refused or closed before it opened: the
-    /// coordinator never heard of it. `refused` when this side refused it
-    /// (the transport's check of the peer, or its hello), not when the peer
-    /// left before its hello (SPEC.md §8.11).
+    /// The connection was refused or closed before it opened. `refused` when
+    /// this side refused it (the transport's check of the peer, or its
+    /// hello), not when the peer left before its hello (SPEC.md §8.11).
     Abandoned {
         connection: ConnectionId,
         refused: bool,
@@ -137,7 +142,9 @@ pub(super) fn start_for<T: Term, L: Listener>(
     lifetime: Lifetime,
 ) -> Serving {
     let kind = if term.follows_failover() {
-        coordinator::Term::AfterFailover
+        coordinator::Term::AfterFailover {
+            grace_window: options.grace_window,
+        }
     } else {
         coordinator::Term::First
     };
@@ -158,15 +165,13 @@ pub(super) fn start_for<T: Term, L: Listener>(
         writers: BTreeMap::new(),
         readers: BTreeMap::new(),
         next_connection: 0,
-        refused: 0,
-        reuse_timers: DelayQueue::new(),
+        timers: DelayQueue::new(),
         reuse_timer_of: BTreeMap::new(),
         lifetime,
         started: tokio::time::Instant::now(),
         connected: false,
     };
-    let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
-    let done = tokio::spawn(server.serve(grace, stopped));
+    let done = tokio::spawn(server.serve(stopped));
     Serving { stop, done }
 }
 
@@ -179,14 +184,12 @@ struct Server<T, L> {
     writers: BTreeMap<ConnectionId, Writer>,
     readers: BTreeMap<ConnectionId, AbortHandle>,
     next_connection: u64,
-    /// Connections of this term refused before they opened, which the pure
-    /// coordinator never hears of; `status` reports them (SPEC.md §8.11).
-    refused: u64,
-    /// The reuse windows of the values the coordinator keeps (SPEC.md
-    /// §16.2), one timer per key: a key that lands again replaces its
-    /// timer, as the coordinator replaces its value, so there are never
-    /// more timers than keys landed within the longest window.
-    reuse_timers: DelayQueue<(Key, FencingToken)>,
+    /// The timers the coordinator started ([`Effect::StartTimer`]): the
+    /// grace window's, and the reuse windows of the values it keeps (SPEC.md
+    /// §16.2), one per key: a key that lands again replaces its timer, as
+    /// the coordinator replaces its value, so there are never more timers
+    /// than keys landed within the longest window.
+    timers: DelayQueue<Timer>,
     reuse_timer_of: BTreeMap<Key, delay_queue::Key>,
     lifetime: Lifetime,
     /// When the term began serving, and whether any connection has been
@@ -217,21 +220,20 @@ enum End {
 }
 
 impl<T: Term, L: Listener> Server<T, L> {
-    async fn serve(mut self, grace: Option<Duration>, mut stopped: oneshot::Receiver<()>) {
+    async fn serve(mut self, mut stopped: oneshot::Receiver<()>) {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
-        let grace_over = async {
-            match grace {
-                Some(window) => tokio::time::sleep(window).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(grace_over);
-        let mut grace_pending = grace.is_some();
         let mut checks = tokio::time::interval(CHECK_INTERVAL);
+        if !self.step(Event::TermBegan) {
+            return self.end(End::Lost).await;
+        }
         let end = loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok(incoming) => self.accept(incoming, &reports),
+                    Ok(incoming) => {
+                        if !self.accept(incoming, &reports) {
+                            break End::Lost;
+                        }
+                    }
                     Err(error) => {
                         // Out of descriptors or memory: an immediate retry
                         // would fail the same way and spin.
@@ -244,17 +246,17 @@ impl<T: Term, L: Listener> Server<T, L> {
                         break End::Lost;
                     }
                 }
-                () = &mut grace_over, if grace_pending => {
-                    grace_pending = false;
-                    info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "grace window over");
-                    if !self.step(Event::GraceWindowEnded) {
-                        break End::Lost;
+                Some(expired) = std::future::poll_fn(|context| self.timers.poll_expired(context)) => {
+                    let timer = expired.into_inner();
+                    match &timer {
+                        Timer::GraceWindow => {
+                            info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "grace window over");
+                        }
+                        Timer::Reuse { key, .. } => {
+                            self.reuse_timer_of.remove(key);
+                        }
                     }
-                }
-                Some(expired) = std::future::poll_fn(|context| self.reuse_timers.poll_expired(context)) => {
-                    let (key, token) = expired.into_inner();
-                    self.reuse_timer_of.remove(&key);
-                    if !self.step(Event::ReuseExpired { key, token }) {
+                    if !self.step(Event::TimerFired { timer }) {
                         break End::Lost;
                     }
                 }
@@ -262,7 +264,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     if !self.check() {
                         break End::Lost;
                     }
-                    if self.lifetime == Lifetime::WhileNeeded && !grace_pending && self.idle(now) {
+                    if self.lifetime == Lifetime::WhileNeeded && !self.coordinator.in_grace() && self.idle(now) {
                         info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "no client and no kept value left; ending the term (SPEC.md §16.4)");
                         break End::Stopped;
                     }
@@ -286,18 +288,19 @@ impl<T: Term, L: Listener> Server<T, L> {
             && self.coordinator.flights().next().is_none()
     }
 
-    fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) {
-        if self.readers.len() >= MAX_CONNECTIONS {
-            self.refused += 1;
-            warn!(
-                target: LOG_TARGET,
-                limit = MAX_CONNECTIONS,
-                "refused a connection: too many open"
-            );
-            return;
-        }
+    /// Starts the handshake of an accepted connection, unless the
+    /// coordinator refused it (SPEC.md §11.3); `false` when the term must
+    /// end.
+    fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) -> bool {
         let connection = ConnectionId(self.next_connection);
         self.next_connection += 1;
+        if !self.step(Event::ConnectionAccepted { connection }) {
+            return false;
+        }
+        if !self.coordinator.in_handshake(connection) {
+            // Refused: dropping `incoming` closes it.
+            return true;
+        }
         self.connected = true;
         let task = tokio::spawn(connection_task::<L>(
             incoming,
@@ -306,6 +309,7 @@ impl<T: Term, L: Listener> Server<T, L> {
             reports.clone(),
         ));
         self.readers.insert(connection, task.abort_handle());
+        true
     }
 
     /// Feeds one report to the coordinator; `false` when the term must end.
@@ -331,8 +335,13 @@ impl<T: Term, L: Listener> Server<T, L> {
                 refused,
             } => {
                 self.readers.remove(&connection);
-                self.refused += u64::from(refused);
-                true
+                // §11.3: either way its slot is free again; §8.11: only a
+                // refusal counts.
+                self.step(if refused {
+                    Event::ConnectionRefused { connection }
+                } else {
+                    Event::ConnectionClosed { connection }
+                })
             }
         }
     }
@@ -353,16 +362,8 @@ impl<T: Term, L: Listener> Server<T, L> {
             match effect {
                 Effect::Send {
                     connection,
-                    mut response,
+                    response,
                 } => {
-                    if let Response::Status {
-                        stats: Some(stats), ..
-                    } = &mut response
-                    {
-                        // The core counts what it decides; connections refused
-                        // before they opened are the shell's (SPEC.md §8.11).
-                        stats.connections_refused = self.refused;
-                    }
                     trace_response(connection, &response);
                     if !self.enqueue(connection, encoder.line(&response)) {
                         closed.push(connection);
@@ -372,15 +373,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
                     self.forget(connection);
                 }
-                Effect::KeepFor { key, token, window } => {
-                    if let Some(timer) = self.reuse_timer_of.remove(&key) {
-                        self.reuse_timers.remove(&timer);
-                    }
-                    let timer = self
-                        .reuse_timers
-                        .insert((key.clone(), token), window.as_duration());
-                    self.reuse_timer_of.insert(key, timer);
-                }
+                Effect::StartTimer { timer, after } => self.start_timer(timer, after),
                 Effect::EndTerm => {
                     warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
                     return false;
@@ -402,6 +395,22 @@ impl<T: Term, L: Listener> Server<T, L> {
             }
         }
         true
+    }
+
+    /// Starts a timer of the coordinator's. A key's reuse timer replaces the
+    /// key's earlier one, whose value the coordinator has replaced already
+    /// (SPEC.md §16.2).
+    fn start_timer(&mut self, timer: Timer, after: Duration) {
+        let key = match &timer {
+            Timer::GraceWindow => None,
+            Timer::Reuse { key, .. } => Some(key.clone()),
+        };
+        let started = self.timers.insert(timer, after);
+        if let Some(key) = key
+            && let Some(earlier) = self.reuse_timer_of.insert(key, started)
+        {
+            self.timers.remove(&earlier);
+        }
     }
 
     /// Queues a line for a connection; `false` if its queue is over the bound.
@@ -447,14 +456,15 @@ impl<T: Term, L: Listener> Server<T, L> {
         // clients: each writer drains its queue, then closes its connection.
         // They drain at once; the wait is for the one with the most to write.
         let writers = std::mem::take(&mut self.writers).into_values();
-        let mut patience = Duration::ZERO;
+        let mut queued = Vec::new();
         let tasks: Vec<_> = writers
             .map(|writer| {
-                patience = patience.max(flush_time(writer.queued.load(Ordering::Acquire)));
+                queued.push(writer.queued.load(Ordering::Acquire));
                 drop(writer.lines);
                 writer.task
             })
             .collect();
+        let patience = flush_patience(queued);
         let aborts: Vec<AbortHandle> = tasks.iter().map(|task| task.abort_handle()).collect();
         let flushed = async {
             for task in tasks {
@@ -635,4 +645,46 @@ async fn write_lines(
         queued.fetch_sub(batch.len(), Ordering::AcqRel);
     }
     let _ = write.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an ending term once gave its writers whatever they had queued
+    /// (issue 27's bug 6): it cut off a 4 MiB landed line over TLS.
+    const OLD_FIXED_PATIENCE: Duration = Duration::from_secs(1);
+
+    /// §10.4: a 4 MiB landed line still queued at a term's end gets the time
+    /// it takes at the slowest rate a reading client is expected to take
+    /// it, on top of the flush timeout, where the old fixed second was a
+    /// quarter of what it needs.
+    #[test]
+    fn an_ending_term_waits_for_a_large_landed_line() {
+        let line = 4 << 20;
+        let needed = Duration::from_secs_f64(line as f64 / FLUSH_BYTES_PER_SECOND);
+        assert_eq!(needed, Duration::from_secs(4));
+        assert!(OLD_FIXED_PATIENCE < needed, "the old second cut it off");
+        let patience = flush_patience([120, line, 0]);
+        assert_eq!(patience, FLUSH_TIMEOUT + needed);
+        assert_eq!(patience, flush_time(line));
+    }
+
+    /// §10.4: the wait is for the connection with the most to write, and
+    /// nothing queued (or no connection) waits the flush timeout alone.
+    #[test]
+    fn an_ending_term_waits_for_its_fullest_writer() {
+        assert_eq!(flush_patience([]), FLUSH_TIMEOUT);
+        assert_eq!(flush_patience([0, 0]), FLUSH_TIMEOUT);
+        assert_eq!(
+            flush_patience([1 << 20, 2 << 20, 1 << 20]),
+            FLUSH_TIMEOUT + Duration::from_secs(2)
+        );
+        // The most one connection may have queued (§11.3): a full frame and
+        // the answers around it, 9 s at 1 MiB/s.
+        assert_eq!(
+            flush_patience([MAX_QUEUED_BYTES]),
+            FLUSH_TIMEOUT + Duration::from_secs(9)
+        );
+    }
 }

@@ -1,28 +1,75 @@
 //! What goes into the coordinator and what comes out (SPEC.md §8.1): plain
 //! data, so that tests and the model checker can compare it.
 
-use crate::protocol::{FencingToken, Incoming, Key, Response, ReuseWindow};
+use std::time::Duration;
+
+use crate::protocol::{FencingToken, Incoming, Key, Response};
 
 /// A connection, named by the shell. The shell never reuses a number within
 /// one term.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnectionId(pub u64);
 
-/// How a term begins (SPEC.md §8.4).
+/// How a term begins (SPEC.md §8.4, §10.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Term {
     /// The directory's first term, or one whose predecessor resigned with no
     /// flight in progress: no grace window.
     First,
-    /// A term after another: it opens with a grace window, which the shell
-    /// ends with [`Event::GraceWindowEnded`].
-    AfterFailover,
+    /// A term after another: it opens with a grace window of `grace_window`,
+    /// whose timer the coordinator starts ([`Timer::GraceWindow`]) when the
+    /// shell reports [`Event::TermBegan`].
+    AfterFailover {
+        /// How long the grace window lasts (SPEC.md §10.2).
+        grace_window: Duration,
+    },
+}
+
+/// A timer the coordinator asks for with [`Effect::StartTimer`]; the shell
+/// reports it with [`Event::TimerFired`] once it has run out.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Timer {
+    /// The term's grace window (SPEC.md §8.4, §10.2).
+    GraceWindow,
+    /// The reuse window of the value that the flight `token` of `key` landed
+    /// (SPEC.md §16.2).
+    Reuse {
+        /// The key of the kept value.
+        key: Key,
+        /// The token of the flight that landed it.
+        token: FencingToken,
+    },
 }
 
 /// A fact the shell reports, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Event {
-    /// A client finished the handshake (SPEC.md §4.2) on a new connection.
+    /// The term began serving: the first event of every term, so that a
+    /// term with a grace window starts its timer (SPEC.md §10.2).
+    TermBegan,
+    /// A connection was accepted; its handshake (SPEC.md §4.2) has not
+    /// begun. It takes one of the term's [`MAX_CONNECTIONS`] slots, or is
+    /// refused at once with [`Effect::Close`] when none is free (SPEC.md
+    /// §11.3).
+    ///
+    /// [`MAX_CONNECTIONS`]: super::MAX_CONNECTIONS
+    ConnectionAccepted {
+        /// The new connection's number.
+        connection: ConnectionId,
+    },
+    /// The shell refused an accepted connection before it opened: its peer
+    /// failed the transport's check (SPEC.md §11.2, §14.5), or sent no
+    /// acceptable hello in time (§4.2). Its slot is free again, and it
+    /// counts as refused (§8.11). A connection whose peer closed it before
+    /// its hello is [`Event::ConnectionClosed`] instead.
+    ConnectionRefused {
+        /// The refused connection.
+        connection: ConnectionId,
+    },
+    /// A client finished the handshake (SPEC.md §4.2) on an accepted
+    /// connection. A connection opened without [`Event::ConnectionAccepted`]
+    /// (a driver that skips the handshake, as the model checker does) is
+    /// accepted first.
     ConnectionOpened {
         /// The new connection's number.
         connection: ConnectionId,
@@ -35,23 +82,17 @@ pub enum Event {
         /// know (§3.6).
         request: Incoming,
     },
-    /// The connection is gone: its peer closed it, it failed, or the shell
-    /// closed it (also after an [`Effect::Close`]).
+    /// The connection is gone, open or still in its handshake: its peer
+    /// closed it, it failed, or the shell closed it (also after an
+    /// [`Effect::Close`]). Its slot is free again.
     ConnectionClosed {
         /// The connection that is gone.
         connection: ConnectionId,
     },
-    /// The grace window of a [`Term::AfterFailover`] is over (SPEC.md §8.4).
-    GraceWindowEnded,
-    /// The reuse window of the value that the flight `token` of `key`
-    /// landed is over (SPEC.md §16.2): the timer of an
-    /// [`Effect::KeepFor`] fired.
-    ReuseExpired {
-        /// The key of the kept value, as the [`Effect::KeepFor`] named it.
-        key: Key,
-        /// The token of the flight that landed it, as the
-        /// [`Effect::KeepFor`] named it.
-        token: FencingToken,
+    /// The timer of an [`Effect::StartTimer`] ran out.
+    TimerFired {
+        /// The timer, as the effect named it.
+        timer: Timer,
     },
 }
 
@@ -73,17 +114,16 @@ pub enum Effect {
         /// Why it is closed.
         reason: CloseReason,
     },
-    /// The value of the flight `token` of `key` is kept for reuse (SPEC.md
-    /// §16.2): after `window`, report [`Event::ReuseExpired`] with the same
-    /// key and token. A timer that fires after its value was replaced or
-    /// evicted is harmless; timers need not be cancelled.
-    KeepFor {
-        /// The key of the kept value.
-        key: Key,
-        /// The token of the flight that landed it.
-        token: FencingToken,
-        /// How long it is kept.
-        window: ReuseWindow,
+    /// Report [`Event::TimerFired`] with `timer` after `after`. A timer that
+    /// fires late (its window already over, its value replaced or evicted)
+    /// is harmless, so timers need not be cancelled; a shell may drop a
+    /// [`Timer::Reuse`] of a key that still runs when it starts the key's
+    /// next one, since a key keeps at most one value (SPEC.md §16.2).
+    StartTimer {
+        /// Which timer.
+        timer: Timer,
+        /// How long from now.
+        after: Duration,
     },
     /// This term cannot go on (SPEC.md §8.9): resign the claim and close
     /// every connection, so that the next term takes over with a greater
@@ -99,4 +139,10 @@ pub enum CloseReason {
     ///
     /// [`MAX_OPEN_REQUESTS_PER_CONNECTION`]: super::MAX_OPEN_REQUESTS_PER_CONNECTION
     TooManyOpenRequests,
+    /// An accepted connection found every one of the term's
+    /// [`MAX_CONNECTIONS`] slots taken (SPEC.md §11.3): it is refused before
+    /// its handshake, and counts as refused (§8.11).
+    ///
+    /// [`MAX_CONNECTIONS`]: super::MAX_CONNECTIONS
+    TooManyConnections,
 }

@@ -2,9 +2,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 use super::cycles::{PartyRef, WaitFor};
-use super::io::{CloseReason, ConnectionId, Effect, Event, Term};
+use super::io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
 use super::mutant::{Mutant, Seeded};
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
@@ -18,22 +19,32 @@ use crate::protocol::{
 /// the coordinator's memory without bound.
 pub const MAX_OPEN_REQUESTS_PER_CONNECTION: usize = 65_536;
 
+/// Connections a term serves at once, open or in their handshake (SPEC.md
+/// §11.3). Each costs the shell two tasks and up to a queue of answers; a
+/// flood beyond this is refused at accept, so that it cannot exhaust
+/// descriptors or memory.
+pub const MAX_CONNECTIONS: usize = 4096;
+
 /// The coordinator of one term.
 ///
 /// # Driving contract
 ///
 /// - Create one per term with [`Coordinator::new`], with the term's epoch
-///   from the election. For [`Term::AfterFailover`], the shell delivers
-///   [`Event::GraceWindowEnded`] once, after the grace window.
+///   from the election, and report [`Event::TermBegan`] first.
 /// - Feed every fact as an [`Event`] through [`Coordinator::step`], in the
 ///   order it happened, and carry out the returned [`Effect`]s in the order
 ///   given before feeding the next event: the order of `Send`s on one
-///   connection is the order the client must see.
-/// - Report [`Event::ConnectionOpened`] after the handshake and before any
-///   request of that connection; report [`Event::ConnectionClosed`] once the
-///   connection is gone (also after carrying out an [`Effect::Close`]). Never
-///   reuse a [`ConnectionId`] within a term. Events for connections that are
-///   not open are ignored, so a late event is harmless.
+///   connection is the order the client must see. An
+///   [`Effect::StartTimer`] comes back as [`Event::TimerFired`] once its
+///   time has run out.
+/// - Report [`Event::ConnectionAccepted`] at accept, and start the handshake
+///   only if the coordinator did not close the connection in answer; then
+///   [`Event::ConnectionOpened`] after the handshake and before any request
+///   of that connection, or [`Event::ConnectionRefused`] when the shell
+///   refuses it. Report [`Event::ConnectionClosed`] once a connection is gone
+///   (also after carrying out an [`Effect::Close`]). Never reuse a
+///   [`ConnectionId`] within a term. Events for connections that are not
+///   open are ignored, so a late event is harmless.
 /// - After [`Effect::EndTerm`], resign and close everything; the coordinator
 ///   ignores all further events.
 ///
@@ -50,20 +61,20 @@ pub const MAX_OPEN_REQUESTS_PER_CONNECTION: usize = 65_536;
 /// # fn resign() {}
 /// # fn after(_: std::time::Duration, _: Event) {}
 /// let mut coordinator = Coordinator::new(Epoch::FIRST, Term::First);
+/// let mut event = Event::TermBegan;
 /// loop {
-///     for effect in coordinator.step(next_event()) {
+///     for effect in coordinator.step(event) {
 ///         match effect {
 ///             Effect::Send { connection, response } => {
 ///                 write_line(connection, single_flight_core::protocol::encode(&response))
 ///             }
 ///             Effect::Close { connection, .. } => close(connection),
 ///             // A timer whose event comes back through `next_event`.
-///             Effect::KeepFor { key, token, window } => {
-///                 after(window.as_duration(), Event::ReuseExpired { key, token })
-///             }
+///             Effect::StartTimer { timer, after: time } => after(time, Event::TimerFired { timer }),
 ///             Effect::EndTerm => return resign(),
 ///         }
 ///     }
+///     event = next_event();
 /// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -73,9 +84,17 @@ pub struct Coordinator {
     /// last one (SPEC.md §6).
     next_sequence: Option<u32>,
     in_grace: bool,
+    /// How long the grace window lasts, for its timer (SPEC.md §10.2).
+    grace_window: Duration,
     /// Set by [`Effect::EndTerm`].
     ended: bool,
     connections: BTreeMap<ConnectionId, BTreeMap<RequestId, Party>>,
+    /// Connections accepted and not yet opened, refused or closed: each
+    /// holds a slot, as an open one does (SPEC.md §11.3).
+    handshaking: BTreeSet<ConnectionId>,
+    /// The most connections held at once, [`MAX_CONNECTIONS`] but in tests
+    /// and the model.
+    connection_limit: usize,
     flights: BTreeMap<Key, Flight>,
     /// Runs waiting for the grace window to end or for their flight to be
     /// reasserted, in arrival order (SPEC.md §8.4).
@@ -123,10 +142,10 @@ pub struct Coordinator {
 
 /// What a coordinator decided in its term, counted (SPEC.md §8.11), in
 /// the form `status` reports it: plain integers, so that counting costs an
-/// addition where the decision is made. They start at 0 with the term; the
-/// two connection counts stay 0 here (`counters` fills in the open ones,
-/// the shell the refused ones). Each counts at most one thing per request
-/// or per party, so none comes near 2^64.
+/// addition where the decision is made. They start at 0 with the term;
+/// `connections_open` stays 0 here (`counters` fills it in). Each counts at
+/// most one thing per request, party or connection, so none comes near
+/// 2^64.
 ///
 /// Kept out of the coordinator's equality and hash: they
 /// record what happened and never decide anything, and the model checker
@@ -191,13 +210,19 @@ struct Kept {
 impl Coordinator {
     /// The coordinator of the term `epoch`.
     pub fn new(epoch: Epoch, term: Term) -> Coordinator {
-        let in_grace = term == Term::AfterFailover;
+        let (in_grace, grace_window) = match term {
+            Term::First => (false, Duration::ZERO),
+            Term::AfterFailover { grace_window } => (true, grace_window),
+        };
         Coordinator {
             epoch,
             next_sequence: Some(1),
             in_grace,
+            grace_window,
             ended: false,
             connections: BTreeMap::new(),
+            handshaking: BTreeSet::new(),
+            connection_limit: MAX_CONNECTIONS,
             flights: BTreeMap::new(),
             waiting: Vec::new(),
             ended_in_grace: BTreeMap::new(),
@@ -222,6 +247,15 @@ impl Coordinator {
     #[doc(hidden)]
     pub fn with_next_sequence(mut self, sequence: u32) -> Coordinator {
         self.next_sequence = Some(sequence);
+        self
+    }
+
+    /// Holds at most `limit` connections at once instead of
+    /// [`MAX_CONNECTIONS`], to test the limit (SPEC.md §11.3) without four
+    /// thousand connections.
+    #[doc(hidden)]
+    pub fn with_connection_limit(mut self, limit: usize) -> Coordinator {
+        self.connection_limit = limit;
         self
     }
 
@@ -258,8 +292,6 @@ impl Coordinator {
     }
 
     /// What this term has decided so far (SPEC.md §8.11).
-    /// `connections_refused` is 0: the core never hears of a connection
-    /// refused before it opened; the shell counts those (SPEC.md §8.11).
     pub fn counters(&self) -> CoordinatorStats {
         CoordinatorStats {
             connections_open: self.connections.len() as u64,
@@ -272,14 +304,35 @@ impl Coordinator {
         self.connections.contains_key(&connection)
     }
 
+    /// Whether `connection` was accepted and holds a slot for its handshake:
+    /// not yet opened, refused or closed (SPEC.md §11.3).
+    pub fn in_handshake(&self, connection: ConnectionId) -> bool {
+        self.handshaking.contains(&connection)
+    }
+
     /// Takes one event and returns what the shell must do (SPEC.md §8.1).
     pub fn step(&mut self, event: Event) -> Vec<Effect> {
         if self.ended {
             return Vec::new();
         }
         match event {
+            Event::TermBegan => {
+                if self.in_grace {
+                    self.effects.push(Effect::StartTimer {
+                        timer: Timer::GraceWindow,
+                        after: self.grace_window,
+                    });
+                }
+            }
+            Event::ConnectionAccepted { connection } => {
+                self.accept(connection);
+            }
+            Event::ConnectionRefused { connection } => self.refuse(connection),
             Event::ConnectionOpened { connection } => {
-                self.connections.entry(connection).or_default();
+                if self.accept(connection) {
+                    self.handshaking.remove(&connection);
+                    self.connections.entry(connection).or_default();
+                }
             }
             Event::RequestReceived {
                 connection,
@@ -289,11 +342,50 @@ impl Coordinator {
                     self.request(connection, request);
                 }
             }
-            Event::ConnectionClosed { connection } => self.close(connection),
-            Event::GraceWindowEnded => self.end_grace(),
-            Event::ReuseExpired { key, token } => self.expire(&key, token),
+            Event::ConnectionClosed { connection } => {
+                self.handshaking.remove(&connection);
+                self.close(connection);
+            }
+            Event::TimerFired {
+                timer: Timer::GraceWindow,
+            } => self.end_grace(),
+            Event::TimerFired {
+                timer: Timer::Reuse { key, token },
+            } => self.expire(&key, token),
         }
         std::mem::take(&mut self.effects)
+    }
+
+    /// §11.3: an accepted connection takes a slot, or is refused at once
+    /// when every slot is held. `true` when it holds one (also when it
+    /// already did).
+    fn accept(&mut self, connection: ConnectionId) -> bool {
+        if self.is_open(connection) || self.in_handshake(connection) {
+            return true;
+        }
+        if self.connections.len() + self.handshaking.len() >= self.connection_limit {
+            self.counters.0.connections_refused += 1;
+            self.effects.push(Effect::Close {
+                connection,
+                reason: CloseReason::TooManyConnections,
+            });
+            return false;
+        }
+        self.handshaking.insert(connection);
+        true
+    }
+
+    /// §11.3, §8.11: a connection refused in its handshake gives its slot
+    /// back, or failed handshakes would shut every client out for the term,
+    /// and counts as refused.
+    fn refuse(&mut self, connection: ConnectionId) {
+        if !self.in_handshake(connection) {
+            return;
+        }
+        self.counters.0.connections_refused += 1;
+        if self.hook(Mutant::KeepsRefusedSlots, true, false) {
+            self.handshaking.remove(&connection);
+        }
     }
 
     fn request(&mut self, connection: ConnectionId, incoming: Incoming) {
@@ -378,7 +470,6 @@ impl Coordinator {
                 .filter(|party| self.party(party).is_some())
                 .count() as u64
         });
-        // The shell fills in the connections it refused (SPEC.md §8.11).
         let stats = self.counters();
         let response = Response::Status {
             id,
@@ -955,7 +1046,10 @@ impl Coordinator {
             let evicted = self.kept.remove(0);
             self.kept_bytes -= evicted.bytes;
         }
-        self.effects.push(Effect::KeepFor { key, token, window });
+        self.effects.push(Effect::StartTimer {
+            timer: Timer::Reuse { key, token },
+            after: window.as_duration(),
+        });
     }
 
     /// §16.2: the reuse window of a kept value is over. A late expiry, of a

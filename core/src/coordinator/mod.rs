@@ -8,8 +8,8 @@ mod machine;
 mod mutant;
 
 pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
-pub use io::{CloseReason, ConnectionId, Effect, Event, Term};
-pub use machine::{Coordinator, MAX_OPEN_REQUESTS_PER_CONNECTION};
+pub use io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
+pub use machine::{Coordinator, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
 #[cfg(single_flight_mutants)]
 pub use mutant::Mutant;
 

@@ -72,12 +72,16 @@ pub enum Mutant {
     /// §17.2: a nested run that would wait for any flight in progress is
     /// refused as a cycle, whether or not that flight waits for its parent.
     RefusesNonCycle,
+    /// §11.3: a connection refused in its handshake keeps its slot for the
+    /// rest of the term, so that enough failed handshakes shut every client
+    /// out (issue 27's bug 5).
+    KeepsRefusedSlots,
 }
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
     /// Every seeded bug, in the order declared.
-    pub const ALL: [Mutant; 16] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -94,6 +98,7 @@ impl Mutant {
         Mutant::ReusesOlderValues,
         Mutant::SkipsCycleCheck,
         Mutant::RefusesNonCycle,
+        Mutant::KeepsRefusedSlots,
     ];
 }
 
@@ -143,7 +148,12 @@ mod tests {
     #[test]
     fn a_shipped_build_carries_no_seeded_bug() {
         assert_eq!(std::mem::size_of::<Seeded>(), 0);
-        let coordinator = Coordinator::new(Epoch::new(2).unwrap(), Term::AfterFailover);
+        let coordinator = Coordinator::new(
+            Epoch::new(2).unwrap(),
+            Term::AfterFailover {
+                grace_window: std::time::Duration::from_millis(500),
+            },
+        );
         assert!(coordinator.hook(Mutant::GraceLetsRunsLead, true, false));
         assert_eq!(coordinator.hook(Mutant::TokenIgnoresEpoch, 2, 1), 2);
     }

@@ -10,6 +10,16 @@ mod cycles;
 mod extensions;
 mod properties;
 
+/// A term after a failover, with the default grace window of a directory.
+const AFTER_FAILOVER: Term = Term::AfterFailover {
+    grace_window: std::time::Duration::from_millis(500),
+};
+
+/// The shell's report that the grace window's timer ran out.
+const GRACE_ENDED: Event = Event::TimerFired {
+    timer: Timer::GraceWindow,
+};
+
 fn c(n: u64) -> ConnectionId {
     ConnectionId(n)
 }
@@ -186,13 +196,13 @@ fn rejoin_of_gone_flight_is_interrupted_never_leads() {
         co.step(rejoin(1, "1", "k", token(2, 9))),
         vec![interrupted(1, "1")]
     );
-    let mut co = coordinator(3, Term::AfterFailover, 1);
+    let mut co = coordinator(3, AFTER_FAILOVER, 1);
     assert_eq!(
         co.step(rejoin(1, "1", "k", token(3, 9))),
         vec![interrupted(1, "1")]
     );
     // The key is free, yet nothing leads: the next plain run mints sequence 1.
-    co.step(Event::GraceWindowEnded);
+    co.step(GRACE_ENDED);
     assert_eq!(co.step(run(1, "2", "k")), vec![lead(1, "2", token(3, 1))]);
 }
 
@@ -212,13 +222,13 @@ fn rejoin_of_another_flight_of_the_key_is_interrupted() {
 /// the window ends, when its rejoins and the plain runs of its key join it.
 #[test]
 fn reassert_in_grace_leads_again_silently() {
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     let old = token(1, 4);
     assert_eq!(co.step(reassert(1, "1", "k", old)), vec![]);
     assert_eq!(co.step(rejoin(2, "3", "k", old)), vec![]);
     assert_eq!(co.step(run(2, "4", "k")), vec![]);
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![joined(2, "3", old), joined(2, "4", old)]
     );
     assert_eq!(
@@ -242,7 +252,7 @@ fn reassert_rejected_when_too_late_or_taken() {
         vec![rejected(1, "1")]
     );
 
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     assert_eq!(
         co.step(reassert(1, "1", "k", token(2, 1))),
         vec![rejected(1, "1")]
@@ -252,7 +262,7 @@ fn reassert_rejected_when_too_late_or_taken() {
         co.step(reassert(2, "2", "k", token(1, 1))),
         vec![rejected(2, "2")]
     );
-    co.step(Event::GraceWindowEnded);
+    co.step(GRACE_ENDED);
     assert_eq!(
         co.step(reassert(2, "3", "j", token(1, 3))),
         vec![rejected(2, "3")]
@@ -265,12 +275,12 @@ fn reassert_rejected_when_too_late_or_taken() {
 /// key gets one leader, the first to arrive, and the others join.
 #[test]
 fn grace_window_holds_plain_runs() {
-    let mut co = coordinator(5, Term::AfterFailover, 3);
+    let mut co = coordinator(5, AFTER_FAILOVER, 3);
     assert_eq!(co.step(run(1, "1", "a")), vec![]);
     assert_eq!(co.step(run(2, "1", "b")), vec![]);
     assert_eq!(co.step(run(3, "1", "a")), vec![]);
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![
             lead(1, "1", token(5, 1)),
             lead(2, "1", token(5, 2)),
@@ -278,15 +288,15 @@ fn grace_window_holds_plain_runs() {
         ]
     );
     assert!(!co.in_grace());
-    assert_eq!(co.step(Event::GraceWindowEnded), vec![]);
+    assert_eq!(co.step(GRACE_ENDED), vec![]);
 }
 
 /// §8.4: rejoins still waiting when the window ends are interrupted.
 #[test]
 fn waiting_rejoins_interrupted_at_end_of_grace() {
-    let mut co = coordinator(2, Term::AfterFailover, 1);
+    let mut co = coordinator(2, AFTER_FAILOVER, 1);
     assert_eq!(co.step(rejoin(1, "1", "k", token(1, 1))), vec![]);
-    assert_eq!(co.step(Event::GraceWindowEnded), vec![interrupted(1, "1")]);
+    assert_eq!(co.step(GRACE_ENDED), vec![interrupted(1, "1")]);
 }
 
 /// §8.3, §8.4: a reassert interrupts the waiting rejoins of an older flight
@@ -294,7 +304,7 @@ fn waiting_rejoins_interrupted_at_end_of_grace() {
 /// window's end and then join it, in arrival order.
 #[test]
 fn reassert_releases_waiting_runs_of_its_key() {
-    let mut co = coordinator(3, Term::AfterFailover, 2);
+    let mut co = coordinator(3, AFTER_FAILOVER, 2);
     co.step(run(2, "1", "k"));
     co.step(rejoin(2, "2", "k", token(2, 1)));
     co.step(rejoin(2, "3", "k", token(1, 1)));
@@ -304,7 +314,7 @@ fn reassert_releases_waiting_runs_of_its_key() {
         vec![interrupted(2, "3")]
     );
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![
             joined(2, "1", token(2, 1)),
             joined(2, "2", token(2, 1)),
@@ -319,7 +329,7 @@ fn reassert_releases_waiting_runs_of_its_key() {
 /// to lead when it ends.
 #[test]
 fn held_flight_ending_in_the_window_settles_its_key() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     let old = token(1, 7);
     co.step(reassert(1, "1", "k", old));
     co.step(rejoin(2, "1", "k", old));
@@ -334,22 +344,19 @@ fn held_flight_ending_in_the_window_settles_its_key() {
         ]
     );
 
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     co.step(reassert(1, "1", "k", old));
     co.step(rejoin(2, "1", "k", old));
     co.step(run(3, "1", "k"));
     assert_eq!(co.step(cancel(1, "1")), vec![interrupted(2, "1")]);
-    assert_eq!(
-        co.step(Event::GraceWindowEnded),
-        vec![lead(3, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(3, "1", token(2, 1))]);
 }
 
 /// §8.4: a rejoin that arrives after its reasserted flight ended in this
 /// grace window gets that flight's ending.
 #[test]
 fn late_rejoin_in_grace_gets_the_ending() {
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     co.step(reassert(1, "1", "k", token(1, 1)));
     assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
     assert_eq!(
@@ -388,15 +395,12 @@ fn land_from_non_leader_rejected() {
 /// leader's cancel interrupts its joiners.
 #[test]
 fn cancel_rules() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     co.step(run(1, "1", "k"));
     assert_eq!(co.step(cancel(1, "1")), vec![]);
     assert_eq!(co.step(cancel(1, "404")), vec![]);
     co.step(run(2, "1", "k"));
-    assert_eq!(
-        co.step(Event::GraceWindowEnded),
-        vec![lead(2, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(2, "1", token(2, 1))]);
     co.step(run(3, "1", "k"));
     co.step(run(3, "2", "k"));
     assert_eq!(co.step(cancel(3, "1")), vec![]);
@@ -496,7 +500,7 @@ fn status_lists_flights() {
 /// it, and lists the held flights.
 #[test]
 fn status_counts_the_runs_waiting_for_the_window() {
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     co.step(reassert(1, "1", "a", token(1, 3)));
     co.step(run(2, "1", "a"));
     co.step(run(2, "2", "b"));
@@ -528,7 +532,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
             }
         )]
     );
-    co.step(Event::GraceWindowEnded);
+    co.step(GRACE_ENDED);
     let joined = vec![crate::protocol::FlightStatus {
         key: key("a"),
         token: token(1, 3),
@@ -563,7 +567,7 @@ fn status_counts_the_runs_waiting_for_the_window() {
 /// leader's cancel; a land that is rejected counts nothing.
 #[test]
 fn counters_count_what_the_term_decided() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     assert_eq!(co.counters().grace_windows, 1);
     assert_eq!(co.step(reassert(1, "1", "a", token(1, 3))), vec![]);
     assert_eq!(
@@ -584,7 +588,7 @@ fn counters_count_what_the_term_decided() {
     assert_eq!(co.step(rejoin(3, "1", "a", token(1, 3))), vec![]);
     assert_eq!(co.step(run(3, "2", "c")), vec![]);
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![joined(3, "1", token(1, 3)), lead(3, "2", token(2, 1))]
     );
     assert_eq!(co.step(run(2, "3", "c")), vec![joined(2, "3", token(2, 1))]);
@@ -705,7 +709,7 @@ fn reassert_landed(connection: u64, i: &str, k: &str, t: FencingToken, outcome: 
 /// displaces no flight in progress, and no later call joins it.
 #[test]
 fn landed_reassert_does_not_come_back() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     assert_eq!(co.step(run(3, "1", "a")), vec![]);
     assert_eq!(co.step(rejoin(3, "2", "a", token(1, 1))), vec![]);
     assert_eq!(
@@ -721,10 +725,7 @@ fn landed_reassert_does_not_come_back() {
     // the plain run that waited joins it when the window ends, not the
     // landed one.
     assert_eq!(co.step(reassert(2, "1", "a", token(1, 2))), vec![]);
-    assert_eq!(
-        co.step(Event::GraceWindowEnded),
-        vec![joined(3, "1", token(1, 2))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![joined(3, "1", token(1, 2))]);
     assert_eq!(
         co.step(land(2, "1", value("new"))),
         vec![landed(3, "1", value("new")), ack(2, "1")]
@@ -737,7 +738,7 @@ fn landed_reassert_does_not_come_back() {
 /// run that waited joins the later one when the window ends.
 #[test]
 fn greater_token_supersedes_an_older_reassert() {
-    let mut co = coordinator(3, Term::AfterFailover, 4);
+    let mut co = coordinator(3, AFTER_FAILOVER, 4);
     assert_eq!(co.step(rejoin(3, "1", "a", token(2, 1))), vec![]);
     assert_eq!(co.step(reassert(1, "1", "a", token(1, 1))), vec![]);
     assert_eq!(co.step(rejoin(3, "2", "a", token(1, 1))), vec![]);
@@ -755,12 +756,12 @@ fn greater_token_supersedes_an_older_reassert() {
         vec![interrupted(3, "3")]
     );
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![joined(3, "1", token(2, 1)), joined(4, "1", token(2, 1))]
     );
 
     // The other order: the older one is refused at once.
-    let mut co = coordinator(3, Term::AfterFailover, 2);
+    let mut co = coordinator(3, AFTER_FAILOVER, 2);
     assert_eq!(co.step(reassert(2, "1", "a", token(2, 1))), vec![]);
     assert_eq!(
         co.step(reassert(1, "1", "a", token(1, 1))),
@@ -887,7 +888,7 @@ fn a_landed_reassert_over_the_limit_hands_over_a_failure() {
         panic!("an outcome one byte over the limit is not shareable");
     };
     let failure = Outcome::Failure(failure);
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     assert_eq!(co.step(rejoin(2, "1", "k", token(1, 1))), vec![]);
     assert_eq!(
         co.step(reassert_landed(1, "1", "k", token(1, 1), too_large)),
@@ -904,16 +905,13 @@ fn a_landed_reassert_over_the_limit_hands_over_a_failure() {
 /// was made); it keeps waiting, and leads a new flight when the window ends.
 #[test]
 fn a_plain_run_waits_through_a_landed_reassert_and_then_leads() {
-    let mut co = coordinator(2, Term::AfterFailover, 2);
+    let mut co = coordinator(2, AFTER_FAILOVER, 2);
     assert_eq!(co.step(run(2, "1", "k")), vec![]);
     assert_eq!(
         co.step(reassert_landed(1, "1", "k", token(1, 1), value("old"))),
         vec![ack(1, "1")]
     );
-    assert_eq!(
-        co.step(Event::GraceWindowEnded),
-        vec![lead(2, "1", token(2, 1))]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(2, "1", token(2, 1))]);
 }
 
 /// §8.5: joiners are answered in (connection, id) order: connections in the
@@ -996,7 +994,7 @@ fn status_lists_the_flights_that_fit_and_counts_the_others() {
 #[test]
 fn a_held_flight_landing_in_the_window_answers_in_arrival_order() {
     let old = token(1, 1);
-    let mut co = coordinator(2, Term::AfterFailover, 4);
+    let mut co = coordinator(2, AFTER_FAILOVER, 4);
     co.step(reassert(1, "1", "k", old));
     assert_eq!(co.step(run(2, "1", "k")), vec![]);
     assert_eq!(co.step(rejoin(3, "1", "k", old)), vec![]);
@@ -1021,13 +1019,13 @@ fn a_held_flight_landing_in_the_window_answers_in_arrival_order() {
 #[test]
 fn the_window_settles_plain_runs_and_rejoins_in_arrival_order() {
     let old = token(1, 1);
-    let mut co = coordinator(2, Term::AfterFailover, 4);
+    let mut co = coordinator(2, AFTER_FAILOVER, 4);
     co.step(reassert(1, "1", "k", old));
     assert_eq!(co.step(run(2, "1", "k")), vec![]);
     assert_eq!(co.step(rejoin(3, "1", "k", old)), vec![]);
     assert_eq!(co.step(run(4, "1", "k")), vec![]);
     assert_eq!(
-        co.step(Event::GraceWindowEnded),
+        co.step(GRACE_ENDED),
         vec![
             joined(2, "1", old),
             joined(3, "1", old),
@@ -1035,4 +1033,134 @@ fn the_window_settles_plain_runs_and_rejoins_in_arrival_order() {
         ]
     );
     assert_eq!(co.counters().joins, 3);
+}
+
+/// §10.2: a term after a failover starts its grace window's timer when it
+/// begins, for the length it was created with; the window ends when the
+/// timer fires. A first term asks for no timer.
+#[test]
+fn a_term_after_a_failover_starts_its_grace_timer() {
+    let grace_window = std::time::Duration::from_millis(1234);
+    let mut co = Coordinator::new(Epoch::new(2).unwrap(), Term::AfterFailover { grace_window });
+    assert_eq!(
+        co.step(Event::TermBegan),
+        vec![Effect::StartTimer {
+            timer: Timer::GraceWindow,
+            after: grace_window,
+        }]
+    );
+    assert!(co.in_grace());
+    assert_eq!(co.step(GRACE_ENDED), vec![]);
+    assert!(!co.in_grace());
+    // Reported again after the window, it asks for nothing.
+    assert_eq!(co.step(Event::TermBegan), vec![]);
+    let mut first = coordinator(1, Term::First, 0);
+    assert_eq!(first.step(Event::TermBegan), vec![]);
+}
+
+/// §11.3: every accepted connection holds a slot, in its handshake or open;
+/// one accepted when all are held is refused at once, and counts as refused
+/// (§8.11). A slot is free again once its connection is refused, closed in
+/// its handshake, or closed after it opened.
+#[test]
+fn connections_hold_slots_until_refused_or_closed() {
+    let accepted = |n| Event::ConnectionAccepted { connection: c(n) };
+    let too_many = |n| Effect::Close {
+        connection: c(n),
+        reason: CloseReason::TooManyConnections,
+    };
+    let mut co = coordinator(1, Term::First, 0).with_connection_limit(2);
+    assert_eq!(co.step(accepted(1)), vec![]);
+    assert_eq!(co.step(accepted(2)), vec![]);
+    assert!(co.in_handshake(c(1)) && co.in_handshake(c(2)));
+    assert_eq!(co.step(accepted(3)), vec![too_many(3)]);
+    assert!(!co.in_handshake(c(3)));
+    // Refused in its handshake: the slot is free, and counted.
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(1) }),
+        vec![]
+    );
+    assert!(!co.in_handshake(c(1)));
+    assert_eq!(co.step(accepted(4)), vec![]);
+    // Opened: it keeps its slot, now as an open connection.
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(4) }),
+        vec![]
+    );
+    assert!(co.is_open(c(4)) && !co.in_handshake(c(4)));
+    assert_eq!(co.step(accepted(5)), vec![too_many(5)]);
+    // Its peer left before its hello: free, and not counted as refused.
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(2) }),
+        vec![]
+    );
+    assert_eq!(co.step(accepted(6)), vec![]);
+    assert_eq!(
+        co.step(Event::ConnectionClosed { connection: c(4) }),
+        vec![]
+    );
+    assert_eq!(co.step(accepted(7)), vec![]);
+    assert_eq!(co.step(accepted(8)), vec![too_many(8)]);
+    // A late refusal, of a connection that is not in its handshake, changes
+    // nothing and is not counted.
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(4) }),
+        vec![]
+    );
+    assert_eq!(
+        co.step(Event::ConnectionRefused { connection: c(3) }),
+        vec![]
+    );
+    let stats = co.counters();
+    assert_eq!(stats.connections_refused, 4, "3, 1, 5 and 8");
+    assert_eq!(stats.connections_open, 0);
+}
+
+/// §8.11: the coordinator counts the connections it refused, and `status`
+/// reports them from its own counters: no shell edits its answer.
+#[test]
+fn status_reports_the_refused_connections() {
+    let mut co = coordinator(1, Term::First, 1).with_connection_limit(2);
+    co.step(Event::ConnectionAccepted { connection: c(2) });
+    co.step(Event::ConnectionRefused { connection: c(2) });
+    co.step(Event::ConnectionAccepted { connection: c(3) });
+    co.step(Event::ConnectionAccepted { connection: c(4) });
+    let effects = co.step(request(c(1), Request::Status { id: id("9") }));
+    let [
+        Effect::Send {
+            response: Response::Status {
+                stats: Some(stats), ..
+            },
+            ..
+        },
+    ] = effects.as_slice()
+    else {
+        panic!("one status answer: {effects:?}");
+    };
+    assert_eq!(stats.connections_refused, 2);
+    assert_eq!(stats.connections_open, 1);
+}
+
+/// §11.3: a driver that opens connections without accepting them first (the
+/// model checker skips the handshake) still has them take slots, within the
+/// limit.
+#[test]
+fn a_connection_opened_without_accept_takes_a_slot() {
+    let mut co = coordinator(1, Term::First, 0).with_connection_limit(1);
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(1) }),
+        vec![]
+    );
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(1) }),
+        vec![]
+    );
+    assert_eq!(
+        co.step(Event::ConnectionOpened { connection: c(2) }),
+        vec![Effect::Close {
+            connection: c(2),
+            reason: CloseReason::TooManyConnections,
+        }]
+    );
+    assert!(co.is_open(c(1)) && !co.is_open(c(2)));
 }

@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use client::{Client, EventType, TlsFiles, TxnRequest, describe, response_op};
 use proto::etcdserverpb::KeyValue;
+use lease::Lease;
 use renew::{Proof, Reach, Renewals};
 use retry::{Backoff, Jitter, with_retries};
 
@@ -24,6 +25,7 @@ use crate::protocol::Epoch;
 #[doc(hidden)]
 pub mod client;
 mod error;
+mod lease;
 mod proto;
 mod renew;
 mod retry;
@@ -501,7 +503,7 @@ impl Election for EtcdElection {
                 }
             }
         };
-        let proof = Proof::new(sent + granted.saturating_sub(STEP_DOWN_MARGIN));
+        let proof = Proof::new(Lease::granted(sent, granted));
         let (renewals, mut renewed) = renew::start(
             self.reach.clone(),
             self.client.clone(),
@@ -619,11 +621,6 @@ impl std::fmt::Debug for EtcdTerm {
 }
 
 impl EtcdTerm {
-    /// How much longer the lease is proven alive, or `None` once it is not.
-    pub fn proven_for(&self) -> Option<Duration> {
-        self.proof.left(Instant::now())
-    }
-
     fn lost(&self) -> Option<String> {
         self.proof.lost()
     }
@@ -659,9 +656,10 @@ impl Term for EtcdTerm {
     }
 
     /// §14.2: from the clock, never from etcd: a process that was paused
-    /// past its lease must not answer before it learns anything.
+    /// past its lease must not answer before it learns anything. The
+    /// decision is [`Lease::holds`]'s; this only reads the clock for it.
     fn still_holds(&self) -> bool {
-        self.proven_for().is_some() && self.lost().is_none()
+        self.proof.holds(Instant::now())
     }
 
     async fn resign(self, clean: bool) {

@@ -13,26 +13,27 @@ use tokio::sync::{oneshot, watch};
 use tonic::Code;
 use tracing::{info, warn};
 
+use super::REQUEST_TIMEOUT;
 use super::client::{Client, KeepAlive, TlsFiles, describe};
-use super::{REQUEST_TIMEOUT, STEP_DOWN_MARGIN};
+use super::lease::Lease;
 
 /// The pause before the renewals' stream is opened again after it failed:
 /// short, so that a lease survives a member's death, and long enough not to
 /// hammer a cluster without quorum.
 const RENEW_RETRY: Duration = Duration::from_millis(200);
 
-/// What the renewals share with the term: until when the lease is proven
+/// What the renewals share with the term: what they proved of the lease
 /// (§14.2), and why it is gone if etcd said so.
 #[derive(Clone, Debug)]
 pub(super) struct Proof {
-    until: Arc<Mutex<Instant>>,
+    lease: Arc<Mutex<Lease>>,
     lost: Arc<Mutex<Option<String>>>,
 }
 
 impl Proof {
-    pub(super) fn new(until: Instant) -> Proof {
+    pub(super) fn new(lease: Lease) -> Proof {
         Proof {
-            until: Arc::new(Mutex::new(until)),
+            lease: Arc::new(Mutex::new(lease)),
             lost: Arc::new(Mutex::new(None)),
         }
     }
@@ -45,15 +46,21 @@ impl Proof {
     /// How much longer the lease is proven alive at `now`, or `None` once
     /// it is not.
     pub(super) fn left(&self, now: Instant) -> Option<Duration> {
-        let until = *self.until.lock().expect("never poisoned");
-        until.checked_duration_since(now).filter(|left| !left.is_zero())
+        self.lease.lock().expect("never poisoned").left(now)
     }
 
-    /// A renewal sent at `sent` was answered with `ttl`; the proof never
-    /// goes back.
+    /// Whether the term may still answer at `now` (§14.2): its lease is
+    /// proven, and etcd has not said it is gone.
+    pub(super) fn holds(&self, now: Instant) -> bool {
+        self.lease.lock().expect("never poisoned").holds(now) && self.lost().is_none()
+    }
+
+    /// A renewal sent at `sent` was answered with `ttl`.
     fn renewed(&self, sent: Instant, ttl: Duration) {
-        let mut until = self.until.lock().expect("never poisoned");
-        *until = (*until).max(sent + ttl.saturating_sub(STEP_DOWN_MARGIN));
+        self.lease
+            .lock()
+            .expect("never poisoned")
+            .renewed(sent, ttl);
     }
 
     fn lose(&self, reason: String) {

@@ -158,27 +158,24 @@ fn a_parent_not_in_progress_is_ignored() {
 /// reassert closed a cycle through it.
 #[test]
 fn a_cycle_closed_in_the_grace_window_is_refused_when_it_ends() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     let (a, b) = (token(1, 1), token(1, 2));
     assert_eq!(co.step(reassert(1, "1", "A", a)), vec![]);
     // B's work calls A before A's nested leader of B has reasserted.
     assert_eq!(co.step(nested(3, "1", "A", b)), vec![]);
     assert_eq!(co.step(nested_reassert(2, "1", "B", b, a)), vec![]);
-    assert_eq!(
-        co.step(Event::GraceWindowEnded),
-        vec![cycle(3, "1", &["B", "A"])]
-    );
+    assert_eq!(co.step(GRACE_ENDED), vec![cycle(3, "1", &["B", "A"])]);
     assert_eq!(co.step(land(1, "1", value("a"))), vec![ack(1, "1")]);
 }
 
 /// §17.2: a rejoin that would close a cycle is refused as a run is.
 #[test]
 fn a_rejoin_that_closes_a_cycle_is_refused() {
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     let (a, b) = (token(1, 1), token(1, 2));
     co.step(reassert(1, "1", "A", a));
     co.step(nested_reassert(2, "1", "B", b, a));
-    co.step(Event::GraceWindowEnded);
+    co.step(GRACE_ENDED);
     assert_eq!(
         co.step(nested_rejoin(3, "1", "A", a, b)),
         vec![cycle(3, "1", &["B", "A"])]

@@ -42,10 +42,12 @@ fn reused(connection: u64, i: &str, t: FencingToken, outcome: Outcome) -> Effect
 }
 
 fn keep_for(k: &str, t: FencingToken, millis: u64) -> Effect {
-    Effect::KeepFor {
-        key: key(k),
-        token: t,
-        window: window(millis),
+    Effect::StartTimer {
+        timer: Timer::Reuse {
+            key: key(k),
+            token: t,
+        },
+        after: window(millis).as_duration(),
     }
 }
 
@@ -130,17 +132,17 @@ fn detach_of_a_joiner_or_unknown_id_is_ignored() {
 #[test]
 fn detached_in_grace_is_judged_when_the_window_ends() {
     let old = token(1, 1);
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     co.step(reassert(1, "1", "k", old));
     co.step(detach(1, "1"));
     co.step(rejoin(2, "1", "k", old));
-    assert_eq!(co.step(Event::GraceWindowEnded), vec![joined(2, "1", old)]);
+    assert_eq!(co.step(GRACE_ENDED), vec![joined(2, "1", old)]);
     assert_eq!(co.detached().collect::<Vec<_>>(), vec![(&key("k"), old, 1)]);
 
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     co.step(reassert(1, "1", "k", old));
     assert_eq!(co.step(detach(1, "1")), vec![]);
-    assert_eq!(co.step(Event::GraceWindowEnded), vec![stop(1, "1")]);
+    assert_eq!(co.step(GRACE_ENDED), vec![stop(1, "1")]);
 }
 
 /// §16.2, §16.3: a leader's value with a reuse window is kept and goes, at
@@ -199,9 +201,11 @@ fn expiry_forgets_only_its_own_value() {
     let t = token(1, 1);
     co.step(run_reusing(1, "1", "k", 5000));
     co.step(land(1, "1", value("v")));
-    let expired = |token| Event::ReuseExpired {
-        key: key("k"),
-        token,
+    let expired = |token| Event::TimerFired {
+        timer: Timer::Reuse {
+            key: key("k"),
+            token,
+        },
     };
     assert_eq!(co.step(expired(token(1, 9))), vec![]);
     assert_eq!(co.kept().count(), 1);
@@ -230,9 +234,11 @@ fn a_new_landing_replaces_the_kept_value() {
     assert_eq!(co.kept().count(), 0);
     co.step(run_reusing(1, "4", "k", 5000));
     co.step(land(1, "4", value("two")));
-    co.step(Event::ReuseExpired {
-        key: key("k"),
-        token: token(1, 1),
+    co.step(Event::TimerFired {
+        timer: Timer::Reuse {
+            key: key("k"),
+            token: token(1, 1),
+        },
     });
     assert_eq!(
         co.kept().collect::<Vec<_>>(),
@@ -283,9 +289,11 @@ fn an_expired_value_frees_its_bytes() {
     let mut co = coordinator(1, Term::First, 1);
     co.step(run_reusing(1, "first", &key_of(0), 5000));
     co.step(land(1, "first", value(&text)));
-    co.step(Event::ReuseExpired {
-        key: key(&key_of(0)),
-        token: token(1, 1),
+    co.step(Event::TimerFired {
+        timer: Timer::Reuse {
+            key: key(&key_of(0)),
+            token: token(1, 1),
+        },
     });
     assert_eq!(co.kept().count(), 0);
     for n in 0..fill {
@@ -304,13 +312,13 @@ fn an_expired_value_frees_its_bytes() {
 #[test]
 fn reuse_around_the_grace_window() {
     let old = token(1, 1);
-    let mut co = coordinator(2, Term::AfterFailover, 3);
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
     co.step(reassert(1, "1", "k", old));
     assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
     assert_eq!(co.kept().count(), 0);
     assert_eq!(co.step(run_reusing(2, "1", "k", 5000)), vec![]);
     let t = token(2, 1);
-    assert_eq!(co.step(Event::GraceWindowEnded), vec![lead(2, "1", t)]);
+    assert_eq!(co.step(GRACE_ENDED), vec![lead(2, "1", t)]);
     assert_eq!(
         co.step(land(2, "1", value("w"))),
         vec![ack(2, "1"), keep_for("k", t, 5000)]

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::super::*;
+use super::{AFTER_FAILOVER, GRACE_ENDED};
 use crate::protocol::{Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
@@ -192,8 +193,12 @@ impl Observer {
                 }
                 Effect::Close { connection, .. } => closed_now.push(*connection),
                 Effect::EndTerm => panic!("the sequence cannot run out here"),
-                Effect::KeepFor { .. } => {
-                    panic!("§16.2: no run of these sequences has a reuse window")
+                Effect::StartTimer { timer, .. } => {
+                    assert_eq!(
+                        *timer,
+                        Timer::GraceWindow,
+                        "§16.2: no run of these sequences has a reuse window"
+                    );
                 }
             }
         }
@@ -218,7 +223,7 @@ impl Observer {
 
 fn run_sequence(after_failover: bool, ops: Vec<Op>) {
     let term = if after_failover {
-        Term::AfterFailover
+        AFTER_FAILOVER
     } else {
         Term::First
     };
@@ -464,7 +469,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                 }
             }
             Op::GraceEnds => {
-                let effects = coordinator.step(Event::GraceWindowEnded);
+                let effects = coordinator.step(GRACE_ENDED);
                 observer.check(&effects);
             }
         }
