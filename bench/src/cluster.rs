@@ -356,10 +356,7 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
         show(&figures.memory, 1024.0, 1),
     );
     if let Some(reason) = &figures.memory_failed {
-        row(
-            "… not measured in a round",
-            Some(reason.clone()),
-        );
+        row("… not measured in a round", Some(reason.clone()));
     }
 }
 

@@ -23,6 +23,11 @@ pub const LATENCY_CDF: &str = "latency-cdf.svg";
 /// for three decades of latency.
 const SIZE: (u32, u32) = (1200, 500);
 
+/// How far below the fastest call the x axis starts: the legend sits in
+/// the upper left, where no curve can be, since every curve starts at a
+/// call's latency.
+const LEGEND_ROOM: f64 = 4.0;
+
 /// One panel: its title, and each system's distribution.
 pub struct Panel {
     pub title: String,
@@ -65,34 +70,37 @@ pub fn latency_cdf(path: &Path, panels: &[Panel]) -> Result<(), String> {
     }
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
+    // One x axis for every panel, so that the panels compare at a glance:
+    // it spans every curve, in milliseconds, on a log scale (single-flight's
+    // calls take a few ms, flock's tail and etcd's lock a hundred).
+    let values = || {
+        panels
+            .iter()
+            .flat_map(|p| &p.curves)
+            .flat_map(|(_, cdf)| cdf.quantiles.iter().map(|v| v / MILLIS))
+            .filter(|v| *v > 0.0)
+    };
+    let low = values().fold(f64::INFINITY, f64::min) / LEGEND_ROOM;
+    let high = values().fold(0.0, f64::max) * 1.1;
     let areas = root.split_evenly((1, panels.len()));
     for (panel, area) in panels.iter().zip(&areas) {
-        draw_panel(panel, area).map_err(|e| e.to_string())?;
+        draw_panel(panel, area, low..high).map_err(|e| e.to_string())?;
     }
     root.present().map_err(|e| e.to_string())
 }
 
+/// One panel, its x axis `milliseconds` on a log scale.
 fn draw_panel<DB: DrawingBackend>(
     panel: &Panel,
     area: &DrawingArea<DB, plotters::coord::Shift>,
+    milliseconds: std::ops::Range<f64>,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    // The x axis spans every curve of the panel, in milliseconds, on a log
-    // scale: single-flight's calls take a few ms, flock's tail tens.
-    let values = || {
-        panel
-            .curves
-            .iter()
-            .flat_map(|(_, cdf)| cdf.quantiles.iter().map(|v| v / MILLIS))
-            .filter(|v| *v > 0.0)
-    };
-    let low = values().fold(f64::INFINITY, f64::min);
-    let high = values().fold(0.0, f64::max);
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.title, ("sans-serif", 20))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(55)
-        .build_cartesian_2d((low * 0.9..high * 1.1).log_scale(), 0.0..1.0)?;
+        .build_cartesian_2d(milliseconds.log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
         .x_desc("call latency (ms, log scale)")
@@ -108,7 +116,8 @@ fn draw_panel<DB: DrawingBackend>(
         let colour = colour(*system);
         chart
             .draw_series(LineSeries::new(
-                cdf.points().map(|(value, fraction)| (value / MILLIS, fraction)),
+                cdf.points()
+                    .map(|(value, fraction)| (value / MILLIS, fraction)),
                 colour.stroke_width(2),
             ))?
             .label(label(*system))
@@ -116,7 +125,7 @@ fn draw_panel<DB: DrawingBackend>(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()

@@ -468,7 +468,7 @@ fn run(config: &Config) {
     }
     let local = figures::Panel {
         title: format!(
-            "one host: {} processes × {} keys, work {} µs",
+            "one host: {} processes × {} keys, {} µs of work",
             config.contended.processes,
             config.contended.keys,
             config.contended.work.as_micros()
@@ -485,7 +485,7 @@ fn run(config: &Config) {
     #[cfg(feature = "cluster")]
     let cluster = figures::Panel {
         title: format!(
-            "two hosts (cluster): {} processes × {} keys, work {} µs",
+            "two hosts (cluster): {} processes × {} keys, {} µs of work",
             config.contended.processes,
             config.contended.keys,
             config.contended.work.as_micros()

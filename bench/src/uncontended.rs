@@ -40,11 +40,7 @@ fn calls_in(dir: &std::path::Path, calls: usize, coordinator: Option<u32>) -> Ti
 /// `calls` uncontended calls (a no-op on a fresh key each) after
 /// [`WARM_UP`] untimed ones: their median time, and the CPU time per call
 /// of this process and of the `coordinator`'s (when it is another).
-pub async fn timed_calls(
-    flights: &SingleFlight,
-    calls: usize,
-    coordinator: Option<u32>,
-) -> Timed {
+pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Option<u32>) -> Timed {
     let stamp = wall_nanos();
     let mut times = Vec::with_capacity(calls);
     let mut cpu = None;
