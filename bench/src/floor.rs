@@ -256,3 +256,18 @@ pub fn fan_reader(path: &str) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_result_reads_back() {
+        let timed = Timed {
+            median: 9876.5,
+            cpu: 10_250.0,
+        };
+        let read = Timed::parse(&timed.show());
+        assert_eq!((read.median, read.cpu), (9876.5, 10_250.0));
+    }
+}

@@ -86,8 +86,9 @@ impl Cdf {
         Cdf { quantiles }
     }
 
-    /// The distribution of the rounds together, each round weighing the
-    /// same (their quantiles pooled and taken again).
+    /// The distribution of the rounds together, their quantiles pooled and
+    /// taken again: each round weighs the same when each kept
+    /// [`CDF_POINTS`], as every round of thousands of calls does.
     pub fn pooled<'a>(rounds: impl IntoIterator<Item = &'a Cdf>) -> Cdf {
         let all: Vec<f64> = rounds
             .into_iter()
@@ -103,5 +104,42 @@ impl Cdf {
             .iter()
             .enumerate()
             .map(move |(i, &value)| (value, (i as f64 + 0.5) / len))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cdf_keeps_evenly_ranked_quantiles() {
+        let values: Vec<f64> = (1..=10_000).rev().map(f64::from).collect();
+        let cdf = Cdf::of(&values);
+        assert_eq!(cdf.quantiles.len(), CDF_POINTS);
+        assert!(cdf.quantiles.is_sorted(), "quantiles ascend");
+        // Quantile i sits at rank (i + 0.5) / 500 of 10 000 values.
+        assert_eq!(cdf.quantiles[0], 11.0);
+        assert_eq!(cdf.quantiles[249], 4991.0);
+        assert_eq!(cdf.quantiles[CDF_POINTS - 1], 9991.0);
+        let (first, last) = (cdf.points().next(), cdf.points().last());
+        assert_eq!(first, Some((11.0, 0.001)));
+        assert_eq!(last, Some((9991.0, 0.999)));
+    }
+
+    #[test]
+    fn a_short_series_keeps_every_value_and_none_gives_an_empty_cdf() {
+        assert_eq!(Cdf::of(&[3.0, 1.0, 2.0]).quantiles, [1.0, 2.0, 3.0]);
+        assert!(Cdf::of(&[]).quantiles.is_empty());
+    }
+
+    #[test]
+    fn pooled_rounds_weigh_the_same() {
+        let fast = Cdf::of(&vec![1.0; 10_000]);
+        let slow = Cdf::of(&vec![3.0; 600]);
+        let pooled = Cdf::pooled([&fast, &slow]);
+        assert_eq!(pooled.quantiles.len(), CDF_POINTS);
+        // The round of 600 calls fills half of the curve, not 6% of it.
+        let fast_share = pooled.quantiles.iter().filter(|&&v| v == 1.0).count();
+        assert_eq!(fast_share, CDF_POINTS / 2);
     }
 }
