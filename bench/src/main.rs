@@ -527,20 +527,19 @@ fn run(config: &Config) {
 
 fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &mut Figures) {
     let needs_floor = config.runs("floor") || config.runs("uncontended") || config.runs("fanout");
-    let floor = needs_floor.then(|| floor::measure(config.floor_pings));
-    if let Some(floor) = floor {
-        figures.floor_cpu.push(floor.cpu);
-    }
-    let floor = floor.map(|floor| floor.median);
-    if let Some(floor) = floor {
+    let floor_timed = needs_floor.then(|| floor::measure(config.floor_pings));
+    let floor = floor_timed.map(|floor| floor.median);
+    if let Some(timed) = floor_timed {
+        let floor = timed.median;
         figures.floor.push(floor);
+        figures.floor_cpu.push(timed.cpu);
         let threads = floor::measure_through_threads(config.floor_pings);
         figures.floor_threads.push(threads);
         figures.floor_threads_ratio.push(threads / floor);
     }
     if config.runs("uncontended") {
         let (remote, own) = uncontended::measure(config.uncontended_calls);
-        let floor_cpu = *figures.floor_cpu.last().expect("measured with it");
+        let floor_cpu = floor_timed.expect("measured with it").cpu;
         figures.uncontended_cpu.push(remote.cpu);
         figures.uncontended_cpu_ratio.push(remote.cpu / floor_cpu);
         let (remote, own) = (remote.median, own.median);
