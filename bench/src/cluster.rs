@@ -188,6 +188,8 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
 /// coordinator on host 0, `clients` TCP + mutual-TLS connections from one
 /// process on host 1.
 fn memory(lab: &Lab, round: usize, clients: usize) -> Result<f64, String> {
+    // Before the coordinator starts, which inherits the limit.
+    crate::memory::allow_descriptors(clients)?;
     let settings = Settings::new(&format!("bench-memory-{round}"));
     let _coordinator = lab.worker(0, &settings, &["cluster-idle"]).ready();
     let status = lab.status(&settings.cluster);
