@@ -20,9 +20,10 @@ use single_flight::DEFAULT_CLUSTER_GRACE_WINDOW;
 
 use crate::cluster_failover::{self, Kill};
 use crate::contended::{self, Placement, RedisTarget, System, Throughput};
+use crate::floor::Timed;
 use crate::lab::{self, HOSTS, Lab, Settings};
 use crate::process::{Worker, say};
-use crate::stats::{MICROS, MILLIS, Spread, percentile};
+use crate::stats::{Cdf, MICROS, MILLIS, Spread, percentile};
 
 /// Joiners of the flight that runs through a kill: enough that "every
 /// waiter answered" means more than one process.
@@ -69,22 +70,28 @@ struct Figures {
     floor: Vec<f64>,
     call: Vec<f64>,
     call_in_floors: Vec<f64>,
+    floor_cpu: Vec<f64>,
+    call_cpu: Vec<f64>,
+    call_cpu_in_floors: Vec<f64>,
     contended: Vec<(System, Vec<Throughput>)>,
     over_etcd: Vec<f64>,
     over_redis: Vec<f64>,
     kills: Vec<Kill>,
+    memory: Vec<f64>,
+    memory_failed: Option<String>,
 }
 
 /// Runs the cluster benchmarks that `config` asks for and prints their
-/// section of the report.
-pub fn run(config: &crate::Config) {
+/// section of the report; returns the contended run's latencies of each
+/// system, all rounds pooled, for the picture (`crate::figures`).
+pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
     let shapes = Shapes::of(config);
     let items: Vec<&str> = crate::CLUSTER_ITEMS
         .into_iter()
         .filter(|i| config.runs(i))
         .collect();
     if items.is_empty() {
-        return;
+        return Vec::new();
     }
     println!();
     println!("## Cluster mode");
@@ -93,7 +100,7 @@ pub fn run(config: &crate::Config) {
         Ok(lab) => lab,
         Err(reason) => {
             println!("- {}: skipped: {reason}", items.join(", "));
-            return;
+            return Vec::new();
         }
     };
     println!(
@@ -145,9 +152,12 @@ pub fn run(config: &crate::Config) {
         if config.runs("cluster-uncontended") {
             let floor = crate::tls_floor::measure(&lab, shapes.pings);
             let call = uncontended(&lab, round, shapes.calls);
-            figures.floor.push(floor);
-            figures.call.push(call);
-            figures.call_in_floors.push(call / floor);
+            figures.floor.push(floor.median);
+            figures.call.push(call.median);
+            figures.call_in_floors.push(call.median / floor.median);
+            figures.floor_cpu.push(floor.cpu);
+            figures.call_cpu.push(call.cpu);
+            figures.call_cpu_in_floors.push(call.cpu / floor.cpu);
         }
         if contended {
             contended_round(&lab, round, shapes, redis_target.as_ref(), &mut figures);
@@ -156,21 +166,62 @@ pub fn run(config: &crate::Config) {
             let kills = cluster_failover::measure(&lab, round, shapes.failover);
             figures.kills.extend(kills);
         }
+        if config.runs("cluster-memory") {
+            match memory(&lab, round, config.memory_clients) {
+                Ok(bytes) => figures.memory.push(bytes),
+                Err(reason) => figures.memory_failed = Some(reason),
+            }
+        }
     }
-    report(shapes, &figures);
+    report(shapes, config.memory_clients, &figures);
     println!();
     println!("- load average after: {}", crate::load_average());
     drop(redis);
+    figures
+        .contended
+        .iter()
+        .map(|(system, results)| (*system, Cdf::pooled(results.iter().map(|r| &r.latency))))
+        .collect()
 }
 
-/// One round of uncontended calls: the median call in nanoseconds.
-fn uncontended(lab: &Lab, round: usize, calls: usize) -> f64 {
+/// The coordinator's resident set per idle client (`crate::memory`): the
+/// coordinator on host 0, `clients` TCP + mutual-TLS connections from one
+/// process on host 1.
+fn memory(lab: &Lab, round: usize, clients: usize) -> Result<f64, String> {
+    // Before the coordinator starts, which inherits the limit.
+    crate::memory::allow_descriptors(clients)?;
+    let settings = Settings::new(&format!("bench-memory-{round}"));
+    let _coordinator = lab.worker(0, &settings, &["cluster-idle"]).ready();
+    let status = lab.status(&settings.cluster);
+    let address = status
+        .address
+        .clone()
+        .ok_or("the coordinator advertises no address")?;
+    let certs = lab.certs();
+    let certs = certs.to_str().expect("a UTF-8 temp dir");
+    crate::memory::per_client(status.pid, clients, || {
+        let holder = Worker::start(
+            lab.command(1),
+            &["tls-clients", &address, certs, &clients.to_string()],
+        );
+        holder.expect("READY");
+        Ok(holder)
+    })
+}
+
+/// One round of uncontended calls, the CPU time per call the caller's and
+/// the coordinator's.
+fn uncontended(lab: &Lab, round: usize, calls: usize) -> Timed {
     let settings = Settings::new(&format!("bench-uncontended-{round}"));
     let _coordinator = lab.worker(0, &settings, &["cluster-idle"]).ready();
     let status = lab.status(&settings.cluster);
     assert_eq!(lab.host_of(&status), 0, "the first process coordinates");
-    let caller = lab.worker(1, &settings, &["cluster-calls", &calls.to_string()]);
-    caller.expect("result").parse().expect("nanoseconds")
+    let caller = lab.worker(
+        1,
+        &settings,
+        &["cluster-calls", &calls.to_string(), &status.pid.to_string()],
+    );
+    Timed::parse(&caller.expect("result"))
 }
 
 fn contended_round(
@@ -199,8 +250,8 @@ fn contended_round(
             services,
         };
         let result = contended::measure_on(*system, shape, redis, &placement);
-        results.push(result);
         this_round.push((*system, result.calls_per_second));
+        results.push(result);
     }
     let ratio = |other| contended::ratio(&this_round, System::Cluster, other);
     figures.over_etcd.extend(ratio(System::EtcdLock));
@@ -215,7 +266,7 @@ fn label(system: System) -> &'static str {
     }
 }
 
-fn report(shapes: Shapes, figures: &Figures) {
+fn report(shapes: Shapes, clients: usize, figures: &Figures) {
     let show = |values: &[f64], scale: f64, digits: usize| {
         Spread::of(values).map(|s| s.show(scale, digits))
     };
@@ -237,6 +288,18 @@ fn report(shapes: Shapes, figures: &Figures) {
     row(
         "… as TLS floor round trips",
         show(&figures.call_in_floors, 1.0, 2),
+    );
+    row(
+        "TLS floor: CPU time per round trip, both processes (µs)",
+        show(&figures.floor_cpu, MICROS, 1),
+    );
+    row(
+        "uncontended call: CPU time per call, caller and coordinator (µs)",
+        show(&figures.call_cpu, MICROS, 1),
+    );
+    row(
+        "… ÷ the TLS floor's CPU per round trip, median of the rounds' ratios (issue 30: ≤ 1.5)",
+        show(&figures.call_cpu_in_floors, 1.0, 2),
     );
     let shape = shapes.contended;
     for (system, results) in &figures.contended {
@@ -288,6 +351,15 @@ fn report(shapes: Shapes, figures: &Figures) {
         show(&figures.over_redis, 1.0, 2),
     );
     failover_rows(shapes.failover, &figures.kills, row);
+    row(
+        &format!(
+            "coordinator's resident set per idle connected client, {clients} TLS clients (KiB)"
+        ),
+        show(&figures.memory, 1024.0, 1),
+    );
+    if let Some(reason) = &figures.memory_failed {
+        row("… not measured in a round", Some(reason.clone()));
+    }
 }
 
 /// The failover rows: p50 and max over every kill of the run.
@@ -379,16 +451,18 @@ fn failover_rows(
 
 // ----------------------------------------------------------------- workers
 
-/// `worker cluster-calls N`: N timed uncontended calls after a warm-up;
-/// prints `result MEDIAN_NS`.
-pub fn calls(count: &str) {
+/// `worker cluster-calls N COORDINATOR_PID`: N timed uncontended calls
+/// after a warm-up; prints `result MEDIAN_NS CPU_NS`, the CPU time per call
+/// its own and the coordinator's.
+pub fn calls(count: &str, coordinator: &str) {
     let count: usize = count.parse().expect("a number of calls");
+    let coordinator: u32 = coordinator.parse().expect("the coordinator's process id");
     let flights = lab::open_from_env();
     let runtime = crate::process::runtime();
-    let median = runtime.block_on(async {
-        let median = crate::uncontended::timed_calls(&flights, count).await;
+    let timed = runtime.block_on(async {
+        let timed = crate::uncontended::timed_calls(&flights, count, Some(coordinator)).await;
         flights.close().await;
-        median
+        timed
     });
-    say(format!("result {median}"));
+    say(format!("result {}", timed.show()));
 }

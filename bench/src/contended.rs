@@ -12,10 +12,10 @@ use single_flight::{Role, SingleFlight};
 use crate::fanout::{flock_call, value_of};
 use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines};
 use crate::redis;
-use crate::stats::percentile;
+use crate::stats::{Cdf, percentile};
 
 /// What one contended run measured.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Throughput {
     pub calls_per_second: f64,
     /// Call latency percentiles, in nanoseconds.
@@ -28,6 +28,9 @@ pub struct Throughput {
     pub cpu_per_call: f64,
     /// Calls that ended with an error (none are expected).
     pub failed: u64,
+    /// The distribution of the call latencies, in nanoseconds, for the
+    /// picture of BENCHMARKS.md (`crate::figures`).
+    pub latency: Cdf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,7 +100,7 @@ pub fn ratio(round: &[(System, f64)], ours: System, other: System) -> Option<f64
             .find(|(system, _)| *system == wanted)
             .map(|(_, rate)| *rate)
     };
-    Some(rate(ours).expect("always measured") / rate(other)?)
+    Some(rate(ours)? / rate(other)?)
 }
 
 /// Where the worker processes of a run start, and which other processes
@@ -200,6 +203,7 @@ pub fn measure_on(
         led_share: led as f64 / calls as f64,
         cpu_per_call: cpu as f64 / calls as f64,
         failed,
+        latency: Cdf::of(&latencies),
     }
 }
 

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Instant;
 
-use crate::process::{self, Scratch, Worker};
+use crate::process::{self, CpuMeter, Scratch, Worker};
 use crate::stats::median;
 
 /// A request and an answer of the sizes the protocol sends for a call.
@@ -29,13 +29,44 @@ fn echo_worker(name: &str, kind: &str) -> (Scratch, Worker, UnixStream) {
     (scratch, echo, stream)
 }
 
-/// The median round trip of `pings` timed ones, in nanoseconds.
-pub fn measure(pings: usize) -> f64 {
-    let (_scratch, _echo, stream) = echo_worker("floor", "echo");
+/// What a series of timed round trips (or calls) measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Timed {
+    /// The median time of one, in nanoseconds.
+    pub median: f64,
+    /// CPU time per one of both processes (this one and its peer), in
+    /// nanoseconds: issue 30's measure of a call's cost, which a loaded or
+    /// an idle machine's wake-ups move far less than the time.
+    pub cpu: f64,
+}
+
+impl Timed {
+    /// `MEDIAN_NS CPU_NS`, as a worker prints it.
+    pub fn show(&self) -> String {
+        format!("{} {}", self.median, self.cpu)
+    }
+
+    /// What [`show`](Self::show) printed.
+    pub fn parse(text: &str) -> Timed {
+        let numbers: Vec<f64> = text
+            .split_whitespace()
+            .map(|n| n.parse().expect("nanoseconds"))
+            .collect();
+        let [median, cpu] = numbers[..] else {
+            panic!("a worker's result {text:?}: MEDIAN_NS CPU_NS");
+        };
+        Timed { median, cpu }
+    }
+}
+
+/// `pings` timed round trips.
+pub fn measure(pings: usize) -> Timed {
+    let (_scratch, echo, stream) = echo_worker("floor", "echo");
+    let peer = echo.pid();
     let mut reader = BufReader::new(stream.try_clone().expect("a second handle"));
     let mut writer = stream;
     let mut line = Vec::with_capacity(128);
-    timed(pings, || {
+    timed(pings, Some(peer), || {
         writer.write_all(REQUEST).expect("the echo worker reads");
         line.clear();
         reader
@@ -45,19 +76,23 @@ pub fn measure(pings: usize) -> f64 {
     })
 }
 
-/// The median time of `pings` runs of `round_trip`, in nanoseconds, after
-/// [`WARM_UP`] untimed ones.
-pub fn timed(pings: usize, mut round_trip: impl FnMut()) -> f64 {
+/// `pings` runs of `round_trip` after [`WARM_UP`] untimed ones: their
+/// median time, and the CPU time per run of this process and of `peer`.
+pub fn timed(pings: usize, peer: Option<u32>, mut round_trip: impl FnMut()) -> Timed {
     for _ in 0..WARM_UP {
         round_trip();
     }
     let mut times = Vec::with_capacity(pings);
+    let cpu = CpuMeter::start(peer);
     for _ in 0..pings {
         let start = Instant::now();
         round_trip();
         times.push(start.elapsed().as_nanos() as f64);
     }
-    median(&times)
+    Timed {
+        median: median(&times),
+        cpu: cpu.used() as f64 / pings as f64,
+    }
 }
 
 /// The other end: answers each line with one line, until the socket closes.
@@ -219,5 +254,20 @@ pub fn fan_reader(path: &str) {
         if writeln!(writer, "{at}").is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_result_reads_back() {
+        let timed = Timed {
+            median: 9876.5,
+            cpu: 10_250.0,
+        };
+        let read = Timed::parse(&timed.show());
+        assert_eq!((read.median, read.cpu), (9876.5, 10_250.0));
     }
 }

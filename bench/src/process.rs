@@ -214,6 +214,67 @@ pub fn cpu_nanos(pid: Option<u32>) -> u64 {
     }
 }
 
+/// CPU time, to the nanosecond, that the live threads of a process have
+/// used (`None`: this process), the sum of the first field of each
+/// `/proc/<pid>/task/<tid>/schedstat`. Finer than [`cpu_nanos`]'s ticks, so
+/// that a round of a few thousand calls can be counted; the threads that
+/// exited are not counted, so measure only where both ends keep theirs (a
+/// runtime and the library's thread that live through the timed part).
+pub fn thread_cpu_nanos(pid: Option<u32>) -> u64 {
+    let tasks = match pid {
+        Some(pid) => format!("/proc/{pid}/task"),
+        None => "/proc/self/task".to_owned(),
+    };
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// CPU time of this process and, where given, of its peer, for a timed
+/// part: started before it, read after it.
+pub struct CpuMeter {
+    peer: Option<u32>,
+    start: u64,
+}
+
+impl CpuMeter {
+    pub fn start(peer: Option<u32>) -> CpuMeter {
+        CpuMeter {
+            peer,
+            start: CpuMeter::now(peer),
+        }
+    }
+
+    fn now(peer: Option<u32>) -> u64 {
+        thread_cpu_nanos(None) + peer.map_or(0, |pid| thread_cpu_nanos(Some(pid)))
+    }
+
+    /// Nanoseconds of CPU both used since [`start`](Self::start).
+    pub fn used(&self) -> u64 {
+        CpuMeter::now(self.peer).saturating_sub(self.start)
+    }
+}
+
+/// The resident set of process `pid` in bytes (`VmRSS` of
+/// `/proc/<pid>/status`), or `None` when it cannot be read.
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kilobytes = text
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .trim()
+        .strip_suffix(" kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kilobytes * 1024)
+}
+
 /// The runtime every process of the benchmarks uses: one thread, like the
 /// library's own (the shell runs on a current-thread runtime too).
 pub fn runtime() -> tokio::runtime::Runtime {

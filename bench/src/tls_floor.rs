@@ -17,7 +17,7 @@ use tokio_rustls::rustls::{
     ClientConfig, ClientConnection, ServerConfig, ServerConnection, StreamOwned,
 };
 
-use crate::floor::{ANSWER, REQUEST};
+use crate::floor::{ANSWER, REQUEST, Timed};
 use crate::lab::Lab;
 use crate::process::say;
 
@@ -28,19 +28,26 @@ const PORT: u16 = 7400;
 /// The longest line either end reads: both lines are under 64 bytes.
 const LINE_BYTES: usize = 128;
 
-/// The median of `pings` timed round trips from host 1 to host 0, in
-/// nanoseconds.
-pub fn measure(lab: &Lab, pings: usize) -> f64 {
+/// `pings` timed round trips from host 1 to host 0: their median, and the
+/// CPU time per round trip of both ends (the hosts share this machine's
+/// process ids, so the pinger reads the echo's CPU time itself).
+pub fn measure(lab: &Lab, pings: usize) -> Timed {
     let address = SocketAddr::new(lab.address(0), PORT).to_string();
     let certs = lab.certs();
     let certs = certs.to_str().expect("a UTF-8 temp dir");
-    let _echo =
+    let echo =
         crate::process::Worker::start(lab.command(0), &["tls-echo", &address, certs]).ready();
     let ping = crate::process::Worker::start(
         lab.command(1),
-        &["tls-ping", &address, certs, &pings.to_string()],
+        &[
+            "tls-ping",
+            &address,
+            certs,
+            &pings.to_string(),
+            &echo.pid().to_string(),
+        ],
     );
-    ping.expect("result").parse().expect("nanoseconds")
+    Timed::parse(&ping.expect("result"))
 }
 
 /// Both ends' configurations from the lab's files, as the library loads
@@ -92,10 +99,12 @@ pub fn echo(address: &str, certs: &str) {
     }
 }
 
-/// `worker tls-ping ADDRESS CERTS PINGS`: connects, completes the
-/// handshake, and prints `result MEDIAN_NS` of PINGS timed round trips.
-pub fn ping(address: &str, certs: &str, pings: &str) {
+/// `worker tls-ping ADDRESS CERTS PINGS ECHO_PID`: connects, completes the
+/// handshake, and prints `result MEDIAN_NS CPU_NS` of PINGS timed round
+/// trips, the CPU time per round trip its own and the echo's.
+pub fn ping(address: &str, certs: &str, pings: &str, echo: &str) {
     let pings: usize = pings.parse().expect("a number of pings");
+    let echo: u32 = echo.parse().expect("the echo's process id");
     let (_, client) = configs(Path::new(certs));
     let target: SocketAddr = address.parse().expect("an address");
     let socket = TcpStream::connect(target).expect("connect to the echo");
@@ -113,7 +122,7 @@ pub fn ping(address: &str, certs: &str, pings: &str) {
             .expect("the TLS handshake");
     }
     let mut line = Vec::with_capacity(LINE_BYTES);
-    let median = crate::floor::timed(pings, || {
+    let timed = crate::floor::timed(pings, Some(echo), || {
         stream
             .write_all(REQUEST)
             .and_then(|()| stream.flush())
@@ -121,5 +130,41 @@ pub fn ping(address: &str, certs: &str, pings: &str) {
         assert!(read_line(&mut stream, &mut line), "the echo answers");
         assert_eq!(line, ANSWER, "the echo's answer");
     });
-    say(format!("result {median}"));
+    say(format!("result {}", timed.show()));
+}
+
+/// `worker tls-clients ADDRESS CERTS N`: opens N connections to the
+/// coordinator at ADDRESS, each through the TLS handshake and the hello
+/// (SPEC.md §4.2), says `READY`, and holds them idle until its stdin
+/// closes (`crate::memory`).
+pub fn clients(address: &str, certs: &str, count: &str) {
+    let count: usize = count.parse().expect("a number of clients");
+    if let Err(reason) = crate::memory::allow_descriptors(count) {
+        panic!("{reason}");
+    }
+    let (_, client) = configs(Path::new(certs));
+    let target: SocketAddr = address.parse().expect("an address");
+    let name = ServerName::IpAddress(match target.ip() {
+        IpAddr::V4(ip) => ip.into(),
+        IpAddr::V6(ip) => ip.into(),
+    });
+    let streams: Vec<_> = (0..count)
+        .map(|_| {
+            let socket = TcpStream::connect(target).expect("connect to the coordinator");
+            socket.set_nodelay(true).expect("TCP_NODELAY");
+            let connection =
+                ClientConnection::new(client.clone(), name.clone()).expect("a TLS connection");
+            let mut stream = StreamOwned::new(connection, socket);
+            stream
+                .write_all(crate::memory::HELLO)
+                .and_then(|()| stream.flush())
+                .expect("the hello is sent");
+            crate::memory::read_hello(&mut stream).expect("the coordinator's hello");
+            stream
+        })
+        .collect();
+    say("READY");
+    let lines = crate::process::stdin_lines();
+    while lines.recv().is_ok() {}
+    drop(streams);
 }

@@ -8,41 +8,47 @@ use std::time::{Duration, Instant};
 
 use single_flight::{Role, SingleFlight};
 
-use crate::process::{self, Scratch, Worker, wall_nanos};
+use crate::floor::Timed;
+use crate::process::{self, CpuMeter, Scratch, Worker, wall_nanos};
 use crate::stats::median;
 
 /// Calls before the timed ones: the connection is made and warm.
 const WARM_UP: usize = 200;
 
-/// Median call time in nanoseconds with the coordinator in another process,
-/// and in this one.
-pub fn measure(calls: usize) -> (f64, f64) {
+/// The calls with the coordinator in another process (the CPU time counts
+/// both processes), and in this one.
+pub fn measure(calls: usize) -> (Timed, Timed) {
     let scratch = Scratch::new("uncontended");
     let remote_dir = scratch.join("remote");
     let dir_text = remote_dir.to_str().expect("a UTF-8 temp dir").to_owned();
-    let _serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
-    let remote = calls_in(&remote_dir, calls);
-    let own = calls_in(&scratch.join("own"), calls);
+    let serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
+    let remote = calls_in(&remote_dir, calls, Some(serve.pid()));
+    let own = calls_in(&scratch.join("own"), calls, None);
     (remote, own)
 }
 
-fn calls_in(dir: &std::path::Path, calls: usize) -> f64 {
+fn calls_in(dir: &std::path::Path, calls: usize, coordinator: Option<u32>) -> Timed {
     let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
-        let median = timed_calls(&flights, calls).await;
+        let timed = timed_calls(&flights, calls, coordinator).await;
         flights.close().await;
-        median
+        timed
     })
 }
 
-/// The median time of `calls` uncontended calls (a no-op on a fresh key
-/// each), in nanoseconds, after [`WARM_UP`] untimed ones.
-pub async fn timed_calls(flights: &SingleFlight, calls: usize) -> f64 {
+/// `calls` uncontended calls (a no-op on a fresh key each) after
+/// [`WARM_UP`] untimed ones: their median time, and the CPU time per call
+/// of this process and of the `coordinator`'s (when it is another).
+pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Option<u32>) -> Timed {
     let stamp = wall_nanos();
     let mut times = Vec::with_capacity(calls);
+    let mut cpu = None;
     for n in 0..WARM_UP + calls {
         let key = format!("u{stamp}-{n}");
+        if n == WARM_UP {
+            cpu = Some(CpuMeter::start(coordinator));
+        }
         let start = Instant::now();
         let landed = flights
             .run(&key, |_token| async { Ok::<u8, std::io::Error>(0) })
@@ -54,7 +60,11 @@ pub async fn timed_calls(flights: &SingleFlight, calls: usize) -> f64 {
             times.push(elapsed.as_nanos() as f64);
         }
     }
-    median(&times)
+    let cpu = cpu.map_or(0, |cpu| cpu.used());
+    Timed {
+        median: median(&times),
+        cpu: cpu as f64 / calls.max(1) as f64,
+    }
 }
 
 /// `worker serve DIR GRACE_MS`: holds the coordinator of `DIR` in the
