@@ -15,6 +15,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
+use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event};
 use crate::election::{CHECK_INTERVAL, Term};
@@ -164,6 +165,7 @@ pub(super) fn start_for<T: Term, L: Listener>(
         lifetime,
         started: tokio::time::Instant::now(),
         connected: false,
+        seeded: options.seeded,
     };
     let grace = (kind == coordinator::Term::AfterFailover).then_some(options.grace_window);
     let done = tokio::spawn(server.serve(grace, stopped));
@@ -194,6 +196,8 @@ struct Server<T, L> {
     /// first client had its chance to connect.
     started: tokio::time::Instant,
     connected: bool,
+    /// The shell's seeded bug, if any (SPEC.md §12.4).
+    seeded: Seeded,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -304,6 +308,7 @@ impl<T: Term, L: Listener> Server<T, L> {
             connection,
             self.hello.clone(),
             reports.clone(),
+            self.seeded,
         ));
         self.readers.insert(connection, task.abort_handle());
     }
@@ -450,7 +455,11 @@ impl<T: Term, L: Listener> Server<T, L> {
         let mut patience = Duration::ZERO;
         let tasks: Vec<_> = writers
             .map(|writer| {
-                patience = patience.max(flush_time(writer.queued.load(Ordering::Acquire)));
+                let queued = writer.queued.load(Ordering::Acquire);
+                let allowed =
+                    self.seeded
+                        .hook(Mutant::FixedEndOfTermFlush, flush_time(queued), FLUSH_TIMEOUT);
+                patience = patience.max(allowed);
                 drop(writer.lines);
                 writer.task
             })
@@ -498,8 +507,9 @@ async fn connection_task<L: Listener>(
     connection: ConnectionId,
     hello: CoordinatorHello,
     reports: mpsc::Sender<Report>,
+    seeded: Seeded,
 ) {
-    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello).await {
+    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello, seeded).await {
         Ok(open) => open,
         Err(refused) => {
             // The slot is freed, or failed handshakes would fill the table of
@@ -567,6 +577,7 @@ async fn handshake<L: Listener>(
     incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
+    seeded: Seeded,
 ) -> Result<(Lines<L::Reader>, Writer), NotOpened> {
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
@@ -577,7 +588,7 @@ async fn handshake<L: Listener>(
     };
     let (lines_out, outgoing) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone()));
+    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone(), seeded));
     let mut lines = Lines::new(reader);
     let mut our_hello = serde_json::to_vec(&hello).expect("a hello always serializes");
     our_hello.push(b'\n');
@@ -616,7 +627,9 @@ async fn write_lines(
     mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
     queued: Arc<AtomicUsize>,
+    seeded: Seeded,
 ) {
+    let flush = seeded.hook(Mutant::WritersNeverFlush, true, false);
     let mut batch = Vec::new();
     while let Some(line) = outgoing.recv().await {
         batch.clear();
@@ -629,7 +642,7 @@ async fn write_lines(
         }
         // A flush after every batch: a TLS writer keeps records back until
         // flushed (a Unix socket's flush does nothing).
-        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(&batch).await.is_err() || (flush && write.flush().await.is_err()) {
             return;
         }
         queued.fetch_sub(batch.len(), Ordering::AcqRel);
