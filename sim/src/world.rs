@@ -1,0 +1,855 @@
+//! The runner: a world of hosts and processes, each process a shipped
+//! `SingleFlight` over the simulated election and transport, driven by a
+//! seeded workload and seeded faults, and the checks of the chaos
+//! harness's must-be-zero rows (RELIABILITY.md) run over what happened.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use single_flight::_internal::shell::mutant::{Mutant, Seeded};
+use single_flight::_internal::shell::{Settings, open_on};
+use single_flight::{Epoch, FencingToken, Role, RunError, SingleFlight};
+use tokio::time::Instant;
+
+use crate::election::{Clock, STEP_DOWN_MARGIN, SimElection, Store, TTL};
+use crate::network::{Address, HostId, Net, STORE, SimTransport};
+use crate::trace::Trace;
+
+/// The most election requests one process may make in one simulated
+/// second: its polls every 100 ms, a campaign's reads, grant and
+/// transaction, and its renewals come to a dozen; a retry on every wake-up
+/// (the shell's bug 3) makes thousands.
+pub const MAX_REQUESTS_PER_SECOND: u32 = 40;
+
+/// How long after the last fault heals every call on a live host must
+/// succeed: a lease's TTL for a dead coordinator's key to expire, the
+/// campaign's spread, a grace window and a connect timeout, with room.
+pub const SETTLE: Duration = Duration::from_secs(15);
+
+/// How much later than its deadline a call may end: none, in simulated
+/// time, but for the latency of the last message.
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// How long past its last planned event a run may go before it counts as
+/// hung: every call has a deadline, and a close its own.
+const HANG_AFTER: Duration = Duration::from_secs(120);
+
+/// One fault.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// The host of the current coordinator is cut off for good.
+    CrashCoordinator,
+    /// A host is cut off for good.
+    Crash(HostId),
+    /// A host is cut off from every other and the store for a while.
+    Partition(HostId, Duration),
+    /// A host is cut off from the election's store for a while.
+    PartitionFromStore(HostId, Duration),
+    /// The current coordinator's host and another are cut off from each
+    /// other for a while (both ways).
+    PartitionFromCoordinator(HostId, Duration),
+    /// One direction between two hosts is cut for a while.
+    OneWay(HostId, HostId, Duration),
+    /// The current coordinator's host is stopped (its links held) for a
+    /// while: past its lease when long enough.
+    PauseCoordinator(Duration),
+    /// A direction is paced to a bandwidth for a while (a slow reader).
+    Slow(HostId, HostId, u64, Duration),
+    /// A direction's packets are delayed for a while.
+    Delay(HostId, HostId, Duration, Duration),
+    /// Connections to the current coordinator that fail their handshake.
+    JunkBurst(u32),
+}
+
+impl Fault {
+    /// Whether it takes a host out of the cluster (so that its calls, and
+    /// its flights' joiners, may fail); a slow or delayed link or junk
+    /// peers take none out.
+    fn takes_out(&self) -> bool {
+        !matches!(
+            self,
+            Fault::Slow(..) | Fault::Delay(..) | Fault::JunkBurst(_)
+        )
+    }
+}
+
+/// Which faults a run has.
+#[derive(Clone, Debug)]
+pub enum Faults {
+    /// This many, drawn from the seed, between 1 s and `until`.
+    Random { count: u32, until: Duration },
+    /// These, at these times.
+    Script(Vec<(Duration, Fault)>),
+}
+
+/// What one run simulates.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    /// Hosts of processes (the store has one more).
+    pub hosts: u32,
+    pub processes: u32,
+    pub keys: u32,
+    pub calls_per_process: u32,
+    /// The time over which the processes start their calls.
+    pub calls_over: Duration,
+    /// How long a work takes: between these.
+    pub work: (Duration, Duration),
+    /// The size of every value.
+    pub value_bytes: usize,
+    pub deadline: Duration,
+    pub grace_window: Duration,
+    pub poll_interval: Duration,
+    pub faults: Faults,
+    /// The hosts' clock rates are drawn from this range.
+    pub clock_rates: (f64, f64),
+    /// The shell's seeded bug, in these processes (all when empty).
+    pub mutant: Option<(Mutant, Vec<u32>)>,
+    /// Keep the trace's lines (for the determinism test's report).
+    pub keep_trace: bool,
+}
+
+impl Scenario {
+    /// A small cluster under random faults, the shape of the fresh-seed
+    /// runs in CI.
+    pub fn chaos(seed: u64) -> Scenario {
+        Scenario {
+            seed,
+            hosts: 5,
+            processes: 15,
+            keys: 4,
+            calls_per_process: 12,
+            calls_over: Duration::from_secs(40),
+            work: (Duration::from_millis(50), Duration::from_millis(1500)),
+            value_bytes: 64,
+            deadline: Duration::from_secs(20),
+            grace_window: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(100),
+            faults: Faults::Random {
+                count: 6,
+                until: Duration::from_secs(25),
+            },
+            clock_rates: (0.9, 1.1),
+            mutant: None,
+            keep_trace: false,
+        }
+    }
+
+    /// The replay line printed with a failure.
+    pub fn replay(&self) -> String {
+        format!(
+            "SINGLE_FLIGHT_SIM_SEED={} replays it (cd sim && SINGLE_FLIGHT_SIM_SEED={} cargo test --test sim fresh_seeds -- --nocapture)",
+            self.seed, self.seed
+        )
+    }
+}
+
+/// How one call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Led,
+    Joined,
+    Reused,
+    Interrupted { lost_in_failover: bool },
+    DeadlineExceeded,
+    Unavailable,
+    Other(String),
+}
+
+#[derive(Clone, Debug)]
+struct CallRecord {
+    process: u32,
+    key: String,
+    started: Instant,
+    ended: Instant,
+    outcome: Ended,
+    token: Option<FencingToken>,
+    /// For a joined or reused call: whether its value was the one its
+    /// token's leader made.
+    value_ok: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Lead {
+    process: u32,
+    key: String,
+    token: FencingToken,
+    started: Instant,
+    /// When the work ended, and whether it finished (not dropped).
+    ended: Option<(Instant, bool)>,
+}
+
+#[derive(Default)]
+struct Log {
+    /// Election requests by process and simulated second.
+    requests: BTreeMap<(Address, u64), u32>,
+    /// Per epoch: the first and last moment its coordinator said it still
+    /// held its term, and where it serves.
+    serving: BTreeMap<Epoch, (Instant, Instant, Address)>,
+    leads: Vec<Lead>,
+    calls: Vec<CallRecord>,
+    /// The fenced resource: per key the highest token written.
+    fenced: BTreeMap<String, FencingToken>,
+    writes_accepted: u64,
+    writes_refused: u64,
+    /// Hosts a fault took out, and hosts crashed for good.
+    taken_out: BTreeSet<HostId>,
+    crashed: BTreeSet<HostId>,
+    faults: u64,
+    last_fault_healed: Option<Instant>,
+}
+
+/// What everything in the world records into.
+#[derive(Clone)]
+pub struct Record {
+    log: Arc<Mutex<Log>>,
+    origin: Instant,
+    trace: Trace,
+}
+
+impl Record {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().expect("never poisoned")
+    }
+
+    /// One request of `process`'s election.
+    pub fn election_request(&self, process: Address) {
+        let second = (Instant::now() - self.origin).as_secs();
+        *self.lock().requests.entry((process, second)).or_default() += 1;
+    }
+
+    /// The coordinator of `epoch` said it may answer.
+    pub fn serving(&self, epoch: Epoch, at: Address) {
+        let now = Instant::now();
+        self.lock()
+            .serving
+            .entry(epoch)
+            .and_modify(|(_, last, _)| *last = now)
+            .or_insert((now, now, at));
+    }
+
+    fn coordinator(&self) -> Option<Address> {
+        self.lock()
+            .serving
+            .last_key_value()
+            .map(|(_, (_, _, at))| *at)
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: (u64, u64),
+    pub trace_lines: Option<Vec<String>>,
+    pub calls: BTreeMap<String, u64>,
+    pub faults: u64,
+    pub simulated: Duration,
+    pub terms: usize,
+    pub stale_writes_refused: u64,
+    pub replay: String,
+}
+
+impl Report {
+    /// Panics, printing the seed and how to replay it, if a check failed.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.violations.is_empty(),
+            "seed {}: {} violation(s):\n  {}\n{}",
+            self.seed,
+            self.violations.len(),
+            self.violations.join("\n  "),
+            self.replay
+        );
+    }
+}
+
+/// The value a leader of `key` under `token` makes.
+fn value_of(key: &str, token: FencingToken, bytes: usize) -> String {
+    let mut value = format!("{key}@{token}");
+    if value.len() < bytes {
+        value.push_str(&"v".repeat(bytes - value.len()));
+    }
+    value
+}
+
+fn uniform(rng: &mut ChaCha8Rng, low: Duration, high: Duration) -> Duration {
+    if high <= low {
+        return low;
+    }
+    let span = (high - low).as_micros() as u64;
+    low + Duration::from_micros(rng.next_u64() % (span + 1))
+}
+
+fn below(rng: &mut ChaCha8Rng, n: u32) -> u32 {
+    (rng.next_u64() % u64::from(n.max(1))) as u32
+}
+
+/// Runs `scenario` on a fresh current-thread runtime with a paused clock
+/// and a seeded scheduler, and checks it.
+pub fn run(scenario: &Scenario) -> Report {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(
+            &scenario.seed.to_le_bytes(),
+        ))
+        .build()
+        .expect("a current-thread runtime builds");
+    let report = runtime.block_on(simulate(scenario.clone()));
+    // The servers, renewals and the store's reaper still run: dropped with
+    // the runtime.
+    drop(runtime);
+    report
+}
+
+async fn simulate(scenario: Scenario) -> Report {
+    let trace = Trace::new(scenario.keep_trace);
+    let net = Net::new(trace.clone());
+    let store = Store::start(net.clone());
+    let origin = Instant::now();
+    let record = Record {
+        log: Arc::new(Mutex::new(Log::default())),
+        origin,
+        trace: trace.clone(),
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
+    let clocks: Vec<Clock> = (0..=scenario.hosts)
+        .map(|_| {
+            let (low, high) = scenario.clock_rates;
+            let fraction = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            Clock::new(low + (high - low) * fraction)
+        })
+        .collect();
+    let seeded_in = |process: u32| match &scenario.mutant {
+        Some((mutant, processes)) if processes.is_empty() || processes.contains(&process) => {
+            Seeded::new(Some(*mutant))
+        }
+        _ => Seeded::NONE,
+    };
+    let mut workloads = Vec::new();
+    for process in 0..scenario.processes {
+        let host = 1 + process % scenario.hosts;
+        let address = Address {
+            host,
+            port: process,
+        };
+        let election = SimElection::new(
+            store.clone(),
+            address,
+            clocks[host as usize],
+            record.clone(),
+            rng.next_u64(),
+        );
+        let transport = SimTransport::new(net.clone(), address);
+        let flights = open_on(
+            election,
+            transport,
+            Settings {
+                grace_window: scenario.grace_window,
+                poll_interval: scenario.poll_interval,
+                seeded: seeded_in(process),
+            },
+        );
+        let plan: Vec<(Duration, String, Duration)> = (0..scenario.calls_per_process)
+            .map(|_| {
+                (
+                    uniform(&mut rng, Duration::ZERO, scenario.calls_over),
+                    format!("k{}", below(&mut rng, scenario.keys)),
+                    uniform(&mut rng, scenario.work.0, scenario.work.1),
+                )
+            })
+            .collect();
+        workloads.push(tokio::spawn(workload(
+            flights,
+            process,
+            plan,
+            scenario.clone(),
+            record.clone(),
+        )));
+    }
+    let faults = match &scenario.faults {
+        Faults::Script(script) => script.clone(),
+        Faults::Random { count, until } => draw_faults(&mut rng, &scenario, *count, *until),
+    };
+    let last_planned = faults
+        .iter()
+        .map(|(at, _)| *at)
+        .chain([scenario.calls_over])
+        .max()
+        .unwrap_or_default();
+    let chaos = tokio::spawn(inject(faults, net.clone(), record.clone(), rng.next_u64()));
+    let all = async {
+        for workload in workloads {
+            let _ = workload.await;
+        }
+    };
+    let hung = tokio::time::timeout(last_planned + scenario.deadline + HANG_AFTER, all)
+        .await
+        .is_err();
+    chaos.abort();
+    check(&scenario, &record, &clocks, hung, &trace)
+}
+
+/// Draws `count` faults between 1 s and `until`.
+fn draw_faults(
+    rng: &mut ChaCha8Rng,
+    scenario: &Scenario,
+    count: u32,
+    until: Duration,
+) -> Vec<(Duration, Fault)> {
+    let hosts = scenario.hosts;
+    let host = |rng: &mut ChaCha8Rng| 1 + below(rng, hosts);
+    // At most a third of the hosts crash, so that a cluster is left.
+    let mut crashes_left = hosts / 3;
+    let mut faults: Vec<(Duration, Fault)> = (0..count)
+        .map(|_| {
+            let at = uniform(rng, Duration::from_secs(1), until);
+            let lasting = |rng: &mut ChaCha8Rng| {
+                uniform(rng, Duration::from_millis(500), Duration::from_secs(9))
+            };
+            let fault = loop {
+                let fault = match below(rng, 10) {
+                    0 | 1 if crashes_left > 0 => {
+                        crashes_left -= 1;
+                        if below(rng, 2) == 0 {
+                            Fault::CrashCoordinator
+                        } else {
+                            Fault::Crash(host(rng))
+                        }
+                    }
+                    0 | 1 => continue,
+                    2 => Fault::Partition(host(rng), lasting(rng)),
+                    3 => Fault::PartitionFromStore(host(rng), lasting(rng)),
+                    4 => Fault::PartitionFromCoordinator(host(rng), lasting(rng)),
+                    5 => Fault::OneWay(host(rng), host(rng), lasting(rng)),
+                    6 => Fault::PauseCoordinator(lasting(rng)),
+                    7 => Fault::Slow(
+                        host(rng),
+                        host(rng),
+                        (1 << 20) * u64::from(1 + below(rng, 4)),
+                        lasting(rng),
+                    ),
+                    8 => Fault::Delay(
+                        host(rng),
+                        host(rng),
+                        uniform(rng, Duration::from_millis(1), Duration::from_millis(200)),
+                        lasting(rng),
+                    ),
+                    _ => Fault::JunkBurst(50 + below(rng, 450)),
+                };
+                break fault;
+            };
+            (at, fault)
+        })
+        .collect();
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+/// Injects `faults` at their times.
+async fn inject(faults: Vec<(Duration, Fault)>, net: Net, record: Record, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for (at, fault) in faults {
+        tokio::time::sleep_until(record.origin + at).await;
+        net.trace().record(format_args!("fault {fault:?}"));
+        let coordinator = record.coordinator().map(|address| address.host);
+        let mut taken_out = Vec::new();
+        let mut heal: Option<(Duration, Box<dyn FnOnce(&Net) + Send>)> = None;
+        match fault.clone() {
+            Fault::CrashCoordinator | Fault::Crash(_) => {
+                let target = match fault {
+                    Fault::Crash(host) => Some(host),
+                    _ => coordinator,
+                };
+                if let Some(host) = target {
+                    net.isolate(host);
+                    record.lock().crashed.insert(host);
+                    taken_out.push(host);
+                }
+            }
+            Fault::Partition(host, lasting) => {
+                net.pause(host, false);
+                cut_all(&net, host, true);
+                taken_out.push(host);
+                heal = Some((lasting, Box::new(move |net| cut_all(net, host, false))));
+            }
+            Fault::PartitionFromStore(host, lasting) => {
+                net.cut(host, STORE, true);
+                net.cut(STORE, host, true);
+                taken_out.push(host);
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| {
+                        net.cut(host, STORE, false);
+                        net.cut(STORE, host, false);
+                    }),
+                ));
+            }
+            Fault::PartitionFromCoordinator(host, lasting) => {
+                if let Some(coordinator) = coordinator.filter(|c| *c != host) {
+                    net.cut(host, coordinator, true);
+                    net.cut(coordinator, host, true);
+                    taken_out.extend([host, coordinator]);
+                    heal = Some((
+                        lasting,
+                        Box::new(move |net| {
+                            net.cut(host, coordinator, false);
+                            net.cut(coordinator, host, false);
+                        }),
+                    ));
+                }
+            }
+            Fault::OneWay(from, to, lasting) => {
+                if from != to {
+                    net.cut(from, to, true);
+                    taken_out.extend([from, to]);
+                    heal = Some((lasting, Box::new(move |net| net.cut(from, to, false))));
+                }
+            }
+            Fault::PauseCoordinator(lasting) => {
+                if let Some(host) = coordinator {
+                    net.pause(host, true);
+                    taken_out.push(host);
+                    heal = Some((lasting, Box::new(move |net| net.pause(host, false))));
+                }
+            }
+            Fault::Slow(from, to, rate, lasting) => {
+                net.set_link(from, to, |link| link.bytes_per_second = Some(rate));
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| net.set_link(from, to, |link| link.bytes_per_second = None)),
+                ));
+            }
+            Fault::Delay(from, to, delay, lasting) => {
+                net.set_link(from, to, |link| link.delay = delay);
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| net.set_link(from, to, |link| link.delay = Duration::ZERO)),
+                ));
+            }
+            Fault::JunkBurst(count) => {
+                if let Some(address) = record.lock().serving.last_key_value().map(|(_, v)| v.2) {
+                    for _ in 0..count {
+                        net.junk_connection(1 + (rng.next_u64() % 1000) as u32, address);
+                    }
+                }
+            }
+        }
+        {
+            let mut log = record.lock();
+            log.faults += 1;
+            if fault.takes_out() {
+                log.taken_out.extend(taken_out);
+            }
+            let now = Instant::now();
+            log.last_fault_healed = Some(log.last_fault_healed.map_or(now, |at| at.max(now)));
+        }
+        if let Some((lasting, heal)) = heal {
+            let net = net.clone();
+            let record = record.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(lasting).await;
+                net.trace().record(format_args!("fault healed"));
+                heal(&net);
+                let now = Instant::now();
+                let mut log = record.lock();
+                log.last_fault_healed = Some(log.last_fault_healed.map_or(now, |at| at.max(now)));
+            });
+        }
+    }
+}
+
+fn cut_all(net: &Net, host: HostId, cut: bool) {
+    // Every host the run can have: the store's and the processes'.
+    for other in 0..=net_hosts(net) {
+        if other != host {
+            net.cut(host, other, cut);
+            net.cut(other, host, cut);
+        }
+    }
+}
+
+/// The highest host number a run uses: a partition cuts every link up to
+/// it. Runs have at most this many hosts.
+pub const MAX_HOSTS: u32 = 200;
+
+fn net_hosts(_: &Net) -> u32 {
+    MAX_HOSTS
+}
+
+/// One process's calls, one after another, then its close.
+async fn workload(
+    flights: SingleFlight,
+    process: u32,
+    plan: Vec<(Duration, String, Duration)>,
+    scenario: Scenario,
+    record: Record,
+) {
+    let mut plan = plan;
+    plan.sort_by_key(|(at, _, _)| *at);
+    for (at, key, work) in plan {
+        tokio::time::sleep_until(record.origin + at).await;
+        let started = Instant::now();
+        let bytes = scenario.value_bytes;
+        let lead_record = record.clone();
+        let lead_key = key.clone();
+        let result = flights
+            .call(&key)
+            .deadline(scenario.deadline)
+            .run(move |token| async move {
+                let index = {
+                    let mut log = lead_record.lock();
+                    log.leads.push(Lead {
+                        process,
+                        key: lead_key.clone(),
+                        token,
+                        started: Instant::now(),
+                        ended: None,
+                    });
+                    log.leads.len() - 1
+                };
+                let mut guard = LeadGuard {
+                    record: lead_record.clone(),
+                    index,
+                    finished: false,
+                };
+                tokio::time::sleep(work).await;
+                {
+                    let mut log = lead_record.lock();
+                    let accepted = log.fenced.get(&lead_key).is_none_or(|last| token > *last);
+                    if accepted {
+                        log.fenced.insert(lead_key.clone(), token);
+                        log.writes_accepted += 1;
+                    } else {
+                        log.writes_refused += 1;
+                    }
+                }
+                guard.finished = true;
+                drop(guard);
+                Ok::<_, std::io::Error>(value_of(&lead_key, token, bytes))
+            })
+            .await;
+        let ended = Instant::now();
+        let (outcome, token, value_ok) = match &result {
+            Ok(landed) => {
+                let ok = landed.value == value_of(&key, landed.token, bytes);
+                let role = match landed.role {
+                    Role::Led => Ended::Led,
+                    Role::Joined => Ended::Joined,
+                    Role::Reused => Ended::Reused,
+                };
+                (role, Some(landed.token), ok)
+            }
+            Err(RunError::Interrupted {
+                lost_in_failover, ..
+            }) => (
+                Ended::Interrupted {
+                    lost_in_failover: *lost_in_failover,
+                },
+                None,
+                true,
+            ),
+            Err(RunError::DeadlineExceeded { .. }) => (Ended::DeadlineExceeded, None, true),
+            Err(RunError::Unavailable(_)) => (Ended::Unavailable, None, true),
+            Err(error) => (Ended::Other(error.to_string()), None, true),
+        };
+        record.trace.record(format_args!(
+            "call p{process} {key} {outcome:?} {}",
+            token.map_or(String::new(), |t| t.to_string())
+        ));
+        record.lock().calls.push(CallRecord {
+            process,
+            key,
+            started,
+            ended,
+            outcome,
+            token,
+            value_ok,
+        });
+    }
+    flights.close().await;
+}
+
+/// Marks a lead's end, finished or dropped.
+struct LeadGuard {
+    record: Record,
+    index: usize,
+    finished: bool,
+}
+
+impl Drop for LeadGuard {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.record.lock().leads[self.index].ended = Some((now, self.finished));
+    }
+}
+
+/// The must-be-zero rows.
+fn check(scenario: &Scenario, record: &Record, clocks: &[Clock], hung: bool, trace: &Trace) -> Report {
+    let log = record.lock();
+    let mut violations = Vec::new();
+    let at = |instant: Instant| format!("{:.3}s", (instant - record.origin).as_secs_f64());
+    let host_of = |process: u32| 1 + process % scenario.hosts;
+    if hung {
+        violations.push("the run hung: a call or a close never ended".to_owned());
+    }
+    // One run per key at a time within a term (§8.1).
+    let mut by_term: BTreeMap<(&str, Epoch), Vec<&Lead>> = BTreeMap::new();
+    for lead in &log.leads {
+        by_term
+            .entry((lead.key.as_str(), lead.token.epoch()))
+            .or_default()
+            .push(lead);
+    }
+    for ((key, epoch), leads) in &by_term {
+        for pair in leads.windows(2) {
+            let end = pair[0].ended.map_or(Instant::now(), |(at, _)| at);
+            if pair[1].started < end {
+                violations.push(format!(
+                    "two runs of {key} at once in term {epoch}: {} from {} and {} from {}",
+                    pair[0].token,
+                    at(pair[0].started),
+                    pair[1].token,
+                    at(pair[1].started)
+                ));
+            }
+            if pair[1].token <= pair[0].token {
+                violations.push(format!(
+                    "tokens of {key} in term {epoch} did not increase: {} then {}",
+                    pair[0].token, pair[1].token
+                ));
+            }
+        }
+    }
+    // Tokens unique (§6).
+    let mut tokens = BTreeSet::new();
+    for lead in &log.leads {
+        if !tokens.insert(lead.token) {
+            violations.push(format!("token {} granted twice", lead.token));
+        }
+    }
+    let crashed_or_out = |process: u32| log.taken_out.contains(&host_of(process));
+    let settled_after = log.last_fault_healed.map(|at| at + SETTLE);
+    for call in &log.calls {
+        // Joiners get their leader's value (§3.3).
+        if matches!(call.outcome, Ended::Joined | Ended::Reused) {
+            let made = log.leads.iter().any(|lead| {
+                Some(lead.token) == call.token
+                    && lead.key == call.key
+                    && lead.ended.is_some_and(|(_, finished)| finished)
+            });
+            if !call.value_ok || !made {
+                violations.push(format!(
+                    "p{} {} {:?} a value its token's leader did not make ({:?})",
+                    call.process, call.key, call.outcome, call.token
+                ));
+            }
+        }
+        // Every call ends by its deadline (§9.5).
+        if call.ended - call.started > scenario.deadline + DEADLINE_SLACK {
+            violations.push(format!(
+                "p{} {} ended {:?} after its start, past its {:?} deadline",
+                call.process,
+                call.key,
+                call.ended - call.started,
+                scenario.deadline
+            ));
+        }
+        // A joiner on a host no fault took out, whose leader on such a
+        // host finished its work, gets its value (§10.3, §14.4).
+        if let Ended::Interrupted { .. } = call.outcome
+            && !crashed_or_out(call.process)
+        {
+            let leader = log.leads.iter().find(|lead| {
+                lead.key == call.key
+                    && lead.process != call.process
+                    && !crashed_or_out(lead.process)
+                    && lead.started < call.ended
+                    && lead
+                        .ended
+                        .is_some_and(|(ended, finished)| finished && ended >= call.started && ended <= call.ended)
+            });
+            if let Some(leader) = leader {
+                violations.push(format!(
+                    "p{} {} was told {:?} at {} though its leader p{} ({}) finished at {}, no fault touching either",
+                    call.process,
+                    call.key,
+                    call.outcome,
+                    at(call.ended),
+                    leader.process,
+                    leader.token,
+                    at(leader.ended.expect("found so").0)
+                ));
+            }
+        }
+        // After the faults heal, a live host's calls succeed.
+        let late = settled_after.is_none_or(|settled| call.started >= settled);
+        if late
+            && !log.crashed.contains(&host_of(call.process))
+            && !matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused)
+        {
+            violations.push(format!(
+                "p{} {} started at {}, {:?} after the last fault healed, ended {:?}",
+                call.process,
+                call.key,
+                at(call.started),
+                SETTLE,
+                call.outcome
+            ));
+        }
+    }
+    // No busy loop (§7.2, §14.3).
+    for ((process, second), count) in &log.requests {
+        if *count > MAX_REQUESTS_PER_SECOND {
+            violations.push(format!(
+                "{process} made {count} election requests in second {second} (at most {MAX_REQUESTS_PER_SECOND})"
+            ));
+            break;
+        }
+    }
+    // Within the step-down margin, no two coordinators answer at once
+    // (§14.2); beyond it, only fencing protects (its refusals are counted).
+    let slowest = clocks.iter().map(|clock| clock.rate()).fold(f64::MAX, f64::min);
+    let within_margin = slowest >= (TTL - STEP_DOWN_MARGIN).as_secs_f64() / TTL.as_secs_f64();
+    if within_margin {
+        let terms: Vec<_> = log.serving.iter().collect();
+        for pair in terms.windows(2) {
+            let (earlier, (_, last, _)) = pair[0];
+            let (later, (first, _, _)) = pair[1];
+            if first <= last {
+                violations.push(format!(
+                    "terms {earlier} and {later} both answered at {} (clocks within the margin)",
+                    at(*first)
+                ));
+            }
+        }
+    }
+    let mut calls = BTreeMap::new();
+    for call in &log.calls {
+        let name = match &call.outcome {
+            Ended::Other(_) => "other".to_owned(),
+            Ended::Interrupted { lost_in_failover } => {
+                format!("interrupted (lost in failover: {lost_in_failover})")
+            }
+            outcome => format!("{outcome:?}"),
+        };
+        *calls.entry(name).or_insert(0u64) += 1;
+    }
+    Report {
+        seed: scenario.seed,
+        violations,
+        trace: trace.digest(),
+        trace_lines: trace.lines(),
+        calls,
+        faults: log.faults,
+        simulated: trace.elapsed(),
+        terms: log.serving.len(),
+        stale_writes_refused: log.writes_refused,
+        replay: scenario.replay(),
+    }
+}
