@@ -161,12 +161,18 @@ impl Net {
         });
     }
 
-    /// Cuts `host` off from every other host for good: its process is as
-    /// good as crashed (its lease expires, its connections break).
-    pub fn isolate(&self, host: HostId) {
-        self.trace.record(format_args!("net isolate h{host}"));
+    /// Cuts `host` off from every other host and the store (or heals
+    /// it): for good, its process is as good as crashed (its lease
+    /// expires, its connections break).
+    pub fn isolate(&self, host: HostId, isolated: bool) {
+        self.trace
+            .record(format_args!("net isolate h{host} {isolated}"));
         let mut state = self.state.lock().expect("never poisoned");
-        state.isolated.entry(host).or_insert_with(Instant::now);
+        if isolated {
+            state.isolated.entry(host).or_insert_with(Instant::now);
+        } else {
+            state.isolated.remove(&host);
+        }
         self.changed(state);
     }
 

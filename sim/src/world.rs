@@ -110,6 +110,12 @@ pub struct Scenario {
     pub mutant: Option<(Mutant, Vec<u32>)>,
     /// Keep the trace's lines (for the determinism test's report).
     pub keep_trace: bool,
+    /// Whether a process closes as soon as its own calls are done, while
+    /// others still call; otherwise every process closes once all are
+    /// done. Closing mid-traffic loses joiners' outcomes when a
+    /// coordinator closes inside its own grace window (RELIABILITY.md,
+    /// "Simulation": a finding not fixed yet).
+    pub close_mid_traffic: bool,
 }
 
 impl Scenario {
@@ -135,6 +141,7 @@ impl Scenario {
             clock_rates: (0.9, 1.1),
             mutant: None,
             keep_trace: false,
+            close_mid_traffic: false,
         }
     }
 
@@ -332,6 +339,8 @@ async fn simulate(scenario: Scenario) -> Report {
         _ => Seeded::NONE,
     };
     let mut workloads = Vec::new();
+    let (done, all_done) = tokio::sync::watch::channel(0u32);
+    let done = Arc::new(done);
     for process in 0..scenario.processes {
         let host = 1 + process % scenario.hosts;
         let address = Address {
@@ -370,6 +379,7 @@ async fn simulate(scenario: Scenario) -> Report {
             plan,
             scenario.clone(),
             record.clone(),
+            (done.clone(), all_done.clone()),
         )));
     }
     let faults = match &scenario.faults {
@@ -467,16 +477,17 @@ async fn inject(faults: Vec<(Duration, Fault)>, net: Net, record: Record, seed: 
                     _ => coordinator,
                 };
                 if let Some(host) = target {
-                    net.isolate(host);
+                    net.isolate(host, true);
                     record.lock().crashed.insert(host);
                     taken_out.push(host);
                 }
             }
             Fault::Partition(host, lasting) => {
-                net.pause(host, false);
-                cut_all(&net, host, true);
-                taken_out.push(host);
-                heal = Some((lasting, Box::new(move |net| cut_all(net, host, false))));
+                if !record.lock().crashed.contains(&host) {
+                    net.isolate(host, true);
+                    taken_out.push(host);
+                    heal = Some((lasting, Box::new(move |net| net.isolate(host, false))));
+                }
             }
             Fault::PartitionFromStore(host, lasting) => {
                 net.cut(host, STORE, true);
@@ -564,24 +575,6 @@ async fn inject(faults: Vec<(Duration, Fault)>, net: Net, record: Record, seed: 
     }
 }
 
-fn cut_all(net: &Net, host: HostId, cut: bool) {
-    // Every host the run can have: the store's and the processes'.
-    for other in 0..=net_hosts(net) {
-        if other != host {
-            net.cut(host, other, cut);
-            net.cut(other, host, cut);
-        }
-    }
-}
-
-/// The highest host number a run uses: a partition cuts every link up to
-/// it. Runs have at most this many hosts.
-pub const MAX_HOSTS: u32 = 200;
-
-fn net_hosts(_: &Net) -> u32 {
-    MAX_HOSTS
-}
-
 /// One process's calls, one after another, then its close.
 async fn workload(
     flights: SingleFlight,
@@ -589,6 +582,7 @@ async fn workload(
     plan: Vec<(Duration, String, Duration)>,
     scenario: Scenario,
     record: Record,
+    (done, mut all_done): (Arc<tokio::sync::watch::Sender<u32>>, tokio::sync::watch::Receiver<u32>),
 ) {
     let mut plan = plan;
     plan.sort_by_key(|(at, _, _)| *at);
@@ -671,6 +665,12 @@ async fn workload(
             token,
             value_ok,
         });
+    }
+    done.send_modify(|done| *done += 1);
+    if !scenario.close_mid_traffic {
+        let _ = all_done
+            .wait_for(|done| *done == scenario.processes)
+            .await;
     }
     flights.close().await;
 }
@@ -765,15 +765,32 @@ fn check(scenario: &Scenario, record: &Record, clocks: &[Clock], hung: bool, tra
         if let Ended::Interrupted { .. } = call.outcome
             && !crashed_or_out(call.process)
         {
-            let leader = log.leads.iter().find(|lead| {
-                lead.key == call.key
-                    && lead.process != call.process
-                    && !crashed_or_out(lead.process)
-                    && lead.started < call.ended
-                    && lead
-                        .ended
-                        .is_some_and(|(ended, finished)| finished && ended >= call.started && ended <= call.ended)
+            // The flights it may have joined: every lead of its key while
+            // it waited. Only when each was led on such a host and
+            // finished is its flight known to have had an outcome.
+            let overlapping: Vec<&Lead> = log
+                .leads
+                .iter()
+                .filter(|lead| {
+                    lead.key == call.key
+                        && lead.process != call.process
+                        && lead.started < call.ended
+                        && lead.ended.is_none_or(|(ended, _)| ended > call.started)
+                })
+                .collect();
+            let all_made = overlapping.iter().all(|lead| {
+                !crashed_or_out(lead.process)
+                    && lead.ended.is_some_and(|(ended, finished)| finished && ended <= call.ended)
             });
+            // A process that a fault took out may have been granted the
+            // lead and never heard of it.
+            let out_caller = log.calls.iter().any(|other| {
+                other.key == call.key
+                    && crashed_or_out(other.process)
+                    && other.started < call.ended
+                    && other.ended > call.started
+            });
+            let leader = overlapping.first().filter(|_| all_made && !out_caller);
             if let Some(leader) = leader {
                 violations.push(format!(
                     "p{} {} was told {:?} at {} though its leader p{} ({}) finished at {}, no fault touching either",
