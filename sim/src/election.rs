@@ -47,6 +47,62 @@ pub const CAMPAIGN_SPREAD: Duration = Duration::from_millis(500);
 /// As the etcd renewals' `RENEWALS_PER_TTL`.
 const RENEWALS_PER_TTL: u32 = 6;
 
+tokio::task_local! {
+    /// The task group of the code that runs now, when it is a caller's:
+    /// what a tokio client library's background tasks land on when it is
+    /// created there (tonic's channel spawns its worker on the runtime
+    /// that creates it).
+    pub static CALLER: Group;
+}
+
+/// A group of tasks that ends together: in the simulation, a caller's
+/// runtime, which can end while the process lives (the shell's bug 4).
+#[derive(Clone, Default)]
+pub struct Group(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
+
+impl Group {
+    /// Ends every task spawned in the group.
+    pub fn end(&self) {
+        for task in self.0.lock().expect("never poisoned").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Spawns `task` as a client library does: in the caller's group when
+/// there is one, otherwise on the runtime for as long as it runs.
+fn spawn_here(task: impl Future<Output = ()> + Send + 'static) {
+    let handle = tokio::spawn(task);
+    let _ = CALLER.try_with(|group| {
+        group
+            .0
+            .lock()
+            .expect("never poisoned")
+            .push(handle.abort_handle())
+    });
+}
+
+/// A process's client of the store: alive while its background worker
+/// runs, as an etcd client's channel is.
+#[derive(Clone)]
+struct Client(watch::Receiver<()>);
+
+impl Client {
+    /// A client, whose worker is spawned where the caller runs.
+    fn connect() -> Client {
+        let (worker, alive) = watch::channel(());
+        spawn_here(async move {
+            let _worker = worker;
+            std::future::pending::<()>().await;
+        });
+        Client(alive)
+    }
+
+    fn gone(&self) -> bool {
+        self.0.has_changed().is_err()
+    }
+}
+
 /// Why a request got no answer.
 #[derive(Debug)]
 pub struct SimError(String);
@@ -157,10 +213,16 @@ impl Store {
     /// error, though the request may have been applied.
     async fn request<R>(
         &self,
+        client: &Client,
         host: HostId,
         what: &str,
         apply: impl FnOnce(&mut StoreState, Instant) -> R,
     ) -> Result<R, SimError> {
+        if client.gone() {
+            return Err(SimError(format!(
+                "cannot send {what}: the election's client stopped with the runtime it was started on"
+            )));
+        }
         let started = Instant::now();
         let no_answer = || SimError(format!("the election's store did not answer {what}"));
         let there = self.net.reach(host, STORE);
@@ -239,10 +301,13 @@ pub struct SimElection {
     /// The revision of a read that found no key, for the next campaign.
     absent: Option<i64>,
     rng: ChaCha8Rng,
+    client: Client,
 }
 
 impl SimElection {
-    pub fn new(
+    /// Connects `advertise`'s process to the store: its client's worker is
+    /// spawned where this runs.
+    pub fn connect(
         store: Store,
         advertise: Address,
         clock: Clock,
@@ -258,6 +323,7 @@ impl SimElection {
             seen: None,
             absent: None,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            client: Client::connect(),
         }
     }
 
@@ -267,7 +333,9 @@ impl SimElection {
         apply: impl FnOnce(&mut StoreState, Instant) -> R,
     ) -> Result<R, SimError> {
         self.record.election_request(self.advertise);
-        self.store.request(self.host, what, apply).await
+        self.store
+            .request(&self.client, self.host, what, apply)
+            .await
     }
 }
 
@@ -390,6 +458,7 @@ impl Election for SimElection {
             lost: false,
         }));
         let renewals = tokio::spawn(renew(
+            self.client.clone(),
             self.store.clone(),
             self.host,
             self.advertise,
@@ -410,6 +479,7 @@ impl Election for SimElection {
             clock: self.clock,
             renewals,
             record: self.record.clone(),
+            client: self.client.clone(),
         }))
     }
 
@@ -417,10 +487,15 @@ impl Election for SimElection {
         let store = self.store.clone();
         let host = self.host;
         let seen = self.seen;
+        let client = self.client.clone();
         async move {
             let Some((created, _)) = seen else {
                 return;
             };
+            if client.gone() {
+                // A watch needs the client: it never tells.
+                std::future::pending::<()>().await;
+            }
             let mut revisions = store.revisions.subscribe();
             let mut links = store.net.changes();
             loop {
@@ -457,6 +532,7 @@ struct Proof {
 /// Renews the lease every TTL/6 until the store says it is gone; each
 /// answered renewal proves it from its send time (§14.2).
 async fn renew(
+    client: Client,
     store: Store,
     host: HostId,
     advertise: Address,
@@ -471,7 +547,7 @@ async fn renew(
         let sent = clock.now();
         record.election_request(advertise);
         let alive = store
-            .request(host, "a renewal", |state, now| {
+            .request(&client, host, "a renewal", |state, now| {
                 match state.leases.get_mut(&lease) {
                     Some(expires) => {
                         *expires = now + TTL;
@@ -506,6 +582,7 @@ pub struct SimTerm {
     clock: Clock,
     renewals: JoinHandle<()>,
     record: Record,
+    client: Client,
 }
 
 impl Drop for SimTerm {
@@ -553,7 +630,7 @@ impl Term for SimTerm {
         self.record.election_request(self.advertise);
         let _ = self
             .store
-            .request(self.host, "a resignation", move |state, _| {
+            .request(&self.client, self.host, "a resignation", move |state, _| {
                 if clean
                     && state
                         .coordinator

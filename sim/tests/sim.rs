@@ -117,6 +117,18 @@ fn bug_7_a_connect_to_a_replaced_address_is_caught() {
     assert!(report.violations[0].contains("lost_in_failover: true"));
 }
 
+/// Bug 4 (§10): the backend opened in the caller's task leaves the
+/// election's client on the caller's runtime, which ends after the open:
+/// every later election request fails.
+#[test]
+fn bug_4_a_backend_on_the_callers_runtime_is_caught() {
+    caught(
+        Scenario::chaos(FIXED_SEEDS[0]),
+        Mutant::BackendOpenedByCaller,
+        vec![],
+    );
+}
+
 /// Issue 27 item 6: a thousand processes on a hundred hosts, a thousand
 /// keys, the coordinator's host cut off mid-stampede: one run per key at a
 /// time, every waiter answered.
@@ -194,6 +206,7 @@ fn catch_rates() {
         (Mutant::WritersNeverFlush, vec![]),
         (Mutant::FixedEndOfTermFlush, vec![]),
         (Mutant::ConnectIgnoresGone, vec![]),
+        (Mutant::BackendOpenedByCaller, vec![]),
     ] {
         let chaos = rate(&|seed| seeded(Scenario::chaos(seed), mutant, only.clone()));
         println!("{mutant:?}: chaos {chaos}/{n}");

@@ -27,6 +27,12 @@ pub enum Mutant {
     /// already replaced, waiting out the connect timeout and missing the
     /// new term's grace window (bug 7; issue 28, item 2).
     ConnectIgnoresGone,
+    /// §10: the backend is opened in the caller's task, so that what its
+    /// client starts in the background (a cluster's channel to etcd) lives
+    /// on the caller's runtime, and dies with it: every later failover
+    /// fails (bug 4). Its hook is in `open_on`, whose shipped choice is
+    /// `start_thread`'s: open where the driver runs.
+    BackendOpenedByCaller,
 }
 
 /// The seeded bug of one `SingleFlight`, if any: zero-sized, and always

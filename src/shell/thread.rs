@@ -219,29 +219,46 @@ pub struct Settings {
     pub seeded: super::mutant::Seeded,
 }
 
-/// A `SingleFlight` over an election and a transport already open, whose
-/// driver runs on the current runtime instead of a thread of its own: for
-/// the simulation (sim/), which runs every process of a cluster on one
-/// runtime with simulated time (SPEC.md §12.4). The code that runs is the
-/// shipped driver, server and client; only where it runs differs.
+/// A `SingleFlight` over the election and transport that `open` makes,
+/// whose driver runs on the current runtime instead of a thread of its
+/// own: for the simulation (sim/), which runs every process of a cluster
+/// on one runtime with simulated time (SPEC.md §12.4). The code that runs
+/// is the shipped driver, server and client; only where it runs differs.
+/// As [`start_thread`] does, `open` runs where the driver runs, not in the
+/// caller's task, so that whatever the backend starts in the background
+/// lives as long as the driver, not as long as the caller.
 ///
 /// # Panics
 ///
 /// Outside a tokio runtime.
 #[cfg(feature = "_internal")]
-pub fn open_on<E, T>(election: E, transport: T, settings: Settings) -> super::SingleFlight
+pub async fn open_on<E, T, O>(open: O, settings: Settings) -> super::SingleFlight
 where
     E: crate::election::Election,
     T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
 {
+    use super::mutant::Mutant;
     let options = Options {
         grace_window: settings.grace_window,
         poll_interval: settings.poll_interval.max(std::time::Duration::from_millis(1)),
         seeded: settings.seeded,
     };
+    let on_caller = options
+        .seeded
+        .hook(Mutant::BackendOpenedByCaller, false, true);
+    let opened: std::pin::Pin<Box<dyn std::future::Future<Output = (E, T)> + Send>> = if on_caller {
+        let opened = open.await;
+        Box::pin(async move { opened })
+    } else {
+        Box::pin(open)
+    };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(None, runs, move |inbox, counters| {
-        Driver::new(election, transport, options, counters).run(inbox)
+    let shared = start(None, runs, move |inbox, counters| async move {
+        let (election, transport) = opened.await;
+        Driver::new(election, transport, options, counters)
+            .run(inbox)
+            .await;
     })
     .expect("spawning on a runtime cannot fail");
     super::SingleFlight::from_shared(shared)
