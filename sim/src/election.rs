@@ -531,6 +531,7 @@ struct Proof {
 
 /// Renews the lease every TTL/6 until the store says it is gone; each
 /// answered renewal proves it from its send time (§14.2).
+#[allow(clippy::too_many_arguments, reason = "one call, each argument named")]
 async fn renew(
     client: Client,
     store: Store,

@@ -155,9 +155,14 @@ impl Net {
     /// Cuts (or heals) the link from `from` to `to`.
     pub fn cut(&self, from: HostId, to: HostId, cut: bool) {
         let now = Instant::now();
-        self.trace.record(format_args!("net cut h{from}->h{to} {cut}"));
+        self.trace
+            .record(format_args!("net cut h{from}->h{to} {cut}"));
         self.set_link(from, to, |link| {
-            link.cut_since = if cut { link.cut_since.or(Some(now)) } else { None }
+            link.cut_since = if cut {
+                link.cut_since.or(Some(now))
+            } else {
+                None
+            }
         });
     }
 
@@ -178,7 +183,8 @@ impl Net {
 
     /// Holds (or releases) every link of `host`.
     pub fn pause(&self, host: HostId, paused: bool) {
-        self.trace.record(format_args!("net pause h{host} {paused}"));
+        self.trace
+            .record(format_args!("net pause h{host} {paused}"));
         let mut state = self.state.lock().expect("never poisoned");
         if paused {
             state.paused.insert(host);
@@ -371,9 +377,9 @@ impl AsyncRead for SimReader {
                             pipe.offset += n;
                         }
                         drop(pipe);
-                        self.net.trace.record(format_args!(
-                            "deliver c{connection} h{from}->h{to} {n}B"
-                        ));
+                        self.net
+                            .trace
+                            .record(format_args!("deliver c{connection} h{from}->h{to} {n}B"));
                         return Poll::Ready(Ok(()));
                     }
                     Some((at, _)) => wake_at = Some(wake_at.map_or(*at, |w| w.min(*at))),

@@ -167,7 +167,11 @@ fn fresh_seeds() {
     let budget = std::env::var("SINGLE_FLIGHT_SIM_SECONDS")
         .ok()
         .map(|seconds| {
-            Duration::from_secs(seconds.parse().expect("SINGLE_FLIGHT_SIM_SECONDS is a number"))
+            Duration::from_secs(
+                seconds
+                    .parse()
+                    .expect("SINGLE_FLIGHT_SIM_SECONDS is a number"),
+            )
         });
     println!("fresh seeds from {first} (SINGLE_FLIGHT_SIM_SEED={first} runs them again)");
     let started = Instant::now();
@@ -195,7 +199,8 @@ fn fresh_seeds() {
 #[test]
 #[ignore = "a measurement for RELIABILITY.md: run it with --ignored --nocapture"]
 fn catch_rates() {
-    let n: u64 = std::env::var("SINGLE_FLIGHT_SIM_RATE_SEEDS").map_or(200, |n| n.parse().expect("a number"));
+    let n: u64 =
+        std::env::var("SINGLE_FLIGHT_SIM_RATE_SEEDS").map_or(200, |n| n.parse().expect("a number"));
     let first = 1_000_000;
     let rate = |make: &dyn Fn(u64) -> Scenario| {
         (first..first + n)
@@ -212,14 +217,18 @@ fn catch_rates() {
         println!("{mutant:?}: chaos {chaos}/{n}");
     }
     let own6 = rate(&|seed| {
-        seeded(Scenario::end_of_term_flush(seed), Mutant::FixedEndOfTermFlush, vec![])
+        seeded(
+            Scenario::end_of_term_flush(seed),
+            Mutant::FixedEndOfTermFlush,
+            vec![],
+        )
     });
     println!("FixedEndOfTermFlush: own scenario {own6}/{n}");
     // Bug 7's scenario with the cut at a fresh time between 4 and 8 s, with
     // its own 1 s grace window and with the default 2 s.
     for grace in [Duration::from_secs(1), Duration::from_secs(2)] {
         let own7 = rate(&|seed| {
-            let cut = Duration::from_millis(4000 + seed % 4000);
+            let cut = Duration::from_millis(4000 + seed.wrapping_mul(7919) % 4000);
             let mut scenario = Scenario::coordinator_cut_off(seed, cut);
             scenario.grace_window = grace;
             seeded(scenario, Mutant::ConnectIgnoresGone, vec![1])
