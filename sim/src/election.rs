@@ -14,7 +14,7 @@
 //!
 //! It mirrors src/election/etcd/ (the TTL, margin, renewal cadence,
 //! campaign spread and request timeout are the same constants) with two
-//! simplifications recorded in SPEC.md §12.4: a request is tried once
+//! simplifications recorded in SPEC.md §12.6: a request is tried once
 //! (etcd's client tries again for up to `REQUEST_PATIENCE`; here the
 //! driver's next attempt does), and the renewals run on the term's own
 //! runtime, not a thread of their own.

@@ -1,5 +1,5 @@
 //! A deterministic simulation of whole single-flight clusters (SPEC.md
-//! §12.4): the shipped shell — driver, server, client I/O loop — of every
+//! §12.6): the shipped shell — driver, server, client I/O loop — of every
 //! process of a cluster, over an in-memory election with etcd's semantics
 //! ([`election`]) and an in-memory transport ([`network`]), all on one
 //! current-thread tokio runtime whose clock is paused (time jumps to the

@@ -1,4 +1,4 @@
-//! The in-memory transport (SPEC.md §12.4): hosts reach each other's
+//! The in-memory transport (SPEC.md §12.6): hosts reach each other's
 //! listeners at `(host, port)` addresses over links that can be delayed,
 //! paced to a bandwidth, held, or cut — one way too — all on the runtime's
 //! simulated clock. What a writer writes stays buffered until it flushes,

@@ -1,4 +1,4 @@
-//! Deliberately wrong variants of the shell (SPEC.md §12.4), so that the
+//! Deliberately wrong variants of the shell (SPEC.md §12.6), so that the
 //! deterministic simulation (sim/) can show that it catches each of them.
 //! Only a build with `--cfg single_flight_mutants` makes them reachable
 //! (`Seeded::new`): the simulation's own workspace sets it

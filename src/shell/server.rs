@@ -196,7 +196,7 @@ struct Server<T, L> {
     /// first client had its chance to connect.
     started: tokio::time::Instant,
     connected: bool,
-    /// The shell's seeded bug, if any (SPEC.md §12.4).
+    /// The shell's seeded bug, if any (SPEC.md §12.6).
     seeded: Seeded,
 }
 

@@ -215,14 +215,14 @@ pub struct Settings {
     pub grace_window: std::time::Duration,
     /// As `Builder::poll_interval`.
     pub poll_interval: std::time::Duration,
-    /// The shell's seeded bug (SPEC.md §12.4).
+    /// The shell's seeded bug (SPEC.md §12.6).
     pub seeded: super::mutant::Seeded,
 }
 
 /// A `SingleFlight` over the election and transport that `open` makes,
 /// whose driver runs on the current runtime instead of a thread of its
 /// own: for the simulation (sim/), which runs every process of a cluster
-/// on one runtime with simulated time (SPEC.md §12.4). The code that runs
+/// on one runtime with simulated time (SPEC.md §12.6). The code that runs
 /// is the shipped driver, server and client; only where it runs differs.
 /// As [`start_thread`] does, `open` runs where the driver runs, not in the
 /// caller's task, so that whatever the backend starts in the background
