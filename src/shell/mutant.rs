@@ -32,6 +32,10 @@ pub enum Mutant {
     /// on the caller's runtime, and dies with it: every later failover
     /// fails (bug 4). Its hook is in `open_on`, whose shipped choice is
     /// `start_thread`'s: open where the driver runs.
+    #[cfg_attr(
+        not(feature = "_internal"),
+        allow(dead_code, reason = "its hook is in `open_on`, which only `_internal` has")
+    )]
     BackendOpenedByCaller,
 }
 
