@@ -341,6 +341,9 @@ pub struct Report {
     pub simulated: Duration,
     pub terms: usize,
     pub stale_writes_refused: u64,
+    /// Terms that answered while the one before still did: possible only
+    /// with a clock slower than the step-down margin allows (§14.2).
+    pub overlapping_terms: usize,
     pub replay: String,
 }
 
@@ -970,12 +973,14 @@ fn check(
         .map(|clock| clock.rate())
         .fold(f64::MAX, f64::min);
     let within_margin = slowest >= (TTL - STEP_DOWN_MARGIN).as_secs_f64() / TTL.as_secs_f64();
-    if within_margin {
-        let terms: Vec<_> = log.serving.iter().collect();
-        for pair in terms.windows(2) {
-            let (earlier, (_, last, _)) = pair[0];
-            let (later, (first, _, _)) = pair[1];
-            if first <= last {
+    let mut overlapping_terms = 0;
+    let terms: Vec<_> = log.serving.iter().collect();
+    for pair in terms.windows(2) {
+        let (earlier, (_, last, _)) = pair[0];
+        let (later, (first, _, _)) = pair[1];
+        if first <= last {
+            overlapping_terms += 1;
+            if within_margin {
                 violations.push(format!(
                     "terms {earlier} and {later} both answered at {} (clocks within the margin)",
                     at(*first)
@@ -1004,6 +1009,7 @@ fn check(
         simulated: trace.elapsed(),
         terms: log.serving.len(),
         stale_writes_refused: log.writes_refused,
+        overlapping_terms,
         replay: scenario.replay(),
     }
 }

@@ -248,3 +248,25 @@ fn catch_rates() {
     println!("shipped: chaos {clean}/{n} (must be 0)");
     assert_eq!(clean, 0);
 }
+
+/// §14.2: the step-down margin covers clocks that run at least (TTL −
+/// margin)/TTL as fast as the store's. With every host's clock at half
+/// speed a coordinator cut off from the store goes on answering past its
+/// lease, while the next term answers: the simulation makes the overlap
+/// that only fencing then guards (§6), and with clocks within the bound
+/// the same seed has none.
+#[test]
+fn s14_2_clocks_slower_than_the_margin_allows_let_terms_overlap() {
+    let mut slow = Scenario::chaos(FIXED_SEEDS[1]);
+    slow.clock_rates = (0.4, 0.6);
+    slow.keys = 1;
+    let report = run(&slow);
+    assert!(report.overlapping_terms >= 1, "{report:?}");
+    let within = Scenario {
+        clock_rates: (0.9, 1.1),
+        ..slow
+    };
+    let report = run(&within);
+    report.assert_clean();
+    assert_eq!(report.overlapping_terms, 0);
+}
