@@ -332,7 +332,7 @@ impl SimElection {
         what: &str,
         apply: impl FnOnce(&mut StoreState, Instant) -> R,
     ) -> Result<R, SimError> {
-        self.record.election_request(self.advertise);
+        self.record.election_request(self.advertise, what);
         self.store
             .request(&self.client, self.host, what, apply)
             .await
@@ -546,7 +546,7 @@ async fn renew(
     loop {
         tokio::time::sleep(every).await;
         let sent = clock.now();
-        record.election_request(advertise);
+        record.election_request(advertise, "a renewal");
         let alive = store
             .request(&client, host, "a renewal", |state, now| {
                 match state.leases.get_mut(&lease) {
@@ -628,7 +628,8 @@ impl Term for SimTerm {
     async fn resign(self, clean: bool) {
         self.renewals.abort();
         let (lease, revision) = (self.lease, self.revision);
-        self.record.election_request(self.advertise);
+        self.record
+            .election_request(self.advertise, "a resignation");
         let _ = self
             .store
             .request(&self.client, self.host, "a resignation", move |state, _| {

@@ -228,10 +228,13 @@ impl Scenario {
         }
     }
 
-    /// The replay line printed with a failure.
+    /// The replay line printed with a failure: the run is a function of
+    /// its scenario, so its seed replays it in the same scenario (the
+    /// chaos scenario's through `fresh_seeds`, a fixed scenario's through
+    /// its test).
     pub fn replay(&self) -> String {
         format!(
-            "SINGLE_FLIGHT_SIM_SEED={} replays it (cd sim && SINGLE_FLIGHT_SIM_SEED={} cargo test --test sim fresh_seeds -- --nocapture)",
+            "seed {}: (cd sim && SINGLE_FLIGHT_SIM_SEED={} cargo test --test sim fresh_seeds -- --nocapture) replays it if this is the chaos scenario; a fixed scenario replays with its own test",
             self.seed, self.seed
         )
     }
@@ -305,8 +308,10 @@ impl Record {
         self.log.lock().expect("never poisoned")
     }
 
-    /// One request of `process`'s election.
-    pub fn election_request(&self, process: Address) {
+    /// One request of `process`'s election: counted, and traced.
+    pub fn election_request(&self, process: Address, what: &str) {
+        self.trace
+            .record(format_args!("election {process} sends {what}"));
         let second = (Instant::now() - self.origin).as_secs();
         *self.lock().requests.entry((process, second)).or_default() += 1;
     }
