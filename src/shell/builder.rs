@@ -31,6 +31,7 @@ impl Builder {
             options: Options {
                 grace_window,
                 poll_interval,
+                seeded: super::mutant::Seeded::NONE,
             },
         }
     }

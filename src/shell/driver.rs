@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 use super::error::Unavailable;
 use crate::backend::BackendError;
 use super::lines::{LineError, Lines};
+use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
 use super::stats::Counters;
@@ -377,7 +378,7 @@ where
                     self.serving = None;
                 }
                 self.attempting = Some(Box::pin(
-                    finder.attempt(serving, self.options.poll_interval),
+                    finder.attempt(serving, self.options.poll_interval, self.options.seeded),
                 ));
             }
             connector::Effect::Disconnect => {
@@ -464,7 +465,7 @@ where
             self.counters.failover();
         }
         let (writer, outgoing) = mpsc::unbounded_channel();
-        tokio::spawn(write_requests(write, outgoing));
+        tokio::spawn(write_requests(write, outgoing, self.options.seeded));
         self.writer = Some(writer);
     }
 }
@@ -477,12 +478,22 @@ where
     /// One attempt to reach the coordinator, or to become it (SPEC.md
     /// §10.1); `serving` says that this process holds a term already, and
     /// only waits for its own listener. Gives the finder back.
-    async fn attempt(mut self, serving: bool, poll: Duration) -> (Self, Attempt<E, T>) {
-        let attempt = self.reach_or_campaign(serving, poll).await;
+    async fn attempt(
+        mut self,
+        serving: bool,
+        poll: Duration,
+        seeded: Seeded,
+    ) -> (Self, Attempt<E, T>) {
+        let attempt = self.reach_or_campaign(serving, poll, seeded).await;
         (self, attempt)
     }
 
-    async fn reach_or_campaign(&mut self, serving: bool, poll: Duration) -> Attempt<E, T> {
+    async fn reach_or_campaign(
+        &mut self,
+        serving: bool,
+        poll: Duration,
+        seeded: Seeded,
+    ) -> Attempt<E, T> {
         match self.election.coordinator().await {
             Ok(Some(address)) => {
                 // §14.3: the key is watched from the revision read while
@@ -493,9 +504,10 @@ where
                 // host's connection timeout and missing the new term's
                 // grace window (§14.4).
                 let mut gone: Gone = Box::pin(self.election.coordinator_gone());
+                let watch_gone = seeded.hook(Mutant::ConnectIgnoresGone, true, false);
                 let reached = tokio::select! {
                     reached = Self::reach(&self.transport, &address, poll) => reached,
-                    () = &mut gone => {
+                    () = &mut gone, if watch_gone => {
                         info!("the coordinator changed while connecting to it; looking again (SPEC.md §14.3)");
                         return Attempt::Missed {
                             pause: Duration::ZERO,
@@ -638,7 +650,9 @@ where
 async fn write_requests(
     mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
+    seeded: Seeded,
 ) {
+    let flush = seeded.hook(Mutant::WritersNeverFlush, true, false);
     let mut batch = Vec::new();
     while let Some(line) = outgoing.recv().await {
         batch.clear();
@@ -648,7 +662,7 @@ async fn write_requests(
         }
         // A flush after every batch: a TLS writer keeps records back until
         // flushed (a Unix socket's flush does nothing).
-        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(&batch).await.is_err() || (flush && write.flush().await.is_err()) {
             return;
         }
     }

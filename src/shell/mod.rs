@@ -11,6 +11,10 @@ mod error;
 mod failure;
 mod landed;
 mod lines;
+#[cfg(feature = "_internal")] // for the simulation only
+pub mod mutant;
+#[cfg(not(feature = "_internal"))]
+mod mutant;
 mod nested;
 mod options;
 mod serve;
@@ -37,4 +41,6 @@ pub use server::{LOG_TARGET, MAX_QUEUED_BYTES};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use single_flight_core::coordinator::MAX_CONNECTIONS;
 pub use stats::Stats;
+#[cfg(feature = "_internal")] // for the simulation only
+pub use thread::{Settings, open_on};
 pub use status::{Status, StatusError};

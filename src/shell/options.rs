@@ -17,4 +17,7 @@ pub(crate) struct Options {
     pub(crate) grace_window: Duration,
     /// The time between attempts to reach or elect a coordinator.
     pub(crate) poll_interval: Duration,
+    /// The shell's seeded bug, if any (SPEC.md §12.7): none outside the
+    /// simulation's build.
+    pub(crate) seeded: super::mutant::Seeded,
 }

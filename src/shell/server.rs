@@ -15,6 +15,7 @@ use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
+use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event, Timer};
 use crate::election::{CHECK_INTERVAL, Term};
@@ -170,6 +171,7 @@ pub(super) fn start_for<T: Term, L: Listener>(
         lifetime,
         started: tokio::time::Instant::now(),
         connected: false,
+        seeded: options.seeded,
     };
     let done = tokio::spawn(server.serve(stopped));
     Serving { stop, done }
@@ -197,6 +199,8 @@ struct Server<T, L> {
     /// first client had its chance to connect.
     started: tokio::time::Instant,
     connected: bool,
+    /// The shell's seeded bug, if any (SPEC.md §12.7).
+    seeded: Seeded,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -307,6 +311,7 @@ impl<T: Term, L: Listener> Server<T, L> {
             connection,
             self.hello.clone(),
             reports.clone(),
+            self.seeded,
         ));
         self.readers.insert(connection, task.abort_handle());
         true
@@ -464,7 +469,9 @@ impl<T: Term, L: Listener> Server<T, L> {
                 writer.task
             })
             .collect();
-        let patience = flush_patience(queued);
+        let patience =
+            self.seeded
+                .hook(Mutant::FixedEndOfTermFlush, flush_patience(queued), FLUSH_TIMEOUT);
         let aborts: Vec<AbortHandle> = tasks.iter().map(|task| task.abort_handle()).collect();
         let flushed = async {
             for task in tasks {
@@ -508,8 +515,9 @@ async fn connection_task<L: Listener>(
     connection: ConnectionId,
     hello: CoordinatorHello,
     reports: mpsc::Sender<Report>,
+    seeded: Seeded,
 ) {
-    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello).await {
+    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello, seeded).await {
         Ok(open) => open,
         Err(refused) => {
             // The slot is freed, or failed handshakes would fill the table of
@@ -577,6 +585,7 @@ async fn handshake<L: Listener>(
     incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
+    seeded: Seeded,
 ) -> Result<(Lines<L::Reader>, Writer), NotOpened> {
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
@@ -587,7 +596,7 @@ async fn handshake<L: Listener>(
     };
     let (lines_out, outgoing) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone()));
+    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone(), seeded));
     let mut lines = Lines::new(reader);
     let mut our_hello = serde_json::to_vec(&hello).expect("a hello always serializes");
     our_hello.push(b'\n');
@@ -626,7 +635,9 @@ async fn write_lines(
     mut write: impl AsyncWrite + Unpin,
     mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
     queued: Arc<AtomicUsize>,
+    seeded: Seeded,
 ) {
+    let flush = seeded.hook(Mutant::WritersNeverFlush, true, false);
     let mut batch = Vec::new();
     while let Some(line) = outgoing.recv().await {
         batch.clear();
@@ -639,7 +650,7 @@ async fn write_lines(
         }
         // A flush after every batch: a TLS writer keeps records back until
         // flushed (a Unix socket's flush does nothing).
-        if write.write_all(&batch).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(&batch).await.is_err() || (flush && write.flush().await.is_err()) {
             return;
         }
         queued.fetch_sub(batch.len(), Ordering::AcqRel);

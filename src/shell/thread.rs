@@ -130,6 +130,17 @@ pub(super) fn opened_with<T>(
     }
 }
 
+/// Where a `SingleFlight`'s driver runs.
+pub(super) enum Runs {
+    /// On a thread of its own, with its own current-thread runtime: what
+    /// every `SingleFlight` of the library does (SPEC.md §10).
+    OwnThread,
+    /// As a task of the runtime of this handle: the simulation (sim/) runs
+    /// every process of a cluster on one runtime with simulated time.
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
+    On(tokio::runtime::Handle),
+}
+
 /// Starts the process's single-flight thread, which opens `place`'s backend
 /// on its own runtime, answers on [`Opened`], and runs the driver until
 /// every handle is gone.
@@ -144,27 +155,47 @@ pub(super) fn start_thread(
     options: Options,
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
-    let (commands, inbox) = mpsc::unbounded_channel();
     let (answer, opened) = oneshot::channel();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(OpenError::Thread)?;
-    let handle = runtime.handle().clone();
+    let shared = start(directory, Runs::OwnThread, move |inbox, counters| {
+        place.with(Drive {
+            options,
+            counters,
+            answer,
+            inbox,
+        })
+    })?;
+    Ok((shared, opened))
+}
+
+/// Starts `drive`, given the driver's inbox and the counters, where `runs`
+/// says.
+fn start<F, D>(directory: Option<PathBuf>, runs: Runs, drive: D) -> Result<Arc<Shared>, OpenError>
+where
+    D: FnOnce(mpsc::UnboundedReceiver<Command>, Arc<Counters>) -> F + Send + 'static,
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (commands, inbox) = mpsc::unbounded_channel();
     let counters = Arc::new(Counters::default());
     let driver_counters = counters.clone();
-    std::thread::Builder::new()
-        .name("single-flight".into())
-        .spawn(move || {
-            runtime.block_on(place.with(Drive {
-                options,
-                counters: driver_counters,
-                answer,
-                inbox,
-            }));
-        })
-        .map_err(OpenError::Thread)?;
-    let shared = Arc::new(Shared {
+    let handle = match runs {
+        Runs::OwnThread => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(OpenError::Thread)?;
+            let handle = runtime.handle().clone();
+            std::thread::Builder::new()
+                .name("single-flight".into())
+                .spawn(move || runtime.block_on(drive(inbox, driver_counters)))
+                .map_err(OpenError::Thread)?;
+            handle
+        }
+        Runs::On(handle) => {
+            handle.spawn(drive(inbox, driver_counters));
+            handle
+        }
+    };
+    Ok(Arc::new(Shared {
         directory,
         commands,
         next_call: AtomicU64::new(1),
@@ -172,7 +203,63 @@ pub(super) fn start_thread(
         counters,
         works: std::sync::OnceLock::new(),
         place: super::nested::new_place(),
-    });
-    Ok((shared, opened))
+    }))
 }
 
+/// What the simulation sets of a `SingleFlight` opened with [`open_on`]:
+/// the options of `Builder`, and the seeded bug.
+#[cfg(feature = "_internal")]
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// As `Builder::grace_window`.
+    pub grace_window: std::time::Duration,
+    /// As `Builder::poll_interval`.
+    pub poll_interval: std::time::Duration,
+    /// The shell's seeded bug (SPEC.md §12.7).
+    pub seeded: super::mutant::Seeded,
+}
+
+/// A `SingleFlight` over the election and transport that `open` makes,
+/// whose driver runs on the current runtime instead of a thread of its
+/// own: for the simulation (sim/), which runs every process of a cluster
+/// on one runtime with simulated time (SPEC.md §12.7). The code that runs
+/// is the shipped driver, server and client; only where it runs differs.
+/// As [`start_thread`] does, `open` runs where the driver runs, not in the
+/// caller's task, so that whatever the backend starts in the background
+/// lives as long as the driver, not as long as the caller.
+///
+/// # Panics
+///
+/// Outside a tokio runtime.
+#[cfg(feature = "_internal")]
+pub async fn open_on<E, T, O>(open: O, settings: Settings) -> super::SingleFlight
+where
+    E: crate::election::Election,
+    T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
+{
+    use super::mutant::Mutant;
+    let options = Options {
+        grace_window: settings.grace_window,
+        poll_interval: settings.poll_interval.max(std::time::Duration::from_millis(1)),
+        seeded: settings.seeded,
+    };
+    let on_caller = options
+        .seeded
+        .hook(Mutant::BackendOpenedByCaller, false, true);
+    let opened: std::pin::Pin<Box<dyn std::future::Future<Output = (E, T)> + Send>> = if on_caller {
+        let opened = open.await;
+        Box::pin(async move { opened })
+    } else {
+        Box::pin(open)
+    };
+    let runs = Runs::On(tokio::runtime::Handle::current());
+    let shared = start(None, runs, move |inbox, counters| async move {
+        let (election, transport) = opened.await;
+        Driver::new(election, transport, options, counters)
+            .run(inbox)
+            .await;
+    })
+    .expect("spawning on a runtime cannot fail");
+    super::SingleFlight::from_shared(shared)
+}

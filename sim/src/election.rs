@@ -1,0 +1,651 @@
+//! The in-memory election with etcd's semantics (SPEC.md §14.1–§14.3),
+//! over simulated time: a store with revisions, a coordinator key created
+//! under a lease, leases that expire on the store's (true) clock unless
+//! renewed, a campaign that creates the key only if absent and raises the
+//! epoch counter in the same step, and a watch that tells a client when
+//! the key it read is deleted or replaced. Every request crosses the
+//! requesting host's link to the store ([`STORE`]): a host cut off from it
+//! gets no answer, and a request whose answer is lost may still have been
+//! applied, as with etcd (§14.6).
+//!
+//! A term proves its lease on its own host's clock (§14.2), which can run
+//! at another rate than the store's: from the send time of the last
+//! renewal answered, plus the TTL, minus [`STEP_DOWN_MARGIN`].
+//!
+//! It mirrors src/election/etcd/ (the TTL, margin, renewal cadence,
+//! campaign spread and request timeout are the same constants) with two
+//! simplifications recorded in SPEC.md §12.7: a request is tried once
+//! (etcd's client tries again for up to `REQUEST_PATIENCE`; here the
+//! driver's next attempt does), and the renewals run on the term's own
+//! runtime, not a thread of their own.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use single_flight::_internal::election::{Election, Term};
+use single_flight::Epoch;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::network::{Address, HostId, Net, STORE};
+use crate::world::Record;
+
+/// As the etcd election's `DEFAULT_TTL`.
+pub const TTL: Duration = Duration::from_secs(5);
+/// As the etcd election's `STEP_DOWN_MARGIN`.
+pub const STEP_DOWN_MARGIN: Duration = Duration::from_secs(1);
+/// As the etcd election's `REQUEST_TIMEOUT`.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// As the etcd election's `CAMPAIGN_SPREAD`: the widest pause before a
+/// campaign, so that one process of a stampede campaigns (§14.3).
+pub const CAMPAIGN_SPREAD: Duration = Duration::from_millis(500);
+/// As the etcd renewals' `RENEWALS_PER_TTL`.
+const RENEWALS_PER_TTL: u32 = 6;
+
+tokio::task_local! {
+    /// The task group of the code that runs now, when it is a caller's:
+    /// what a tokio client library's background tasks land on when it is
+    /// created there (tonic's channel spawns its worker on the runtime
+    /// that creates it).
+    pub static CALLER: Group;
+}
+
+/// A group of tasks that ends together: in the simulation, a caller's
+/// runtime, which can end while the process lives (the shell's bug 4).
+#[derive(Clone, Default)]
+pub struct Group(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
+
+impl Group {
+    /// Ends every task spawned in the group.
+    pub fn end(&self) {
+        for task in self.0.lock().expect("never poisoned").drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Spawns `task` as a client library does: in the caller's group when
+/// there is one, otherwise on the runtime for as long as it runs.
+fn spawn_here(task: impl Future<Output = ()> + Send + 'static) {
+    let handle = tokio::spawn(task);
+    let _ = CALLER.try_with(|group| {
+        group
+            .0
+            .lock()
+            .expect("never poisoned")
+            .push(handle.abort_handle())
+    });
+}
+
+/// A process's client of the store: alive while its background worker
+/// runs, as an etcd client's channel is.
+#[derive(Clone)]
+struct Client(watch::Receiver<()>);
+
+impl Client {
+    /// A client, whose worker is spawned where the caller runs.
+    fn connect() -> Client {
+        let (worker, alive) = watch::channel(());
+        spawn_here(async move {
+            let _worker = worker;
+            std::future::pending::<()>().await;
+        });
+        Client(alive)
+    }
+
+    fn gone(&self) -> bool {
+        self.0.has_changed().is_err()
+    }
+}
+
+/// Why a request got no answer.
+#[derive(Debug)]
+pub struct SimError(String);
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// The coordinator key.
+#[derive(Clone, Copy, Debug)]
+struct Key {
+    address: Address,
+    create_revision: i64,
+    lease: i64,
+}
+
+/// The store's state: the coordinator key, the epoch counter, the clean
+/// mark (§10.2) and the leases.
+struct StoreState {
+    revision: i64,
+    coordinator: Option<Key>,
+    epoch: u64,
+    epoch_revision: i64,
+    clean: bool,
+    /// Each live lease and when it expires on the store's clock.
+    leases: std::collections::BTreeMap<i64, Instant>,
+    next_lease: i64,
+}
+
+/// The election's store (etcd), shared by every process.
+#[derive(Clone)]
+pub struct Store {
+    state: Arc<Mutex<StoreState>>,
+    /// Told when a lease's expiry changes, for the reaper.
+    leases_changed: Arc<Notify>,
+    /// The revision, told to watches.
+    revisions: Arc<watch::Sender<i64>>,
+    net: Net,
+}
+
+impl Store {
+    /// A store, and its reaper, which deletes the key of an expired lease;
+    /// spawned on the current runtime.
+    pub fn start(net: Net) -> Store {
+        let store = Store {
+            state: Arc::new(Mutex::new(StoreState {
+                revision: 1,
+                coordinator: None,
+                epoch: 0,
+                epoch_revision: 0,
+                clean: false,
+                leases: std::collections::BTreeMap::new(),
+                next_lease: 1,
+            })),
+            leases_changed: Arc::new(Notify::new()),
+            revisions: Arc::new(watch::channel(1).0),
+            net,
+        };
+        let reaper = store.clone();
+        tokio::spawn(async move { reaper.reap().await });
+        store
+    }
+
+    async fn reap(self) {
+        loop {
+            let next = {
+                let state = self.state.lock().expect("never poisoned");
+                state.leases.values().min().copied()
+            };
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = self.leases_changed.notified() => continue,
+                    }
+                }
+                None => {
+                    self.leases_changed.notified().await;
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            let mut state = self.state.lock().expect("never poisoned");
+            let expired: Vec<i64> = state
+                .leases
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(lease, _)| *lease)
+                .collect();
+            for lease in expired {
+                self.net
+                    .trace()
+                    .record(format_args!("store lease {lease} expired"));
+                state.revoke(lease);
+            }
+            let revision = state.revision;
+            drop(state);
+            self.revisions.send_replace(revision);
+        }
+    }
+
+    /// One request from `host`: it crosses the link there, is applied, and
+    /// its answer crosses back; no answer within [`REQUEST_TIMEOUT`] is an
+    /// error, though the request may have been applied.
+    async fn request<R>(
+        &self,
+        client: &Client,
+        host: HostId,
+        what: &str,
+        apply: impl FnOnce(&mut StoreState, Instant) -> R,
+    ) -> Result<R, SimError> {
+        if client.gone() {
+            return Err(SimError(format!(
+                "cannot send {what}: the election's client stopped with the runtime it was started on"
+            )));
+        }
+        let started = Instant::now();
+        let no_answer = || SimError(format!("the election's store did not answer {what}"));
+        let there = self.net.reach(host, STORE);
+        if there.stalled {
+            tokio::time::sleep(REQUEST_TIMEOUT).await;
+            return Err(no_answer());
+        }
+        tokio::time::sleep(there.delay).await;
+        let (answer, revision) = {
+            let mut state = self.state.lock().expect("never poisoned");
+            let answer = apply(&mut state, Instant::now());
+            (answer, state.revision)
+        };
+        self.leases_changed.notify_one();
+        self.revisions.send_if_modified(|seen| {
+            let changed = *seen != revision;
+            *seen = revision;
+            changed
+        });
+        let back = self.net.reach(STORE, host);
+        if back.stalled {
+            tokio::time::sleep_until(started + REQUEST_TIMEOUT).await;
+            return Err(no_answer());
+        }
+        tokio::time::sleep(back.delay).await;
+        Ok(answer)
+    }
+}
+
+impl StoreState {
+    fn revoke(&mut self, lease: i64) {
+        self.leases.remove(&lease);
+        if self.coordinator.is_some_and(|key| key.lease == lease) {
+            self.coordinator = None;
+            self.revision += 1;
+        }
+    }
+}
+
+/// A host's clock: it runs at `rate` times the store's.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    origin: Instant,
+    rate: f64,
+}
+
+impl Clock {
+    pub fn new(rate: f64) -> Clock {
+        Clock {
+            origin: Instant::now(),
+            rate,
+        }
+    }
+
+    /// How fast it runs against the store's clock.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// This host's time since the run began.
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed().mul_f64(self.rate)
+    }
+}
+
+/// One process's view of the election.
+pub struct SimElection {
+    store: Store,
+    host: HostId,
+    advertise: Address,
+    clock: Clock,
+    record: Record,
+    /// The key the last read found: its create revision and the read's
+    /// revision (§14.3).
+    seen: Option<(i64, i64)>,
+    /// The revision of a read that found no key, for the next campaign.
+    absent: Option<i64>,
+    rng: ChaCha8Rng,
+    client: Client,
+}
+
+impl SimElection {
+    /// Connects `advertise`'s process to the store: its client's worker is
+    /// spawned where this runs.
+    pub fn connect(
+        store: Store,
+        advertise: Address,
+        clock: Clock,
+        record: Record,
+        seed: u64,
+    ) -> SimElection {
+        SimElection {
+            store,
+            host: advertise.host,
+            advertise,
+            clock,
+            record,
+            seen: None,
+            absent: None,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            client: Client::connect(),
+        }
+    }
+
+    async fn request<R>(
+        &self,
+        what: &str,
+        apply: impl FnOnce(&mut StoreState, Instant) -> R,
+    ) -> Result<R, SimError> {
+        self.record.election_request(self.advertise, what);
+        self.store
+            .request(&self.client, self.host, what, apply)
+            .await
+    }
+}
+
+impl Election for SimElection {
+    type Address = Address;
+    type Term = SimTerm;
+    type Error = SimError;
+
+    async fn coordinator(&mut self) -> Result<Option<Address>, SimError> {
+        let (key, revision) = self
+            .request("a read of the coordinator key", |state, _| {
+                (state.coordinator, state.revision)
+            })
+            .await?;
+        self.absent = None;
+        match key {
+            Some(key) => {
+                self.seen = Some((key.create_revision, revision));
+                Ok(Some(key.address))
+            }
+            None => {
+                self.seen = None;
+                self.absent = Some(revision);
+                Ok(None)
+            }
+        }
+    }
+
+    async fn campaign(&mut self) -> Result<Option<SimTerm>, SimError> {
+        let read = match self.absent.take() {
+            Some(read) => read,
+            None => {
+                let (key, revision) = self
+                    .request("a read of the coordinator key", |state, _| {
+                        (state.coordinator, state.revision)
+                    })
+                    .await?;
+                if key.is_some() {
+                    return Ok(None);
+                }
+                revision
+            }
+        };
+        // §14.3: a pause, so that one process of a stampede campaigns and
+        // the rest see its key put. The watch's news crosses the link too.
+        let fraction = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let pause = CAMPAIGN_SPREAD.mul_f64(fraction.sqrt());
+        let mut revisions = self.store.revisions.subscribe();
+        let put = async {
+            loop {
+                if *revisions.borrow_and_update() > read
+                    && !self.store.net.reach(STORE, self.host).stalled
+                    && self
+                        .store
+                        .state
+                        .lock()
+                        .expect("never poisoned")
+                        .coordinator
+                        .is_some()
+                {
+                    return;
+                }
+                if revisions.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        if tokio::time::timeout(pause, put).await.is_ok() {
+            return Ok(None);
+        }
+        let (key, epoch_revision) = self
+            .request("a read of the coordinator key", |state, _| {
+                (state.coordinator, state.epoch_revision)
+            })
+            .await?;
+        if key.is_some() {
+            return Ok(None);
+        }
+        let sent = self.clock.now();
+        let lease = self
+            .request("a lease grant", |state, now| {
+                let lease = state.next_lease;
+                state.next_lease += 1;
+                state.leases.insert(lease, now + TTL);
+                lease
+            })
+            .await?;
+        let advertise = self.advertise;
+        let won = self
+            .request("a campaign", move |state, _| {
+                if state.coordinator.is_some()
+                    || state.epoch_revision != epoch_revision
+                    || !state.leases.contains_key(&lease)
+                {
+                    state.revoke(lease);
+                    return None;
+                }
+                state.revision += 1;
+                state.coordinator = Some(Key {
+                    address: advertise,
+                    create_revision: state.revision,
+                    lease,
+                });
+                state.epoch += 1;
+                state.epoch_revision = state.revision;
+                let was_clean = std::mem::take(&mut state.clean);
+                Some((state.epoch, state.revision, was_clean))
+            })
+            .await;
+        let Some((epoch, revision, was_clean)) = won? else {
+            return Ok(None);
+        };
+        let epoch = Epoch::new(epoch).ok_or_else(|| SimError("epochs exhausted".to_owned()))?;
+        self.store.net.trace().record(format_args!(
+            "election {} won epoch {epoch} lease {lease}",
+            self.advertise
+        ));
+        let proof = Arc::new(Mutex::new(Proof {
+            until: sent + TTL - STEP_DOWN_MARGIN,
+            lost: false,
+        }));
+        let renewals = tokio::spawn(renew(
+            self.client.clone(),
+            self.store.clone(),
+            self.host,
+            self.advertise,
+            self.record.clone(),
+            lease,
+            self.clock,
+            proof.clone(),
+        ));
+        Ok(Some(SimTerm {
+            store: self.store.clone(),
+            host: self.host,
+            advertise: self.advertise,
+            epoch,
+            lease,
+            revision,
+            follows_failover: !(epoch == Epoch::FIRST || was_clean),
+            proof,
+            clock: self.clock,
+            renewals,
+            record: self.record.clone(),
+            client: self.client.clone(),
+        }))
+    }
+
+    fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        let store = self.store.clone();
+        let host = self.host;
+        let seen = self.seen;
+        let client = self.client.clone();
+        async move {
+            let Some((created, _)) = seen else {
+                return;
+            };
+            if client.gone() {
+                // A watch needs the client: it never tells.
+                std::future::pending::<()>().await;
+            }
+            let mut revisions = store.revisions.subscribe();
+            let mut links = store.net.changes();
+            loop {
+                let gone = store
+                    .state
+                    .lock()
+                    .expect("never poisoned")
+                    .coordinator
+                    .is_none_or(|key| key.create_revision != created);
+                let reach = store.net.reach(STORE, host);
+                if gone && !reach.stalled {
+                    tokio::time::sleep(reach.delay).await;
+                    return;
+                }
+                tokio::select! {
+                    _ = revisions.changed() => {}
+                    _ = links.changed() => {}
+                }
+            }
+        }
+    }
+
+    fn is_outage(_: &SimError) -> bool {
+        true
+    }
+}
+
+/// Until when a term's lease is proven, on its host's clock (§14.2).
+struct Proof {
+    until: Duration,
+    lost: bool,
+}
+
+/// Renews the lease every TTL/6 until the store says it is gone; each
+/// answered renewal proves it from its send time (§14.2).
+#[allow(clippy::too_many_arguments, reason = "one call, each argument named")]
+async fn renew(
+    client: Client,
+    store: Store,
+    host: HostId,
+    advertise: Address,
+    record: Record,
+    lease: i64,
+    clock: Clock,
+    proof: Arc<Mutex<Proof>>,
+) {
+    let every = TTL / RENEWALS_PER_TTL;
+    loop {
+        tokio::time::sleep(every).await;
+        let sent = clock.now();
+        record.election_request(advertise, "a renewal");
+        let alive = store
+            .request(&client, host, "a renewal", |state, now| {
+                match state.leases.get_mut(&lease) {
+                    Some(expires) => {
+                        *expires = now + TTL;
+                        true
+                    }
+                    None => false,
+                }
+            })
+            .await;
+        let mut proof = proof.lock().expect("never poisoned");
+        match alive {
+            Ok(true) => proof.until = proof.until.max(sent + TTL - STEP_DOWN_MARGIN),
+            Ok(false) => {
+                proof.lost = true;
+                return;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One term won in the simulated election.
+pub struct SimTerm {
+    store: Store,
+    host: HostId,
+    advertise: Address,
+    epoch: Epoch,
+    lease: i64,
+    revision: i64,
+    follows_failover: bool,
+    proof: Arc<Mutex<Proof>>,
+    clock: Clock,
+    renewals: JoinHandle<()>,
+    record: Record,
+    client: Client,
+}
+
+impl Drop for SimTerm {
+    fn drop(&mut self) {
+        // A term dropped without resigning lets its lease expire, as if
+        // its process had died.
+        self.renewals.abort();
+    }
+}
+
+impl Term for SimTerm {
+    type Error = SimError;
+
+    fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    fn follows_failover(&self) -> bool {
+        self.follows_failover
+    }
+
+    fn check(&mut self) -> Result<(), SimError> {
+        if self.still_holds() {
+            Ok(())
+        } else {
+            Err(SimError(format!(
+                "the lease of term {} is no longer proven",
+                self.epoch
+            )))
+        }
+    }
+
+    fn still_holds(&self) -> bool {
+        let proof = self.proof.lock().expect("never poisoned");
+        let holds = !proof.lost && self.clock.now() < proof.until;
+        if holds {
+            self.record.serving(self.epoch, self.advertise);
+        }
+        holds
+    }
+
+    async fn resign(self, clean: bool) {
+        self.renewals.abort();
+        let (lease, revision) = (self.lease, self.revision);
+        self.record
+            .election_request(self.advertise, "a resignation");
+        let _ = self
+            .store
+            .request(&self.client, self.host, "a resignation", move |state, _| {
+                if clean
+                    && state
+                        .coordinator
+                        .is_some_and(|key| key.create_revision == revision)
+                {
+                    state.clean = true;
+                }
+                state.revoke(lease);
+            })
+            .await;
+        self.store.net.trace().record(format_args!(
+            "election {} resigned epoch {} clean {clean}",
+            self.advertise, self.epoch
+        ));
+    }
+}

@@ -1,0 +1,628 @@
+//! The in-memory transport (SPEC.md §12.7): hosts reach each other's
+//! listeners at `(host, port)` addresses over links that can be delayed,
+//! paced to a bandwidth, held, or cut — one way too — all on the runtime's
+//! simulated clock. What a writer writes stays buffered until it flushes,
+//! as rustls keeps records back, so a writer that never flushes loses its
+//! lines (the shell's seeded bug 1).
+//!
+//! It mirrors what the shell meets over TCP (src/transport/tcp/): a
+//! connect that nothing answers gives up after [`CONNECT_TIMEOUT`]; a
+//! connection whose link is cut breaks after [`USER_TIMEOUT`] (keepalive
+//! and `TCP_USER_TIMEOUT`); a held link only stalls, as the kernel of a
+//! stopped process keeps its connections open.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use single_flight::_internal::transport::{
+    ConnectError, Connection, Listener, PeerRefused, Transport,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, Sleep};
+
+use crate::trace::Trace;
+
+/// A simulated machine. Host 0 is the election's store (etcd's host).
+pub type HostId = u32;
+
+/// The election's store lives on this host; processes live on 1 and up.
+pub const STORE: HostId = 0;
+
+/// As the TCP transport's `CONNECT_TIMEOUT`: a connect that nothing
+/// answers gives up after this.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// As the TCP transport's `USER_TIMEOUT`: a connection whose link is cut
+/// breaks this long after the cut (the keepalive's probes go unanswered).
+pub const USER_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The one-way latency of every link, before any fault adds to it: a LAN.
+pub const LATENCY: Duration = Duration::from_micros(200);
+
+/// The most a flush sends at once on a paced link: a flush of megabytes
+/// goes out in pieces, each when the link is free, so that a writer
+/// stopped midway (an ending term's deadline) has sent only part.
+const CHUNK: usize = 16 * 1024;
+
+/// Where a coordinator listens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Address {
+    pub host: HostId,
+    pub port: u32,
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "h{}:{}", self.host, self.port)
+    }
+}
+
+/// One direction between two hosts.
+#[derive(Clone, Debug, Default)]
+pub struct Link {
+    /// Added to [`LATENCY`].
+    pub delay: Duration,
+    /// `None`: as fast as the writer writes.
+    pub bytes_per_second: Option<u64>,
+    /// Stalls without breaking connections.
+    pub held: bool,
+    /// Stalls, breaks connections after [`USER_TIMEOUT`], refuses connects.
+    cut_since: Option<Instant>,
+}
+
+/// The network of one run, shared by every transport and the election.
+#[derive(Clone)]
+pub struct Net {
+    state: Arc<Mutex<State>>,
+    changed: Arc<watch::Sender<u64>>,
+    trace: Trace,
+}
+
+struct State {
+    links: BTreeMap<(HostId, HostId), Link>,
+    /// Hosts cut off from every other, and since when.
+    isolated: BTreeMap<HostId, Instant>,
+    /// Hosts whose every link is held (a stopped process's machine).
+    paused: BTreeSet<HostId>,
+    listeners: BTreeMap<Address, mpsc::UnboundedSender<Incoming>>,
+    /// Readers and writers that wait for a link to come back.
+    waiting: Vec<Waker>,
+    next_connection: u64,
+}
+
+/// Whether a direction carries bytes now, and since when it is cut.
+#[derive(Clone, Copy, Debug)]
+pub struct Reach {
+    pub stalled: bool,
+    pub cut_since: Option<Instant>,
+    pub delay: Duration,
+    pub bytes_per_second: Option<u64>,
+}
+
+impl Net {
+    pub fn new(trace: Trace) -> Net {
+        Net {
+            state: Arc::new(Mutex::new(State {
+                links: BTreeMap::new(),
+                isolated: BTreeMap::new(),
+                paused: BTreeSet::new(),
+                listeners: BTreeMap::new(),
+                waiting: Vec::new(),
+                next_connection: 0,
+            })),
+            changed: Arc::new(watch::channel(0).0),
+            trace,
+        }
+    }
+
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Told after every change of a link or host.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// How `from` reaches `to` now.
+    pub fn reach(&self, from: HostId, to: HostId) -> Reach {
+        self.state.lock().expect("never poisoned").reach(from, to)
+    }
+
+    fn changed(&self, mut state: std::sync::MutexGuard<'_, State>) {
+        let waiting = std::mem::take(&mut state.waiting);
+        drop(state);
+        for waker in waiting {
+            waker.wake();
+        }
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Changes the link from `from` to `to`.
+    pub fn set_link(&self, from: HostId, to: HostId, change: impl FnOnce(&mut Link)) {
+        let mut state = self.state.lock().expect("never poisoned");
+        change(state.links.entry((from, to)).or_default());
+        self.changed(state);
+    }
+
+    /// Cuts (or heals) the link from `from` to `to`.
+    pub fn cut(&self, from: HostId, to: HostId, cut: bool) {
+        let now = Instant::now();
+        self.trace
+            .record(format_args!("net cut h{from}->h{to} {cut}"));
+        self.set_link(from, to, |link| {
+            link.cut_since = if cut {
+                link.cut_since.or(Some(now))
+            } else {
+                None
+            }
+        });
+    }
+
+    /// Cuts `host` off from every other host and the store (or heals
+    /// it): for good, its process is as good as crashed (its lease
+    /// expires, its connections break).
+    pub fn isolate(&self, host: HostId, isolated: bool) {
+        self.trace
+            .record(format_args!("net isolate h{host} {isolated}"));
+        let mut state = self.state.lock().expect("never poisoned");
+        if isolated {
+            state.isolated.entry(host).or_insert_with(Instant::now);
+        } else {
+            state.isolated.remove(&host);
+        }
+        self.changed(state);
+    }
+
+    /// Holds (or releases) every link of `host`.
+    pub fn pause(&self, host: HostId, paused: bool) {
+        self.trace
+            .record(format_args!("net pause h{host} {paused}"));
+        let mut state = self.state.lock().expect("never poisoned");
+        if paused {
+            state.paused.insert(host);
+        } else {
+            state.paused.remove(&host);
+        }
+        self.changed(state);
+    }
+
+    /// A connection to `address` that the transport refuses before its
+    /// hello: a junk peer, or one whose certificate does not verify.
+    pub fn junk_connection(&self, from: HostId, address: Address) {
+        let mut state = self.state.lock().expect("never poisoned");
+        let Some(listener) = state.listeners.get(&address).cloned() else {
+            return;
+        };
+        let (_, server) = state.pair(self, from, address.host);
+        drop(state);
+        let _ = listener.send(Incoming {
+            connection: server,
+            from,
+            junk: true,
+        });
+    }
+}
+
+impl State {
+    fn reach(&self, from: HostId, to: HostId) -> Reach {
+        let link = self.links.get(&(from, to)).cloned().unwrap_or_default();
+        let isolated = [from, to]
+            .iter()
+            .filter_map(|host| self.isolated.get(host).copied())
+            .min();
+        let cut_since = match (link.cut_since, isolated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Reach {
+            stalled: cut_since.is_some()
+                || link.held
+                || self.paused.contains(&from)
+                || self.paused.contains(&to),
+            cut_since,
+            delay: LATENCY + link.delay,
+            bytes_per_second: link.bytes_per_second,
+        }
+    }
+
+    /// A connection between `a` and `b`: `a`'s side and `b`'s.
+    fn pair(&mut self, net: &Net, a: HostId, b: HostId) -> (Side, Side) {
+        let id = self.next_connection;
+        self.next_connection += 1;
+        let ab = Pipe::new(id, a, b);
+        let ba = Pipe::new(id, b, a);
+        let side = |read: &Arc<Mutex<Pipe>>, write: &Arc<Mutex<Pipe>>| Connection {
+            reader: SimReader {
+                net: net.clone(),
+                pipe: read.clone(),
+                sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            },
+            writer: SimWriter {
+                net: net.clone(),
+                pipe: write.clone(),
+                buffer: Vec::new(),
+                sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                shut: false,
+            },
+        };
+        (side(&ba, &ab), side(&ab, &ba))
+    }
+}
+
+type Side = Connection<SimReader, SimWriter>;
+
+/// One direction of one connection.
+struct Pipe {
+    connection: u64,
+    from: HostId,
+    to: HostId,
+    /// Bytes on the way, each piece with when it arrives; `None` is the
+    /// end of the stream.
+    packets: VecDeque<(Instant, Option<Vec<u8>>)>,
+    /// How much of the first piece was read.
+    offset: usize,
+    /// Until when the link is busy sending (its bandwidth).
+    busy_until: Instant,
+    /// When the last piece arrives: pieces arrive in order.
+    last_arrival: Instant,
+    reader: Option<Waker>,
+    reader_gone: bool,
+    ended: bool,
+}
+
+impl Pipe {
+    fn new(connection: u64, from: HostId, to: HostId) -> Arc<Mutex<Pipe>> {
+        let now = Instant::now();
+        Arc::new(Mutex::new(Pipe {
+            connection,
+            from,
+            to,
+            packets: VecDeque::new(),
+            offset: 0,
+            busy_until: now,
+            last_arrival: now,
+            reader: None,
+            reader_gone: false,
+            ended: false,
+        }))
+    }
+
+    fn push(&mut self, at: Instant, bytes: Option<Vec<u8>>) {
+        let at = at.max(self.last_arrival);
+        self.last_arrival = at;
+        self.packets.push_back((at, bytes));
+        if let Some(reader) = self.reader.take() {
+            reader.wake();
+        }
+    }
+
+    fn end(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            self.push(Instant::now() + LATENCY, None);
+        }
+    }
+}
+
+/// When a connection between `from` and `to` breaks, if a link of it is
+/// cut.
+fn breaks_at(net: &Net, from: HostId, to: HostId) -> Option<Instant> {
+    let state = net.state.lock().expect("never poisoned");
+    let there = state.reach(from, to).cut_since;
+    let back = state.reach(to, from).cut_since;
+    match (there, back) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+    .map(|since| since + USER_TIMEOUT)
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the connection timed out (its link is cut)",
+    )
+}
+
+/// The reading half of a connection.
+pub struct SimReader {
+    net: Net,
+    pipe: Arc<Mutex<Pipe>>,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl AsyncRead for SimReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let now = Instant::now();
+        let (from, to) = {
+            let pipe = self.pipe.lock().expect("never poisoned");
+            (pipe.from, pipe.to)
+        };
+        let breaks = breaks_at(&self.net, from, to);
+        if breaks.is_some_and(|at| at <= now) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        let stalled = self.net.reach(from, to).stalled;
+        let mut wake_at = breaks;
+        {
+            let mut pipe = self.pipe.lock().expect("never poisoned");
+            if !stalled {
+                match pipe.packets.front() {
+                    Some((at, _)) if *at <= now => {
+                        let offset = pipe.offset;
+                        let connection = pipe.connection;
+                        let (_, piece) = pipe.packets.front().expect("just seen");
+                        let Some(bytes) = piece else {
+                            return Poll::Ready(Ok(()));
+                        };
+                        let n = (bytes.len() - offset).min(buf.remaining());
+                        buf.put_slice(&bytes[offset..offset + n]);
+                        let done = offset + n == bytes.len();
+                        if done {
+                            pipe.packets.pop_front();
+                            pipe.offset = 0;
+                        } else {
+                            pipe.offset += n;
+                        }
+                        drop(pipe);
+                        self.net
+                            .trace
+                            .record(format_args!("deliver c{connection} h{from}->h{to} {n}B"));
+                        return Poll::Ready(Ok(()));
+                    }
+                    Some((at, _)) => wake_at = Some(wake_at.map_or(*at, |w| w.min(*at))),
+                    None => {}
+                }
+            }
+            pipe.reader = Some(cx.waker().clone());
+        }
+        if stalled {
+            self.net
+                .state
+                .lock()
+                .expect("never poisoned")
+                .waiting
+                .push(cx.waker().clone());
+        }
+        if let Some(at) = wake_at {
+            self.sleep.as_mut().reset(at);
+            if self.sleep.as_mut().poll(cx).is_ready() {
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for SimReader {
+    fn drop(&mut self) {
+        self.pipe.lock().expect("never poisoned").reader_gone = true;
+    }
+}
+
+/// The writing half of a connection: bytes stay here until a flush.
+pub struct SimWriter {
+    net: Net,
+    pipe: Arc<Mutex<Pipe>>,
+    buffer: Vec<u8>,
+    sleep: Pin<Box<Sleep>>,
+    shut: bool,
+}
+
+impl SimWriter {
+    fn broken(&self) -> Option<io::Error> {
+        let pipe = self.pipe.lock().expect("never poisoned");
+        if pipe.reader_gone {
+            return Some(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the peer closed the connection",
+            ));
+        }
+        let (from, to) = (pipe.from, pipe.to);
+        drop(pipe);
+        breaks_at(&self.net, from, to)
+            .is_some_and(|at| at <= Instant::now())
+            .then(timed_out)
+    }
+}
+
+impl AsyncWrite for SimWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if let Some(error) = self.broken() {
+            return Poll::Ready(Err(error));
+        }
+        self.buffer.extend_from_slice(bytes);
+        Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.buffer.is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(error) = self.broken() {
+                return Poll::Ready(Err(error));
+            }
+            let now = Instant::now();
+            let shared = self.pipe.clone();
+            let mut pipe = shared.lock().expect("never poisoned");
+            if pipe.busy_until > now {
+                let at = pipe.busy_until;
+                drop(pipe);
+                self.sleep.as_mut().reset(at);
+                if self.sleep.as_mut().poll(cx).is_ready() {
+                    continue;
+                }
+                return Poll::Pending;
+            }
+            let reach = self.net.reach(pipe.from, pipe.to);
+            let n = match reach.bytes_per_second {
+                Some(_) => self.buffer.len().min(CHUNK),
+                None => self.buffer.len(),
+            };
+            let sending = Duration::from_secs_f64(
+                reach
+                    .bytes_per_second
+                    .map_or(0.0, |rate| n as f64 / rate as f64),
+            );
+            pipe.busy_until = now + sending;
+            let piece: Vec<u8> = self.buffer.drain(..n).collect();
+            pipe.push(now + sending + reach.delay, Some(piece));
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.as_mut().poll_flush(cx) {
+            Poll::Ready(Ok(())) => {
+                self.shut = true;
+                self.pipe.lock().expect("never poisoned").end();
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl Drop for SimWriter {
+    fn drop(&mut self) {
+        // What was never flushed is lost, as a TLS writer's records are.
+        self.pipe.lock().expect("never poisoned").end();
+    }
+}
+
+/// A connection that reached a listener.
+pub struct Incoming {
+    connection: Side,
+    from: HostId,
+    junk: bool,
+}
+
+/// One process's transport: it listens at its own address.
+pub struct SimTransport {
+    net: Net,
+    address: Address,
+}
+
+impl SimTransport {
+    pub fn new(net: Net, address: Address) -> SimTransport {
+        SimTransport { net, address }
+    }
+}
+
+impl Transport for SimTransport {
+    type Address = Address;
+    type Reader = SimReader;
+    type Writer = SimWriter;
+    type Listener = SimListener;
+
+    async fn connect(&self, address: &Address) -> Result<Side, ConnectError> {
+        let from = self.address.host;
+        let there = self.net.reach(from, address.host);
+        let back = self.net.reach(address.host, from);
+        if there.stalled || back.stalled {
+            tokio::time::sleep(CONNECT_TIMEOUT).await;
+            return Err(ConnectError::Unreachable(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{address} did not answer within {CONNECT_TIMEOUT:?}"),
+            )));
+        }
+        tokio::time::sleep(there.delay).await;
+        let paired = {
+            let mut state = self.net.state.lock().expect("never poisoned");
+            state
+                .listeners
+                .get(address)
+                .cloned()
+                .map(|listener| (listener, state.pair(&self.net, from, address.host)))
+        };
+        let Some((listener, (client, server))) = paired else {
+            return Err(ConnectError::Unreachable(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("nothing listens at {address}"),
+            )));
+        };
+        let sent = listener.send(Incoming {
+            connection: server,
+            from,
+            junk: false,
+        });
+        if sent.is_err() {
+            return Err(ConnectError::Unreachable(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("{address} stopped listening"),
+            )));
+        }
+        tokio::time::sleep(back.delay).await;
+        Ok(client)
+    }
+
+    fn listen(&self) -> io::Result<SimListener> {
+        let (sender, incoming) = mpsc::unbounded_channel();
+        self.net
+            .state
+            .lock()
+            .expect("never poisoned")
+            .listeners
+            .insert(self.address, sender);
+        Ok(SimListener {
+            net: self.net.clone(),
+            address: self.address,
+            incoming,
+        })
+    }
+}
+
+/// A coordinator's listener.
+pub struct SimListener {
+    net: Net,
+    address: Address,
+    incoming: mpsc::UnboundedReceiver<Incoming>,
+}
+
+impl Listener for SimListener {
+    type Reader = SimReader;
+    type Writer = SimWriter;
+    type Incoming = Incoming;
+
+    async fn accept(&mut self) -> io::Result<Incoming> {
+        match self.incoming.recv().await {
+            Some(incoming) => Ok(incoming),
+            None => std::future::pending().await,
+        }
+    }
+
+    async fn establish(incoming: Incoming) -> Result<Side, PeerRefused> {
+        if incoming.junk {
+            return Err(PeerRefused::Setup {
+                peer: format!("the client on h{}", incoming.from),
+                reason: "a junk handshake".to_owned(),
+            });
+        }
+        Ok(incoming.connection)
+    }
+
+    fn check(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn close(self) {
+        let mut state = self.net.state.lock().expect("never poisoned");
+        state.listeners.remove(&self.address);
+    }
+}

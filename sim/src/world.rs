@@ -1,0 +1,1020 @@
+//! The runner: a world of hosts and processes, each process a shipped
+//! `SingleFlight` over the simulated election and transport, driven by a
+//! seeded workload and seeded faults, and the checks of the chaos
+//! harness's must-be-zero rows (RELIABILITY.md) run over what happened.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use single_flight::_internal::shell::mutant::{Mutant, Seeded};
+use single_flight::_internal::shell::{Settings, open_on};
+use single_flight::{Epoch, FencingToken, Role, RunError, SingleFlight};
+use tokio::time::Instant;
+
+use crate::election::{CALLER, Clock, Group, STEP_DOWN_MARGIN, SimElection, Store, TTL};
+use crate::network::{Address, HostId, Net, STORE, SimTransport};
+use crate::trace::Trace;
+
+/// The most election requests one process may make in one simulated
+/// second: its polls every 100 ms, a campaign's reads, grant and
+/// transaction, and its renewals come to a dozen; a retry on every wake-up
+/// (the shell's bug 3) makes thousands.
+pub const MAX_REQUESTS_PER_SECOND: u32 = 40;
+
+/// How long after the last fault heals every call on a live host must
+/// succeed: a lease's TTL for a dead coordinator's key to expire, the
+/// campaign's spread, a grace window and a connect timeout, with room.
+pub const SETTLE: Duration = Duration::from_secs(15);
+
+/// How many calls a process on an untouched host must make before the
+/// check that some were answered applies: a single call may fall in a
+/// failover's pause.
+const MIN_CALLS_FOR_LIVENESS: u32 = 4;
+
+/// How much later than its deadline a call may end: none, in simulated
+/// time, but for the latency of the last message.
+const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// How long past its last planned event a run may go before it counts as
+/// hung: every call has a deadline, and a close its own.
+const HANG_AFTER: Duration = Duration::from_secs(120);
+
+/// One fault.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// The host of the current coordinator is cut off for good.
+    CrashCoordinator,
+    /// A host is cut off for good.
+    Crash(HostId),
+    /// A host is cut off from every other and the store for a while.
+    Partition(HostId, Duration),
+    /// A host is cut off from the election's store for a while.
+    PartitionFromStore(HostId, Duration),
+    /// The current coordinator's host and another are cut off from each
+    /// other for a while (both ways).
+    PartitionFromCoordinator(HostId, Duration),
+    /// One direction between two hosts is cut for a while.
+    OneWay(HostId, HostId, Duration),
+    /// The current coordinator's host is stopped (its links held) for a
+    /// while: past its lease when long enough.
+    PauseCoordinator(Duration),
+    /// A direction is paced to a bandwidth for a while (a slow reader).
+    Slow(HostId, HostId, u64, Duration),
+    /// A direction's packets are delayed for a while.
+    Delay(HostId, HostId, Duration, Duration),
+    /// Connections to the current coordinator that fail their handshake.
+    JunkBurst(u32),
+}
+
+impl Fault {
+    /// Whether it takes a host out of the cluster (so that its calls, and
+    /// its flights' joiners, may fail); a slow or delayed link or junk
+    /// peers take none out.
+    fn takes_out(&self) -> bool {
+        !matches!(
+            self,
+            Fault::Slow(..) | Fault::Delay(..) | Fault::JunkBurst(_)
+        )
+    }
+}
+
+/// Which faults a run has.
+#[derive(Clone, Debug)]
+pub enum Faults {
+    /// This many, drawn from the seed, between 1 s and `until`.
+    Random { count: u32, until: Duration },
+    /// These, at these times.
+    Script(Vec<(Duration, Fault)>),
+}
+
+/// What one run simulates.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    /// Hosts of processes (the store has one more).
+    pub hosts: u32,
+    pub processes: u32,
+    pub keys: u32,
+    pub calls_per_process: u32,
+    /// The time over which the processes start their calls.
+    pub calls_over: Duration,
+    /// How long a work takes: between these.
+    pub work: (Duration, Duration),
+    /// The size of every value.
+    pub value_bytes: usize,
+    pub deadline: Duration,
+    pub grace_window: Duration,
+    pub poll_interval: Duration,
+    pub faults: Faults,
+    /// The hosts' clock rates are drawn from this range.
+    pub clock_rates: (f64, f64),
+    /// The shell's seeded bug, in these processes (all when empty).
+    pub mutant: Option<(Mutant, Vec<u32>)>,
+    /// Keep the trace's lines (for the determinism test's report).
+    pub keep_trace: bool,
+    /// Whether a process closes as soon as its own calls are done, while
+    /// others still call; otherwise every process closes once all are
+    /// done. Closing mid-traffic loses joiners' outcomes when a
+    /// coordinator closes inside its own grace window (RELIABILITY.md,
+    /// "Simulation": a finding not fixed yet).
+    pub close_mid_traffic: bool,
+    /// Process `i` opens at `i` times this: a scripted run lets process 0
+    /// become the first coordinator.
+    pub stagger: Duration,
+    /// The calls, instead of drawn ones: process, when, key, how long its
+    /// work takes.
+    pub script: Option<Vec<(u32, Duration, String, Duration)>>,
+}
+
+impl Scenario {
+    /// A small cluster under random faults, the shape of the fresh-seed
+    /// runs in CI.
+    pub fn chaos(seed: u64) -> Scenario {
+        Scenario {
+            seed,
+            hosts: 5,
+            processes: 15,
+            keys: 4,
+            calls_per_process: 12,
+            calls_over: Duration::from_secs(40),
+            work: (Duration::from_millis(50), Duration::from_millis(1500)),
+            value_bytes: 64,
+            deadline: Duration::from_secs(20),
+            grace_window: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(100),
+            faults: Faults::Random {
+                count: 6,
+                until: Duration::from_secs(25),
+            },
+            clock_rates: (0.9, 1.1),
+            mutant: None,
+            keep_trace: false,
+            close_mid_traffic: false,
+            stagger: Duration::ZERO,
+            script: None,
+        }
+    }
+
+    /// A term that ends while a landed value of megabytes is still on its
+    /// way to a joiner over a slow link (SPEC.md §10.4): process 0
+    /// coordinates and leads, process 1 joins over a link of 1 MiB/s, and
+    /// process 0 closes as soon as its call returns. Bug 6 cuts the value
+    /// off.
+    pub fn end_of_term_flush(seed: u64) -> Scenario {
+        let second = Duration::from_secs(1);
+        Scenario {
+            hosts: 2,
+            processes: 2,
+            keys: 1,
+            calls_per_process: 1,
+            value_bytes: 3 << 20,
+            faults: Faults::Script(vec![(
+                Duration::ZERO,
+                Fault::Slow(1, 2, 1 << 20, Duration::from_secs(600)),
+            )]),
+            close_mid_traffic: true,
+            stagger: second,
+            script: Some(vec![
+                (0, 2 * second, "big".to_owned(), second),
+                (1, 2 * second + second / 4, "big".to_owned(), second),
+            ]),
+            ..Scenario::chaos(seed)
+        }
+    }
+
+    /// The coordinator's host is cut off while a leader on another host
+    /// runs and a third process joins (SPEC.md §14.3, §14.4; issue 28 item
+    /// 2): the leader's connection breaks a little before the coordinator's
+    /// key expires, and its next connection attempt goes to the dead
+    /// address. The grace window is shorter than the connect timeout, so
+    /// that an attempt not abandoned when the key changes (bug 7) misses it
+    /// for certain rather than by milliseconds.
+    pub fn coordinator_cut_off(seed: u64, cut_at: Duration) -> Scenario {
+        let second = Duration::from_secs(1);
+        Scenario {
+            hosts: 4,
+            processes: 4,
+            keys: 1,
+            calls_per_process: 1,
+            grace_window: second,
+            deadline: Duration::from_secs(40),
+            faults: Faults::Script(vec![(cut_at, Fault::Crash(1))]),
+            stagger: second,
+            script: Some(vec![
+                (1, 4 * second, "x".to_owned(), 12 * second),
+                (2, 4 * second + second / 2, "x".to_owned(), second),
+            ]),
+            ..Scenario::chaos(seed)
+        }
+    }
+
+    /// Issue 27 item 6: a thousand processes on a hundred hosts call a
+    /// thousand keys at once, and the coordinator's host is cut off for
+    /// good in the middle of the stampede.
+    pub fn scale(seed: u64) -> Scenario {
+        Scenario {
+            hosts: 100,
+            processes: 1000,
+            keys: 1000,
+            calls_per_process: 3,
+            calls_over: Duration::from_secs(2),
+            work: (Duration::from_millis(500), Duration::from_secs(3)),
+            deadline: Duration::from_secs(30),
+            faults: Faults::Script(vec![(Duration::from_millis(1500), Fault::CrashCoordinator)]),
+            ..Scenario::chaos(seed)
+        }
+    }
+
+    /// The replay line printed with a failure: the run is a function of
+    /// its scenario, so its seed replays it in the same scenario (the
+    /// chaos scenario's through `fresh_seeds`, a fixed scenario's through
+    /// its test).
+    pub fn replay(&self) -> String {
+        format!(
+            "seed {}: (cd sim && SINGLE_FLIGHT_SIM_SEED={} cargo test --test sim fresh_seeds -- --nocapture) replays it if this is the chaos scenario; a fixed scenario replays with its own test",
+            self.seed, self.seed
+        )
+    }
+}
+
+/// How one call ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Led,
+    Joined,
+    Reused,
+    Interrupted { lost_in_failover: bool },
+    DeadlineExceeded,
+    Unavailable,
+    Other(String),
+}
+
+#[derive(Clone, Debug)]
+struct CallRecord {
+    process: u32,
+    key: String,
+    started: Instant,
+    ended: Instant,
+    outcome: Ended,
+    token: Option<FencingToken>,
+    /// For a joined or reused call: whether its value was the one its
+    /// token's leader made.
+    value_ok: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Lead {
+    process: u32,
+    key: String,
+    token: FencingToken,
+    started: Instant,
+    /// When the work ended, and whether it finished (not dropped).
+    ended: Option<(Instant, bool)>,
+}
+
+#[derive(Default)]
+struct Log {
+    /// Election requests by process and simulated second.
+    requests: BTreeMap<(Address, u64), u32>,
+    /// Per epoch: the first and last moment its coordinator said it still
+    /// held its term, and where it serves.
+    serving: BTreeMap<Epoch, (Instant, Instant, Address)>,
+    leads: Vec<Lead>,
+    calls: Vec<CallRecord>,
+    /// The fenced resource: per key the highest token written.
+    fenced: BTreeMap<String, FencingToken>,
+    writes_accepted: u64,
+    writes_refused: u64,
+    /// Hosts a fault took out, and hosts crashed for good.
+    taken_out: BTreeSet<HostId>,
+    crashed: BTreeSet<HostId>,
+    faults: u64,
+    last_fault_healed: Option<Instant>,
+}
+
+/// What everything in the world records into.
+#[derive(Clone)]
+pub struct Record {
+    log: Arc<Mutex<Log>>,
+    origin: Instant,
+    trace: Trace,
+}
+
+impl Record {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.log.lock().expect("never poisoned")
+    }
+
+    /// One request of `process`'s election: counted, and traced.
+    pub fn election_request(&self, process: Address, what: &str) {
+        self.trace
+            .record(format_args!("election {process} sends {what}"));
+        let second = (Instant::now() - self.origin).as_secs();
+        *self.lock().requests.entry((process, second)).or_default() += 1;
+    }
+
+    /// The coordinator of `epoch` said it may answer.
+    pub fn serving(&self, epoch: Epoch, at: Address) {
+        let now = Instant::now();
+        self.lock()
+            .serving
+            .entry(epoch)
+            .and_modify(|(_, last, _)| *last = now)
+            .or_insert((now, now, at));
+    }
+
+    fn coordinator(&self) -> Option<Address> {
+        self.lock()
+            .serving
+            .last_key_value()
+            .map(|(_, (_, _, at))| *at)
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug)]
+pub struct Report {
+    pub seed: u64,
+    pub violations: Vec<String>,
+    pub trace: (u64, u64),
+    pub trace_lines: Option<Vec<String>>,
+    pub calls: BTreeMap<String, u64>,
+    pub faults: u64,
+    pub simulated: Duration,
+    pub terms: usize,
+    pub stale_writes_refused: u64,
+    /// Terms that answered while the one before still did: possible only
+    /// with a clock slower than the step-down margin allows (§14.2).
+    pub overlapping_terms: usize,
+    pub replay: String,
+}
+
+impl Report {
+    /// Panics, printing the seed and how to replay it, if a check failed.
+    pub fn assert_clean(&self) {
+        assert!(
+            self.violations.is_empty(),
+            "seed {}: {} violation(s):\n  {}\n{}",
+            self.seed,
+            self.violations.len(),
+            self.violations.join("\n  "),
+            self.replay
+        );
+    }
+}
+
+/// The value a leader of `key` under `token` makes.
+fn value_of(key: &str, token: FencingToken, bytes: usize) -> String {
+    let mut value = format!("{key}@{token}");
+    if value.len() < bytes {
+        value.push_str(&"v".repeat(bytes - value.len()));
+    }
+    value
+}
+
+fn uniform(rng: &mut ChaCha8Rng, low: Duration, high: Duration) -> Duration {
+    if high <= low {
+        return low;
+    }
+    let span = (high - low).as_micros() as u64;
+    low + Duration::from_micros(rng.next_u64() % (span + 1))
+}
+
+fn below(rng: &mut ChaCha8Rng, n: u32) -> u32 {
+    (rng.next_u64() % u64::from(n.max(1))) as u32
+}
+
+/// Runs `scenario` on a fresh current-thread runtime with a paused clock
+/// and a seeded scheduler, and checks it.
+pub fn run(scenario: &Scenario) -> Report {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .rng_seed(tokio::runtime::RngSeed::from_bytes(
+            &scenario.seed.to_le_bytes(),
+        ))
+        .build()
+        .expect("a current-thread runtime builds");
+    let report = runtime.block_on(simulate(scenario.clone()));
+    // The servers, renewals and the store's reaper still run: dropped with
+    // the runtime.
+    drop(runtime);
+    report
+}
+
+async fn simulate(scenario: Scenario) -> Report {
+    let trace = Trace::new(scenario.keep_trace);
+    let net = Net::new(trace.clone());
+    let store = Store::start(net.clone());
+    let origin = Instant::now();
+    let record = Record {
+        log: Arc::new(Mutex::new(Log::default())),
+        origin,
+        trace: trace.clone(),
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(scenario.seed);
+    let clocks: Vec<Clock> = (0..=scenario.hosts)
+        .map(|_| {
+            let (low, high) = scenario.clock_rates;
+            let fraction = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            Clock::new(low + (high - low) * fraction)
+        })
+        .collect();
+    let seeded_in = |process: u32| match &scenario.mutant {
+        Some((mutant, processes)) if processes.is_empty() || processes.contains(&process) => {
+            Seeded::new(Some(*mutant))
+        }
+        _ => Seeded::NONE,
+    };
+    let mut workloads = Vec::new();
+    let (done, all_done) = tokio::sync::watch::channel(0u32);
+    let done = Arc::new(done);
+    for process in 0..scenario.processes {
+        let host = 1 + process % scenario.hosts;
+        let address = Address {
+            host,
+            port: process,
+        };
+        let open = {
+            let (store, net, clock, record) = (
+                store.clone(),
+                net.clone(),
+                clocks[host as usize],
+                record.clone(),
+            );
+            let seed = rng.next_u64();
+            async move {
+                let election = SimElection::connect(store, address, clock, record, seed);
+                (election, SimTransport::new(net, address))
+            }
+        };
+        tokio::time::sleep_until(origin + scenario.stagger * process).await;
+        // The process is opened from a caller's runtime that ends right
+        // after, as a runtime made only to open would (the shell's bug 4):
+        // nothing the process needs may live on it.
+        let opener = Group::default();
+        let flights = CALLER
+            .scope(
+                opener.clone(),
+                open_on(
+                    open,
+                    Settings {
+                        grace_window: scenario.grace_window,
+                        poll_interval: scenario.poll_interval,
+                        seeded: seeded_in(process),
+                    },
+                ),
+            )
+            .await;
+        opener.end();
+        let drawn = (0..scenario.calls_per_process).map(|_| {
+            (
+                uniform(&mut rng, Duration::ZERO, scenario.calls_over),
+                format!("k{}", below(&mut rng, scenario.keys)),
+                uniform(&mut rng, scenario.work.0, scenario.work.1),
+            )
+        });
+        let plan: Vec<(Duration, String, Duration)> = match &scenario.script {
+            Some(script) => script
+                .iter()
+                .filter(|(of, ..)| *of == process)
+                .map(|(_, at, key, work)| (*at, key.clone(), *work))
+                .collect(),
+            None => drawn.collect(),
+        };
+        workloads.push(tokio::spawn(workload(
+            flights,
+            process,
+            plan,
+            scenario.clone(),
+            record.clone(),
+            (done.clone(), all_done.clone()),
+        )));
+    }
+    let faults = match &scenario.faults {
+        Faults::Script(script) => script.clone(),
+        Faults::Random { count, until } => draw_faults(&mut rng, &scenario, *count, *until),
+    };
+    let last_planned = faults
+        .iter()
+        .map(|(at, _)| *at)
+        .chain([scenario.calls_over])
+        .max()
+        .unwrap_or_default();
+    let chaos = tokio::spawn(inject(faults, net.clone(), record.clone(), rng.next_u64()));
+    let all = async {
+        for workload in workloads {
+            let _ = workload.await;
+        }
+    };
+    // Each process's calls come one after another, each within its
+    // deadline.
+    let longest = last_planned + scenario.deadline * scenario.calls_per_process.max(1) + HANG_AFTER;
+    let hung = tokio::time::timeout(longest, all).await.is_err();
+    chaos.abort();
+    check(&scenario, &record, &clocks, hung, &trace)
+}
+
+/// Draws `count` faults between 1 s and `until`.
+fn draw_faults(
+    rng: &mut ChaCha8Rng,
+    scenario: &Scenario,
+    count: u32,
+    until: Duration,
+) -> Vec<(Duration, Fault)> {
+    let hosts = scenario.hosts;
+    let host = |rng: &mut ChaCha8Rng| 1 + below(rng, hosts);
+    // At most a third of the hosts crash, so that a cluster is left.
+    let mut crashes_left = hosts / 3;
+    let mut faults: Vec<(Duration, Fault)> = (0..count)
+        .map(|_| {
+            let at = uniform(rng, Duration::from_secs(1), until);
+            let lasting = |rng: &mut ChaCha8Rng| {
+                uniform(rng, Duration::from_millis(500), Duration::from_secs(9))
+            };
+            let fault = loop {
+                let fault = match below(rng, 10) {
+                    0 | 1 if crashes_left > 0 => {
+                        crashes_left -= 1;
+                        if below(rng, 2) == 0 {
+                            Fault::CrashCoordinator
+                        } else {
+                            Fault::Crash(host(rng))
+                        }
+                    }
+                    0 | 1 => continue,
+                    2 => Fault::Partition(host(rng), lasting(rng)),
+                    3 => Fault::PartitionFromStore(host(rng), lasting(rng)),
+                    4 => Fault::PartitionFromCoordinator(host(rng), lasting(rng)),
+                    5 => Fault::OneWay(host(rng), host(rng), lasting(rng)),
+                    6 => Fault::PauseCoordinator(lasting(rng)),
+                    7 => Fault::Slow(
+                        host(rng),
+                        host(rng),
+                        (1 << 20) * u64::from(1 + below(rng, 4)),
+                        lasting(rng),
+                    ),
+                    8 => Fault::Delay(
+                        host(rng),
+                        host(rng),
+                        uniform(rng, Duration::from_millis(1), Duration::from_millis(200)),
+                        lasting(rng),
+                    ),
+                    _ => Fault::JunkBurst(50 + below(rng, 450)),
+                };
+                break fault;
+            };
+            (at, fault)
+        })
+        .collect();
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+/// What ends a fault.
+type Heal = Box<dyn FnOnce(&Net) + Send>;
+
+/// Injects `faults` at their times.
+async fn inject(faults: Vec<(Duration, Fault)>, net: Net, record: Record, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for (at, fault) in faults {
+        tokio::time::sleep_until(record.origin + at).await;
+        net.trace().record(format_args!("fault {fault:?}"));
+        let coordinator = record.coordinator().map(|address| address.host);
+        let mut taken_out = Vec::new();
+        let mut heal: Option<(Duration, Heal)> = None;
+        match fault.clone() {
+            Fault::CrashCoordinator | Fault::Crash(_) => {
+                let target = match fault {
+                    Fault::Crash(host) => Some(host),
+                    _ => coordinator,
+                };
+                if let Some(host) = target {
+                    net.isolate(host, true);
+                    record.lock().crashed.insert(host);
+                    taken_out.push(host);
+                }
+            }
+            Fault::Partition(host, lasting) => {
+                if !record.lock().crashed.contains(&host) {
+                    net.isolate(host, true);
+                    taken_out.push(host);
+                    heal = Some((lasting, Box::new(move |net| net.isolate(host, false))));
+                }
+            }
+            Fault::PartitionFromStore(host, lasting) => {
+                net.cut(host, STORE, true);
+                net.cut(STORE, host, true);
+                taken_out.push(host);
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| {
+                        net.cut(host, STORE, false);
+                        net.cut(STORE, host, false);
+                    }),
+                ));
+            }
+            Fault::PartitionFromCoordinator(host, lasting) => {
+                if let Some(coordinator) = coordinator.filter(|c| *c != host) {
+                    net.cut(host, coordinator, true);
+                    net.cut(coordinator, host, true);
+                    taken_out.extend([host, coordinator]);
+                    heal = Some((
+                        lasting,
+                        Box::new(move |net| {
+                            net.cut(host, coordinator, false);
+                            net.cut(coordinator, host, false);
+                        }),
+                    ));
+                }
+            }
+            Fault::OneWay(from, to, lasting) => {
+                if from != to {
+                    net.cut(from, to, true);
+                    taken_out.extend([from, to]);
+                    heal = Some((lasting, Box::new(move |net| net.cut(from, to, false))));
+                }
+            }
+            Fault::PauseCoordinator(lasting) => {
+                if let Some(host) = coordinator {
+                    net.pause(host, true);
+                    taken_out.push(host);
+                    heal = Some((lasting, Box::new(move |net| net.pause(host, false))));
+                }
+            }
+            Fault::Slow(from, to, rate, lasting) => {
+                net.set_link(from, to, |link| link.bytes_per_second = Some(rate));
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| {
+                        net.set_link(from, to, |link| link.bytes_per_second = None)
+                    }),
+                ));
+            }
+            Fault::Delay(from, to, delay, lasting) => {
+                net.set_link(from, to, |link| link.delay = delay);
+                heal = Some((
+                    lasting,
+                    Box::new(move |net| net.set_link(from, to, |link| link.delay = Duration::ZERO)),
+                ));
+            }
+            Fault::JunkBurst(count) => {
+                if let Some(address) = record.lock().serving.last_key_value().map(|(_, v)| v.2) {
+                    for _ in 0..count {
+                        net.junk_connection(1 + (rng.next_u64() % 1000) as u32, address);
+                    }
+                }
+            }
+        }
+        {
+            let mut log = record.lock();
+            log.faults += 1;
+            if fault.takes_out() {
+                log.taken_out.extend(taken_out);
+            }
+            let now = Instant::now();
+            log.last_fault_healed = Some(log.last_fault_healed.map_or(now, |at| at.max(now)));
+        }
+        if let Some((lasting, heal)) = heal {
+            let net = net.clone();
+            let record = record.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(lasting).await;
+                net.trace().record(format_args!("fault healed"));
+                heal(&net);
+                let now = Instant::now();
+                let mut log = record.lock();
+                log.last_fault_healed = Some(log.last_fault_healed.map_or(now, |at| at.max(now)));
+            });
+        }
+    }
+}
+
+/// One process's calls, one after another, then its close.
+async fn workload(
+    flights: SingleFlight,
+    process: u32,
+    plan: Vec<(Duration, String, Duration)>,
+    scenario: Scenario,
+    record: Record,
+    (done, mut all_done): (
+        Arc<tokio::sync::watch::Sender<u32>>,
+        tokio::sync::watch::Receiver<u32>,
+    ),
+) {
+    let mut plan = plan;
+    plan.sort_by_key(|(at, _, _)| *at);
+    for (at, key, work) in plan {
+        tokio::time::sleep_until(record.origin + at).await;
+        let started = Instant::now();
+        let bytes = scenario.value_bytes;
+        let lead_record = record.clone();
+        let lead_key = key.clone();
+        let result = flights
+            .call(&key)
+            .deadline(scenario.deadline)
+            .run(move |token| async move {
+                let index = {
+                    let mut log = lead_record.lock();
+                    log.leads.push(Lead {
+                        process,
+                        key: lead_key.clone(),
+                        token,
+                        started: Instant::now(),
+                        ended: None,
+                    });
+                    log.leads.len() - 1
+                };
+                let mut guard = LeadGuard {
+                    record: lead_record.clone(),
+                    index,
+                    finished: false,
+                };
+                tokio::time::sleep(work).await;
+                {
+                    let mut log = lead_record.lock();
+                    let accepted = log.fenced.get(&lead_key).is_none_or(|last| token > *last);
+                    if accepted {
+                        log.fenced.insert(lead_key.clone(), token);
+                        log.writes_accepted += 1;
+                    } else {
+                        log.writes_refused += 1;
+                    }
+                }
+                guard.finished = true;
+                drop(guard);
+                Ok::<_, std::io::Error>(value_of(&lead_key, token, bytes))
+            })
+            .await;
+        let ended = Instant::now();
+        let (outcome, token, value_ok) = match &result {
+            Ok(landed) => {
+                let ok = landed.value == value_of(&key, landed.token, bytes);
+                let role = match landed.role {
+                    Role::Led => Ended::Led,
+                    Role::Joined => Ended::Joined,
+                    Role::Reused => Ended::Reused,
+                };
+                (role, Some(landed.token), ok)
+            }
+            Err(RunError::Interrupted {
+                lost_in_failover, ..
+            }) => (
+                Ended::Interrupted {
+                    lost_in_failover: *lost_in_failover,
+                },
+                None,
+                true,
+            ),
+            Err(RunError::DeadlineExceeded { .. }) => (Ended::DeadlineExceeded, None, true),
+            Err(RunError::Unavailable(_)) => (Ended::Unavailable, None, true),
+            Err(error) => (Ended::Other(error.to_string()), None, true),
+        };
+        record.trace.record(format_args!(
+            "call p{process} {key} {outcome:?} {}",
+            token.map_or(String::new(), |t| t.to_string())
+        ));
+        record.lock().calls.push(CallRecord {
+            process,
+            key,
+            started,
+            ended,
+            outcome,
+            token,
+            value_ok,
+        });
+    }
+    done.send_modify(|done| *done += 1);
+    if !scenario.close_mid_traffic {
+        let _ = all_done.wait_for(|done| *done == scenario.processes).await;
+    }
+    flights.close().await;
+}
+
+/// Marks a lead's end, finished or dropped.
+struct LeadGuard {
+    record: Record,
+    index: usize,
+    finished: bool,
+}
+
+impl Drop for LeadGuard {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        self.record.lock().leads[self.index].ended = Some((now, self.finished));
+    }
+}
+
+/// The must-be-zero rows.
+fn check(
+    scenario: &Scenario,
+    record: &Record,
+    clocks: &[Clock],
+    hung: bool,
+    trace: &Trace,
+) -> Report {
+    let log = record.lock();
+    let mut violations = Vec::new();
+    let at = |instant: Instant| format!("{:.3}s", (instant - record.origin).as_secs_f64());
+    let host_of = |process: u32| 1 + process % scenario.hosts;
+    if hung {
+        violations.push("the run hung: a call or a close never ended".to_owned());
+    }
+    // One run per key at a time within a term (§8.1).
+    let mut by_term: BTreeMap<(&str, Epoch), Vec<&Lead>> = BTreeMap::new();
+    for lead in &log.leads {
+        by_term
+            .entry((lead.key.as_str(), lead.token.epoch()))
+            .or_default()
+            .push(lead);
+    }
+    for ((key, epoch), leads) in &by_term {
+        for pair in leads.windows(2) {
+            let end = pair[0].ended.map_or(Instant::now(), |(at, _)| at);
+            if pair[1].started < end {
+                violations.push(format!(
+                    "two runs of {key} at once in term {epoch}: {} from {} and {} from {}",
+                    pair[0].token,
+                    at(pair[0].started),
+                    pair[1].token,
+                    at(pair[1].started)
+                ));
+            }
+            if pair[1].token <= pair[0].token {
+                violations.push(format!(
+                    "tokens of {key} in term {epoch} did not increase: {} then {}",
+                    pair[0].token, pair[1].token
+                ));
+            }
+        }
+    }
+    // Tokens unique (§6).
+    let mut tokens = BTreeSet::new();
+    for lead in &log.leads {
+        if !tokens.insert(lead.token) {
+            violations.push(format!("token {} granted twice", lead.token));
+        }
+    }
+    let crashed_or_out = |process: u32| log.taken_out.contains(&host_of(process));
+    let settled_after = log.last_fault_healed.map(|at| at + SETTLE);
+    for call in &log.calls {
+        // Joiners get their leader's value (§3.3).
+        if matches!(call.outcome, Ended::Joined | Ended::Reused) {
+            let made = log.leads.iter().any(|lead| {
+                Some(lead.token) == call.token
+                    && lead.key == call.key
+                    && lead.ended.is_some_and(|(_, finished)| finished)
+            });
+            if !call.value_ok || !made {
+                violations.push(format!(
+                    "p{} {} {:?} a value its token's leader did not make ({:?})",
+                    call.process, call.key, call.outcome, call.token
+                ));
+            }
+        }
+        // Every call ends by its deadline (§9.5).
+        if call.ended - call.started > scenario.deadline + DEADLINE_SLACK {
+            violations.push(format!(
+                "p{} {} ended {:?} after its start, past its {:?} deadline",
+                call.process,
+                call.key,
+                call.ended - call.started,
+                scenario.deadline
+            ));
+        }
+        // A joiner on a host no fault took out, whose leader on such a
+        // host finished its work, gets its value (§10.3, §14.4).
+        if let Ended::Interrupted { .. } = call.outcome
+            && !crashed_or_out(call.process)
+        {
+            // The flights it may have joined: every lead of its key while
+            // it waited. Only when each was led on such a host and
+            // finished is its flight known to have had an outcome.
+            let overlapping: Vec<&Lead> = log
+                .leads
+                .iter()
+                .filter(|lead| {
+                    lead.key == call.key
+                        && lead.process != call.process
+                        && lead.started < call.ended
+                        && lead.ended.is_none_or(|(ended, _)| ended > call.started)
+                })
+                .collect();
+            let all_made = overlapping.iter().all(|lead| {
+                !crashed_or_out(lead.process) && lead.ended.is_some_and(|(_, finished)| finished)
+            });
+            // A process that a fault took out may have been granted the
+            // lead and never heard of it.
+            let out_caller = log.calls.iter().any(|other| {
+                other.key == call.key
+                    && crashed_or_out(other.process)
+                    && other.started < call.ended
+                    && other.ended > call.started
+            });
+            let leader = overlapping.first().filter(|_| all_made && !out_caller);
+            if let Some(leader) = leader {
+                violations.push(format!(
+                    "p{} {} was told {:?} at {} though its leader p{} ({}) finished at {}, no fault touching either",
+                    call.process,
+                    call.key,
+                    call.outcome,
+                    at(call.ended),
+                    leader.process,
+                    leader.token,
+                    at(leader.ended.expect("found so").0)
+                ));
+            }
+        }
+        // After the faults heal, a live host's calls succeed.
+        let late = settled_after.is_none_or(|settled| call.started >= settled);
+        if late
+            && !log.crashed.contains(&host_of(call.process))
+            && !matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused)
+        {
+            violations.push(format!(
+                "p{} {} started at {}, {:?} after the last fault healed, ended {:?}",
+                call.process,
+                call.key,
+                at(call.started),
+                SETTLE,
+                call.outcome
+            ));
+        }
+    }
+    // A process on a host no fault took out gets some of its calls
+    // answered: faults elsewhere cost it a failover's pause, not its
+    // whole run.
+    let mut answered: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for call in &log.calls {
+        let entry = answered.entry(call.process).or_default();
+        entry.0 += 1;
+        if matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused) {
+            entry.1 += 1;
+        }
+    }
+    if let Some((process, (calls, _))) = answered.iter().find(|(process, (calls, succeeded))| {
+        !crashed_or_out(**process) && *calls >= MIN_CALLS_FOR_LIVENESS && *succeeded == 0
+    }) {
+        violations.push(format!(
+            "p{process}, on a host no fault touched, had none of its {calls} calls answered"
+        ));
+    }
+    // No busy loop (§7.2, §14.3).
+    for ((process, second), count) in &log.requests {
+        if *count > MAX_REQUESTS_PER_SECOND {
+            violations.push(format!(
+                "{process} made {count} election requests in second {second} (at most {MAX_REQUESTS_PER_SECOND})"
+            ));
+            break;
+        }
+    }
+    // Within the step-down margin, no two coordinators answer at once
+    // (§14.2); beyond it, only fencing protects (its refusals are counted).
+    let slowest = clocks
+        .iter()
+        .map(|clock| clock.rate())
+        .fold(f64::MAX, f64::min);
+    let within_margin = slowest >= (TTL - STEP_DOWN_MARGIN).as_secs_f64() / TTL.as_secs_f64();
+    let mut overlapping_terms = 0;
+    let terms: Vec<_> = log.serving.iter().collect();
+    for pair in terms.windows(2) {
+        let (earlier, (_, last, _)) = pair[0];
+        let (later, (first, _, _)) = pair[1];
+        if first <= last {
+            overlapping_terms += 1;
+            if within_margin {
+                violations.push(format!(
+                    "terms {earlier} and {later} both answered at {} (clocks within the margin)",
+                    at(*first)
+                ));
+            }
+        }
+    }
+    let mut calls = BTreeMap::new();
+    for call in &log.calls {
+        let name = match &call.outcome {
+            Ended::Other(_) => "other".to_owned(),
+            Ended::Interrupted { lost_in_failover } => {
+                format!("interrupted (lost in failover: {lost_in_failover})")
+            }
+            outcome => format!("{outcome:?}"),
+        };
+        *calls.entry(name).or_insert(0u64) += 1;
+    }
+    Report {
+        seed: scenario.seed,
+        violations,
+        trace: trace.digest(),
+        trace_lines: trace.lines(),
+        calls,
+        faults: log.faults,
+        simulated: trace.elapsed(),
+        terms: log.serving.len(),
+        stale_writes_refused: log.writes_refused,
+        overlapping_terms,
+        replay: scenario.replay(),
+    }
+}
