@@ -117,9 +117,9 @@ pub struct Scenario {
     pub keep_trace: bool,
     /// Whether a process closes as soon as its own calls are done, while
     /// others still call; otherwise every process closes once all are
-    /// done. Closing mid-traffic loses joiners' outcomes when a
-    /// coordinator closes inside its own grace window (RELIABILITY.md,
-    /// "Simulation": a finding not fixed yet).
+    /// done. Closing mid-traffic once lost joiners' outcomes when a
+    /// coordinator closed inside its own grace window (RELIABILITY.md,
+    /// "Found by the simulation"; SPEC.md §10.4).
     pub close_mid_traffic: bool,
     /// Process `i` opens at `i` times this: a scripted run lets process 0
     /// become the first coordinator.

@@ -230,7 +230,16 @@ impl<T: Term, L: Listener> Server<T, L> {
         if !self.step(Event::TermBegan) {
             return self.end(End::Lost).await;
         }
+        // Asked to stop inside the grace window: the term is served until
+        // the window ends (SPEC.md §10.4). The rejoiners of flights that
+        // landed in this term come back within it for their outcomes, which
+        // only this term holds; ended now, the term would be clean, and the
+        // next one would tell them their flights were lost.
+        let mut stopping = false;
         let end = loop {
+            if stopping && !self.coordinator.in_grace() {
+                break End::Stopped;
+            }
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(incoming) => {
@@ -273,7 +282,13 @@ impl<T: Term, L: Listener> Server<T, L> {
                         break End::Stopped;
                     }
                 }
-                _ = &mut stopped => break End::Stopped,
+                _ = &mut stopped, if !stopping => {
+                    if !self.coordinator.in_grace() {
+                        break End::Stopped;
+                    }
+                    info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
+                    stopping = true;
+                }
             }
         };
         self.end(end).await;
