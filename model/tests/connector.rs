@@ -78,3 +78,24 @@ fn every_seeded_bug_of_the_connector_is_caught() {
 fn random_walks_of_the_shipped_connector_keep_every_property() {
     assert_eq!(walk(&ConnectorModel::small(), WALK_SEED, WALK_TRACES), None);
 }
+
+/// How often one random trace from a fresh seed catches each seeded bug of
+/// the connector: the figure of RELIABILITY.md ("Simulation", the seeded
+/// shell bugs). A measurement, not a check: run it with
+/// `cargo test --release --test connector catch_rates -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement for RELIABILITY.md"]
+fn catch_rates() {
+    /// Fresh seeds, one trace each: the same seeds as the simulation's rates.
+    const SEEDS: std::ops::Range<u64> = 1_000_000..1_001_000;
+    for mutant in Mutant::ALL {
+        let model = ConnectorModel::small().with_mutant(Some(mutant));
+        let caught = SEEDS
+            .filter(|&seed| walk(&model, seed, 1).is_some())
+            .count();
+        println!(
+            "{mutant:?}: {caught}/{} single traces from fresh seeds",
+            SEEDS.end - SEEDS.start
+        );
+    }
+}
