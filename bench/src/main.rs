@@ -383,6 +383,9 @@ struct Figures {
     floor_cpu: Vec<f64>,
     uncontended_cpu: Vec<f64>,
     uncontended_cpu_ratio: Vec<f64>,
+    floor_switches: Vec<f64>,
+    uncontended_switches: Vec<f64>,
+    uncontended_switches_ratio: Vec<f64>,
     fanout: Vec<f64>,
     fanout_flock: Vec<f64>,
     fanout_in_floors: Vec<f64>,
@@ -537,6 +540,7 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         let floor = timed.median;
         figures.floor.push(floor);
         figures.floor_cpu.push(timed.cpu);
+        figures.floor_switches.push(timed.switches);
         let threads = floor::measure_through_threads(config.floor_pings);
         figures.floor_threads.push(threads);
         figures.floor_threads_ratio.push(threads / floor);
@@ -546,6 +550,11 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         let floor_cpu = floor_timed.expect("measured with it").cpu;
         figures.uncontended_cpu.push(remote.cpu);
         figures.uncontended_cpu_ratio.push(remote.cpu / floor_cpu);
+        let floor_switches = floor_timed.expect("measured with it").switches;
+        figures.uncontended_switches.push(remote.switches);
+        figures
+            .uncontended_switches_ratio
+            .push(remote.switches / floor_switches);
         let (remote, own) = (remote.median, own.median);
         let floor = floor.expect("measured with it");
         figures.uncontended.push(remote);
@@ -644,6 +653,24 @@ fn report(config: &Config, figures: &Figures) {
         "… ÷ the floor's CPU per round trip, median of the rounds' ratios",
         show(&figures.uncontended_cpu_ratio, 1.0, 2),
         "≤ 1.5",
+    );
+    row(
+        "floor: times a thread of either process was given a CPU, per round trip",
+        show(&figures.floor_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "uncontended call, coordinator in another process: the same, per call",
+        show(&figures.uncontended_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "… ÷ the floor's, median of the rounds' ratios",
+        show(&figures.uncontended_switches_ratio, 1.0, 2),
+        // Not a target of its own: what the CPU ratio above is made of
+        // (BENCHMARKS.md, "Issue 30's hot path"), as a count, which the
+        // load barely moves.
+        "",
     );
     row(
         "uncontended call, coordinator in the caller's process (µs)",
