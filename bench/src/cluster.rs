@@ -73,6 +73,9 @@ struct Figures {
     floor_cpu: Vec<f64>,
     call_cpu: Vec<f64>,
     call_cpu_in_floors: Vec<f64>,
+    floor_switches: Vec<f64>,
+    call_switches: Vec<f64>,
+    call_switches_in_floors: Vec<f64>,
     contended: Vec<(System, Vec<Throughput>)>,
     over_etcd: Vec<f64>,
     over_redis: Vec<f64>,
@@ -158,6 +161,11 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
             figures.floor_cpu.push(floor.cpu);
             figures.call_cpu.push(call.cpu);
             figures.call_cpu_in_floors.push(call.cpu / floor.cpu);
+            figures.floor_switches.push(floor.switches);
+            figures.call_switches.push(call.switches);
+            figures
+                .call_switches_in_floors
+                .push(call.switches / floor.switches);
         }
         if contended {
             contended_round(&lab, round, shapes, redis_target.as_ref(), &mut figures);
@@ -300,6 +308,18 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
     row(
         "… ÷ the TLS floor's CPU per round trip, median of the rounds' ratios (issue 30: ≤ 1.5)",
         show(&figures.call_cpu_in_floors, 1.0, 2),
+    );
+    row(
+        "TLS floor: times a thread of either process was given a CPU, per round trip",
+        show(&figures.floor_switches, 1.0, 2),
+    );
+    row(
+        "uncontended call: the same, caller and coordinator, per call",
+        show(&figures.call_switches, 1.0, 2),
+    );
+    row(
+        "… ÷ the TLS floor's, median of the rounds' ratios",
+        show(&figures.call_switches_in_floors, 1.0, 2),
     );
     let shape = shapes.contended;
     for (system, results) in &figures.contended {

@@ -38,12 +38,15 @@ pub struct Timed {
     /// nanoseconds: issue 30's measure of a call's cost, which a loaded or
     /// an idle machine's wake-ups move far less than the time.
     pub cpu: f64,
+    /// The times a thread of either process was given a CPU, per one
+    /// ([`crate::process::thread_switches`]).
+    pub switches: f64,
 }
 
 impl Timed {
-    /// `MEDIAN_NS CPU_NS`, as a worker prints it.
+    /// `MEDIAN_NS CPU_NS SWITCHES`, as a worker prints it.
     pub fn show(&self) -> String {
-        format!("{} {}", self.median, self.cpu)
+        format!("{} {} {}", self.median, self.cpu, self.switches)
     }
 
     /// What [`show`](Self::show) printed.
@@ -52,10 +55,14 @@ impl Timed {
             .split_whitespace()
             .map(|n| n.parse().expect("nanoseconds"))
             .collect();
-        let [median, cpu] = numbers[..] else {
-            panic!("a worker's result {text:?}: MEDIAN_NS CPU_NS");
+        let [median, cpu, switches] = numbers[..] else {
+            panic!("a worker's result {text:?}: MEDIAN_NS CPU_NS SWITCHES");
         };
-        Timed { median, cpu }
+        Timed {
+            median,
+            cpu,
+            switches,
+        }
     }
 }
 
@@ -92,6 +99,7 @@ pub fn timed(pings: usize, peer: Option<u32>, mut round_trip: impl FnMut()) -> T
     Timed {
         median: median(&times),
         cpu: cpu.used() as f64 / pings as f64,
+        switches: cpu.switches() as f64 / pings as f64,
     }
 }
 
@@ -266,8 +274,12 @@ mod tests {
         let timed = Timed {
             median: 9876.5,
             cpu: 10_250.0,
+            switches: 2.25,
         };
         let read = Timed::parse(&timed.show());
-        assert_eq!((read.median, read.cpu), (9876.5, 10_250.0));
+        assert_eq!(
+            (read.median, read.cpu, read.switches),
+            (9876.5, 10_250.0, 2.25)
+        );
     }
 }

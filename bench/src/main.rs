@@ -8,8 +8,8 @@
 //! cargo run --release -p single-flight-bench -- full --rounds 3 --only floor,uncontended
 //! ```
 //!
-//! Options: `--rounds N`, `--only LIST` (of floor, uncontended, fanout,
-//! contended, failover, memory, staggered, cluster-uncontended,
+//! Options: `--rounds N`, `--only LIST` (of floor, uncontended, busy-host,
+//! fanout, contended, failover, memory, staggered, cluster-uncontended,
 //! cluster-contended, cluster-failover, cluster-memory), `--contenders
 //! LIST` (the local contended run's systems, of single-flight, flock,
 //! redis), `--clients N` (the memory per client's idle clients),
@@ -18,9 +18,9 @@
 //! `redis-server` from PATH on a free loopback port, or skips the baseline
 //! with a message), `--work-us N` (the contended work), `--duration-ms N`
 //! (each contended run), `--kills N` (per failover round), `--pings N` (of
-//! the floor), `--calls N` (uncontended calls per round), `--cluster-kills
-//! N` (per cluster failover round), `--cluster-ttl-ms N` and
-//! `--cluster-grace-ms N` (the cluster failover's lease and window).
+//! the floor), `--calls N` (uncontended calls per round, busy-host's too),
+//! `--cluster-kills N` (per cluster failover round), `--cluster-ttl-ms N`
+//! and `--cluster-grace-ms N` (the cluster failover's lease and window).
 //!
 //! The cluster benchmarks (`cluster.rs`) run between two network
 //! namespaces with etcd in a third; they need root and etcd, and say why
@@ -32,6 +32,7 @@
 //! again as worker processes (`bench worker KIND …`). Smoke mode checks only
 //! that everything runs and prints; it never judges a time.
 
+mod busy;
 mod contended;
 mod failover;
 mod fanout;
@@ -116,9 +117,10 @@ struct ClusterFailover {
 const STAGGERED: &str = "staggered";
 
 /// The local benchmarks' names, for `--only`.
-const LOCAL_ITEMS: [&str; 6] = [
+const LOCAL_ITEMS: [&str; 7] = [
     "floor",
     "uncontended",
+    "busy-host",
     "fanout",
     "contended",
     "failover",
@@ -340,6 +342,7 @@ fn worker(args: &[String]) {
         ["echo-tokio", path] => floor::echo_tokio(path),
         ["fan-reader", path] => floor::fan_reader(path),
         ["serve", dir, grace] => uncontended::serve(dir, grace),
+        ["busy-host", dir, spinners] => busy::host(dir, spinners),
         ["sf-caller", dir] => fanout::sf_caller(dir),
         ["flock-caller", dir] => fanout::flock_caller(dir),
         ["contend", ..] => contended::worker(&args[1..]),
@@ -380,6 +383,9 @@ struct Figures {
     floor_cpu: Vec<f64>,
     uncontended_cpu: Vec<f64>,
     uncontended_cpu_ratio: Vec<f64>,
+    floor_switches: Vec<f64>,
+    uncontended_switches: Vec<f64>,
+    uncontended_switches_ratio: Vec<f64>,
     fanout: Vec<f64>,
     fanout_flock: Vec<f64>,
     fanout_in_floors: Vec<f64>,
@@ -392,6 +398,7 @@ struct Figures {
     failover_all: Vec<f64>,
     memory: Vec<f64>,
     memory_failed: Option<String>,
+    busy: Vec<busy::Busy>,
 }
 
 fn run(config: &Config) {
@@ -533,6 +540,7 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         let floor = timed.median;
         figures.floor.push(floor);
         figures.floor_cpu.push(timed.cpu);
+        figures.floor_switches.push(timed.switches);
         let threads = floor::measure_through_threads(config.floor_pings);
         figures.floor_threads.push(threads);
         figures.floor_threads_ratio.push(threads / floor);
@@ -542,6 +550,11 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         let floor_cpu = floor_timed.expect("measured with it").cpu;
         figures.uncontended_cpu.push(remote.cpu);
         figures.uncontended_cpu_ratio.push(remote.cpu / floor_cpu);
+        let floor_switches = floor_timed.expect("measured with it").switches;
+        figures.uncontended_switches.push(remote.switches);
+        figures
+            .uncontended_switches_ratio
+            .push(remote.switches / floor_switches);
         let (remote, own) = (remote.median, own.median);
         let floor = floor.expect("measured with it");
         figures.uncontended.push(remote);
@@ -564,6 +577,9 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
             .fanout_in_floors
             .push(ours / floor.expect("measured with it"));
         figures.flock_over_fanout.push(flock / ours);
+    }
+    if config.runs("busy-host") {
+        figures.busy.push(busy::measure(config.uncontended_calls));
     }
     if config.runs("memory") {
         match memory::measure(config.memory_clients) {
@@ -639,6 +655,24 @@ fn report(config: &Config, figures: &Figures) {
         "≤ 1.5",
     );
     row(
+        "floor: times a thread of either process was given a CPU, per round trip",
+        show(&figures.floor_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "uncontended call, coordinator in another process: the same, per call",
+        show(&figures.uncontended_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "… ÷ the floor's, median of the rounds' ratios",
+        show(&figures.uncontended_switches_ratio, 1.0, 2),
+        // Not a target of its own: what the CPU ratio above is made of
+        // (BENCHMARKS.md, "Issue 30's hot path"), as a count, which the
+        // load barely moves.
+        "",
+    );
+    row(
         "uncontended call, coordinator in the caller's process (µs)",
         show(&figures.uncontended_own, MICROS, 1),
         "",
@@ -647,6 +681,33 @@ fn report(config: &Config, figures: &Figures) {
         "… as floor round trips",
         show(&figures.uncontended_own_ratio, 1.0, 2),
         "",
+    );
+    let busy = |pick: fn(&busy::Busy) -> f64| figures.busy.iter().map(pick).collect::<Vec<_>>();
+    row(
+        "uncontended call through an idle coordinator process: p50 / p99 (ms)",
+        show(&busy(|b| b.idle_p50), MILLIS, 2)
+            .zip(show(&busy(|b| b.idle_p99), MILLIS, 2))
+            .map(|(p50, p99)| format!("{p50} / {p99}")),
+        "",
+    );
+    row(
+        "… through a coordinator process whose callers' runtime spins on every core: p50 / p99 (ms)",
+        show(&busy(|b| b.busy_p50), MILLIS, 2)
+            .zip(show(&busy(|b| b.busy_p99), MILLIS, 2))
+            .map(|(p50, p99)| format!("{p50} / {p99}")),
+        "bounded",
+    );
+    row(
+        "… calls through it past their 5 s deadline, all rounds",
+        (!figures.busy.is_empty()).then(|| {
+            figures
+                .busy
+                .iter()
+                .map(|b| b.busy_missed)
+                .sum::<usize>()
+                .to_string()
+        }),
+        "0",
     );
     let joiners = config.fanout_joiners;
     row(

@@ -235,11 +235,35 @@ pub fn thread_cpu_nanos(pid: Option<u32>) -> u64 {
         .sum()
 }
 
+/// How many times the live threads of a process were given a CPU (`None`:
+/// this process), the sum of the third field of each
+/// `/proc/<pid>/task/<tid>/schedstat`: every time a thread that slept is
+/// woken, and every time one that was preempted resumes. A call's hand-offs
+/// between sleeping threads are what its CPU time is made of (BENCHMARKS.md,
+/// "Issue 30's hot path"), and unlike a time, a count barely moves with the
+/// machine's load. As [`thread_cpu_nanos`], exited threads are not counted.
+pub fn thread_switches(pid: Option<u32>) -> u64 {
+    let tasks = match pid {
+        Some(pid) => format!("/proc/{pid}/task"),
+        None => "/proc/self/task".to_owned(),
+    };
+    let Ok(entries) = std::fs::read_dir(tasks) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .sum()
+}
+
 /// CPU time of this process and, where given, of its peer, for a timed
-/// part: started before it, read after it.
+/// part, and the times their threads were given a CPU: started before it,
+/// read after it.
 pub struct CpuMeter {
     peer: Option<u32>,
     start: u64,
+    switches: u64,
 }
 
 impl CpuMeter {
@@ -247,6 +271,7 @@ impl CpuMeter {
         CpuMeter {
             peer,
             start: CpuMeter::now(peer),
+            switches: CpuMeter::switches_now(peer),
         }
     }
 
@@ -254,9 +279,19 @@ impl CpuMeter {
         thread_cpu_nanos(None) + peer.map_or(0, |pid| thread_cpu_nanos(Some(pid)))
     }
 
+    fn switches_now(peer: Option<u32>) -> u64 {
+        thread_switches(None) + peer.map_or(0, |pid| thread_switches(Some(pid)))
+    }
+
     /// Nanoseconds of CPU both used since [`start`](Self::start).
     pub fn used(&self) -> u64 {
         CpuMeter::now(self.peer).saturating_sub(self.start)
+    }
+
+    /// The times their threads were given a CPU since
+    /// [`start`](Self::start).
+    pub fn switches(&self) -> u64 {
+        CpuMeter::switches_now(self.peer).saturating_sub(self.switches)
     }
 }
 

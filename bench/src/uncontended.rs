@@ -39,7 +39,8 @@ fn calls_in(dir: &std::path::Path, calls: usize, coordinator: Option<u32>) -> Ti
 
 /// `calls` uncontended calls (a no-op on a fresh key each) after
 /// [`WARM_UP`] untimed ones: their median time, and the CPU time per call
-/// of this process and of the `coordinator`'s (when it is another).
+/// of this process and of the `coordinator`'s (when it is another), and the
+/// times their threads were given a CPU per call.
 pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Option<u32>) -> Timed {
     let stamp = wall_nanos();
     let mut times = Vec::with_capacity(calls);
@@ -60,10 +61,11 @@ pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Opti
             times.push(elapsed.as_nanos() as f64);
         }
     }
-    let cpu = cpu.map_or(0, |cpu| cpu.used());
+    let (used, switches) = cpu.map_or((0, 0), |cpu| (cpu.used(), cpu.switches()));
     Timed {
         median: median(&times),
-        cpu: cpu as f64 / calls.max(1) as f64,
+        cpu: used as f64 / calls.max(1) as f64,
+        switches: switches as f64 / calls.max(1) as f64,
     }
 }
 
