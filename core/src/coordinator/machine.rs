@@ -1,5 +1,6 @@
 //! The coordinator's rules (SPEC.md §8).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use super::cycles::{PartyRef, WaitFor};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
 use super::mutant::{Mutant, Seeded};
+use super::table::Table;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
@@ -88,14 +90,14 @@ pub struct Coordinator {
     grace_window: Duration,
     /// Set by [`Effect::EndTerm`].
     ended: bool,
-    connections: BTreeMap<ConnectionId, BTreeMap<RequestId, Party>>,
+    connections: Table<ConnectionId, Table<RequestId, Party>>,
     /// Connections accepted and not yet opened, refused or closed: each
     /// holds a slot, as an open one does (SPEC.md §11.3).
     handshaking: BTreeSet<ConnectionId>,
     /// The most connections held at once, [`MAX_CONNECTIONS`] but in tests
     /// and the model.
     connection_limit: usize,
-    flights: BTreeMap<Key, Flight>,
+    flights: Table<Key, Flight>,
     /// Runs waiting for the grace window to end or for their flight to be
     /// reasserted, in arrival order (SPEC.md §8.4).
     waiting: Vec<PartyRef>,
@@ -131,7 +133,8 @@ pub struct Coordinator {
     /// The wait-for graph of nested flights (SPEC.md §17.2): a side table
     /// too, empty unless calls name a parent.
     waits: WaitFor,
-    /// Effects of the step in progress; always empty between steps.
+    /// The caller's buffer of effects while a step is in progress
+    /// ([`Coordinator::step_into`]); always empty between steps.
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
     counters: Tally,
@@ -220,10 +223,10 @@ impl Coordinator {
             in_grace,
             grace_window,
             ended: false,
-            connections: BTreeMap::new(),
+            connections: Table::default(),
             handshaking: BTreeSet::new(),
             connection_limit: MAX_CONNECTIONS,
-            flights: BTreeMap::new(),
+            flights: Table::default(),
             waiting: Vec::new(),
             ended_in_grace: BTreeMap::new(),
             reasserted: BTreeMap::new(),
@@ -271,7 +274,10 @@ impl Coordinator {
 
     /// The flights in progress, by key, with their tokens.
     pub fn flights(&self) -> impl Iterator<Item = (&Key, FencingToken)> {
-        self.flights.iter().map(|(key, flight)| (key, flight.token))
+        self.flights
+            .sorted()
+            .into_iter()
+            .map(|(key, flight)| (key, flight.token))
     }
 
     /// The values kept for reuse, least recently landed first (SPEC.md
@@ -286,7 +292,8 @@ impl Coordinator {
     /// its token and its number of joiners.
     pub fn detached(&self) -> impl Iterator<Item = (&Key, FencingToken, usize)> {
         self.flights
-            .iter()
+            .sorted()
+            .into_iter()
             .filter(|(_, flight)| self.detached.contains(&flight.token))
             .map(|(key, flight)| (key, flight.token, flight.joiners.len()))
     }
@@ -312,9 +319,27 @@ impl Coordinator {
 
     /// Takes one event and returns what the shell must do (SPEC.md §8.1).
     pub fn step(&mut self, event: Event) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        self.step_into(event, &mut effects);
+        effects
+    }
+
+    /// Takes one event and appends what the shell must do to `effects`
+    /// (SPEC.md §8.1), as [`Coordinator::step`] returns it: a shell that
+    /// keeps one buffer for every step allocates none per event
+    /// (BENCHMARKS.md, "`step` with hash tables").
+    pub fn step_into(&mut self, event: Event, effects: &mut Vec<Effect>) {
         if self.ended {
-            return Vec::new();
+            return;
         }
+        // The caller's buffer is the step's own until it returns, so that
+        // every rule pushes to `self.effects` as before.
+        std::mem::swap(&mut self.effects, effects);
+        self.take(event);
+        std::mem::swap(&mut self.effects, effects);
+    }
+
+    fn take(&mut self, event: Event) {
         match event {
             Event::TermBegan => {
                 if self.in_grace {
@@ -353,7 +378,6 @@ impl Coordinator {
                 timer: Timer::Reuse { key, token },
             } => self.expire(&key, token),
         }
-        std::mem::take(&mut self.effects)
     }
 
     /// §11.3: an accepted connection takes a slot, or is refused at once
@@ -447,7 +471,7 @@ impl Coordinator {
     fn status(&mut self, connection: ConnectionId, id: RequestId) {
         let mut flights = Vec::new();
         let mut room = STATUS_FLIGHTS_BYTES;
-        for (key, flight) in &self.flights {
+        for (key, flight) in self.flights.sorted() {
             let status = FlightStatus {
                 key: key.clone(),
                 token: flight.token,
@@ -488,23 +512,24 @@ impl Coordinator {
         let Some(parties) = self.connections.get_mut(&connection) else {
             return false;
         };
-        if parties.contains_key(id) {
-            return false;
+        let full = parties.len() >= MAX_OPEN_REQUESTS_PER_CONNECTION;
+        match parties.entry(id.clone()) {
+            Entry::Occupied(_) => return false,
+            Entry::Vacant(vacant) if !full => {
+                vacant.insert(Party {
+                    key: key.clone(),
+                    role: Role::Waiting { flight: None },
+                });
+                return true;
+            }
+            Entry::Vacant(_) => {}
         }
-        if parties.len() >= MAX_OPEN_REQUESTS_PER_CONNECTION {
-            self.close(connection);
-            self.effects.push(Effect::Close {
-                connection,
-                reason: CloseReason::TooManyOpenRequests,
-            });
-            return false;
-        }
-        let party = Party {
-            key: key.clone(),
-            role: Role::Waiting { flight: None },
-        };
-        parties.insert(id.clone(), party);
-        true
+        self.close(connection);
+        self.effects.push(Effect::Close {
+            connection,
+            reason: CloseReason::TooManyOpenRequests,
+        });
+        false
     }
 
     /// §8.2: a plain run leads or joins; during the grace window it waits.
@@ -838,7 +863,7 @@ impl Coordinator {
         let Some(parties) = self.connections.remove(&connection) else {
             return;
         };
-        for (id, party) in parties {
+        for (id, party) in parties.into_sorted() {
             self.withdrawn(&(connection, id), party, Withdrawal::Close);
         }
     }
@@ -939,7 +964,12 @@ impl Coordinator {
         }
         // §15.2: a detached flight that nobody rejoined is stopped now.
         if !self.detached.is_empty() {
-            let keys: Vec<Key> = self.flights.keys().cloned().collect();
+            let keys: Vec<Key> = self
+                .flights
+                .sorted()
+                .into_iter()
+                .map(|(key, _)| key.clone())
+                .collect();
             for key in keys {
                 self.stop_if_unwanted(&key);
             }
