@@ -3,6 +3,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::cycles::{PartyRef, WaitFor};
@@ -104,7 +105,7 @@ pub struct Coordinator {
     /// Flights of earlier terms that ended during this grace window, with
     /// their outcome (`None`: interrupted), for rejoins that arrive after
     /// the end (SPEC.md §8.4). Emptied when the window ends.
-    ended_in_grace: BTreeMap<FencingToken, Option<Outcome>>,
+    ended_in_grace: BTreeMap<FencingToken, Option<Arc<Outcome>>>,
     /// The greatest token reasserted for each key in this grace window
     /// (SPEC.md §8.3). Emptied when the window ends.
     reasserted: BTreeMap<Key, FencingToken>,
@@ -204,7 +205,7 @@ struct Flight {
 struct Kept {
     key: Key,
     token: FencingToken,
-    outcome: Outcome,
+    outcome: Arc<Outcome>,
     /// What it counts against [`MAX_KEPT_BYTES`]: its key and its outcome's
     /// JSON text.
     bytes: usize,
@@ -285,7 +286,7 @@ impl Coordinator {
     pub fn kept(&self) -> impl Iterator<Item = (&Key, FencingToken, &Outcome)> {
         self.kept
             .iter()
-            .map(|kept| (&kept.key, kept.token, &kept.outcome))
+            .map(|kept| (&kept.key, kept.token, &*kept.outcome))
     }
 
     /// The keys whose flight in progress is detached (SPEC.md §15.2), with
@@ -729,6 +730,7 @@ impl Coordinator {
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
         let (outcome, answer) = shareable(outcome);
         self.count_land(matches!(outcome, Outcome::Value(_)));
+        let outcome = Arc::new(outcome);
         if self.hook(Mutant::ForgetsLandingsInGrace, true, false) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
@@ -876,8 +878,8 @@ impl Coordinator {
         &mut self,
         key: &Key,
         token: FencingToken,
-        mut outcome: Option<Outcome>,
-    ) -> Option<(Option<ReuseWindow>, Option<Outcome>)> {
+        outcome: Option<Outcome>,
+    ) -> Option<(Option<ReuseWindow>, Option<Arc<Outcome>>)> {
         if self.flights.get(key).is_none_or(|f| f.token != token) {
             return None;
         }
@@ -893,13 +895,19 @@ impl Coordinator {
         if outcome.is_none() {
             self.counters.0.interruptions += 1;
         }
-        for joiner in &flight.joiners {
-            self.finish(joiner, outcome.clone());
-        }
         // In the window every flight in progress is of an earlier epoch (no
         // flight is led in it, §8.4; a reassert is of an earlier term): `<`
         // and `<=` cannot differ here.
-        if self.in_grace && flight.token.epoch() < self.epoch {
+        let held = self.in_grace && flight.token.epoch() < self.epoch;
+        // One outcome for every joiner, the window's runs and the kept value,
+        // shared rather than copied for each; and not even made shareable
+        // when nobody takes it, as for most flights (an allocation saved).
+        let wanted = !flight.joiners.is_empty() || held || keep.is_some();
+        let mut outcome = outcome.filter(|_| wanted).map(Arc::new);
+        for joiner in &flight.joiners {
+            self.finish(joiner, outcome.clone());
+        }
+        if held {
             // §8.4: a held flight ended in the window. Its rejoins get its
             // ending. The key's plain runs that wait were made while it ran,
             // so they may take its outcome as joiners would have; when it was
@@ -1046,7 +1054,7 @@ impl Coordinator {
         let Some(kept) = self.kept.iter().find(|kept| kept.key == *key) else {
             return false;
         };
-        let (flight, outcome) = (kept.token, Box::new(kept.outcome.clone()));
+        let (flight, outcome) = (kept.token, Box::new(Outcome::clone(&kept.outcome)));
         self.remove_party(party);
         let (connection, id) = party.clone();
         self.send(
@@ -1063,7 +1071,7 @@ impl Coordinator {
     /// §16.2: keeps the value that the flight `token` of `key` landed (the
     /// key's older one is forgotten already), and evicts the least recently
     /// landed while over the bounds; the shell reports its expiry.
-    fn keep(&mut self, key: Key, token: FencingToken, outcome: Outcome, window: ReuseWindow) {
+    fn keep(&mut self, key: Key, token: FencingToken, outcome: Arc<Outcome>, window: ReuseWindow) {
         let bytes = key.as_str().len() + outcome.encoded_len();
         self.kept.push(Kept {
             key: key.clone(),
@@ -1106,7 +1114,7 @@ impl Coordinator {
 
     /// Answers a joiner or a rejoin for good: `landed` with the outcome, or
     /// `interrupted`; its party is closed (§8.10).
-    fn finish(&mut self, party: &PartyRef, outcome: Option<Outcome>) {
+    fn finish(&mut self, party: &PartyRef, outcome: Option<Arc<Outcome>>) {
         self.remove_party(party);
         let (connection, id) = party.clone();
         let response = match outcome {
@@ -1220,8 +1228,8 @@ enum Settle {
     /// Joins the flight (only a seeded bug joins a flight in the window).
     Join(FencingToken),
     /// Joins the flight that just landed and receives its outcome at once.
-    JoinLanded(FencingToken, Outcome),
-    Finish(Option<Outcome>),
+    JoinLanded(FencingToken, Arc<Outcome>),
+    Finish(Option<Arc<Outcome>>),
     Wait,
 }
 

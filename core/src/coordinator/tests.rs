@@ -1,6 +1,8 @@
 //! The coordinator's rules, one test per rule of SPEC.md §8, each comparing
 //! the exact effects; and property tests over long random event sequences.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
@@ -122,7 +124,13 @@ fn joined(connection: u64, i: &str, t: FencingToken) -> Effect {
 }
 
 fn landed(connection: u64, i: &str, outcome: Outcome) -> Effect {
-    send(connection, Response::Landed { id: id(i), outcome })
+    send(
+        connection,
+        Response::Landed {
+            id: id(i),
+            outcome: Arc::new(outcome),
+        },
+    )
 }
 
 fn interrupted(connection: u64, i: &str) -> Effect {
@@ -834,11 +842,10 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
     let [Effect::Send { response, .. }, answer] = &effects[..] else {
         panic!("one landed and one answer, not {effects:?}");
     };
-    let Response::Landed {
-        outcome: Outcome::Failure(failure),
-        ..
-    } = response
-    else {
+    let Response::Landed { outcome, .. } = response else {
+        panic!("the joiner gets a failure, not {response:?}");
+    };
+    let Outcome::Failure(failure) = &**outcome else {
         panic!("the joiner gets a failure, not {response:?}");
     };
     assert_eq!(failure.name, "ValueTooLarge");
