@@ -1171,3 +1171,53 @@ fn a_connection_opened_without_accept_takes_a_slot() {
     );
     assert!(co.is_open(c(1)) && !co.is_open(c(2)));
 }
+
+/// `step_into` appends to the caller's buffer what `step` returns, and
+/// leaves the coordinator as `step` does; a buffer that already holds effects
+/// keeps them first.
+#[test]
+fn step_into_appends_what_step_returns() {
+    let events = [
+        run(1, "1", "k"),
+        run(2, "1", "k"),
+        run(3, "1", "k"),
+        land(1, "1", value("v")),
+    ];
+    let mut by_step = coordinator(1, Term::First, 3);
+    let mut by_buffer = by_step.clone();
+    let mut buffer = vec![Effect::EndTerm];
+    for event in events {
+        let returned = by_step.step(event.clone());
+        by_buffer.step_into(event, &mut buffer);
+        assert_eq!(buffer[0], Effect::EndTerm, "what was there stays first");
+        assert_eq!(buffer[1..], returned[..]);
+        assert_eq!(by_buffer, by_step);
+        buffer.truncate(1);
+    }
+}
+
+/// §8.5: the joiners of a flight are handed one outcome, shared rather than
+/// copied for each (BENCHMARKS.md, "`step` with hash tables").
+#[test]
+fn joiners_share_one_outcome() {
+    let mut co = coordinator(1, Term::First, 3);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    co.step(run(3, "1", "k"));
+    let effects = co.step(land(1, "1", value("v")));
+    let outcomes: Vec<&Arc<Outcome>> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send {
+                response: Response::Landed { outcome, .. },
+                ..
+            } => Some(outcome),
+            _ => None,
+        })
+        .collect();
+    let [first, second] = outcomes[..] else {
+        panic!("two joiners landed, not {effects:?}");
+    };
+    assert_eq!(**first, value("v"));
+    assert!(Arc::ptr_eq(first, second), "one outcome for both");
+}
