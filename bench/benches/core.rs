@@ -417,6 +417,7 @@ fn wire(trace: &Trace) -> Vec<Wire> {
 /// decode the line, step, encode each response with its newline.
 fn serve_lines(coordinator: &mut Coordinator, lines: &[Wire]) -> usize {
     let mut written = 0;
+    let mut effects = Vec::new();
     for item in lines {
         let event = match item {
             Wire::Line(connection, line) => Event::RequestReceived {
@@ -426,7 +427,8 @@ fn serve_lines(coordinator: &mut Coordinator, lines: &[Wire]) -> usize {
             Wire::Other(event) => event.clone(),
         };
         let mut encoder = LineEncoder::default();
-        for effect in coordinator.step(event) {
+        coordinator.step_into(event, &mut effects);
+        for effect in effects.drain(..) {
             if let Effect::Send { response, .. } = effect {
                 written += encoder.line(&response).len();
             }
@@ -477,8 +479,11 @@ fn benchmarks(criterion: &mut Criterion<ThreadCpuTime>, scale: u64) {
             bencher.iter_batched(
                 || (trace.coordinator(), trace.events.clone()),
                 |(mut coordinator, events)| {
+                    let mut effects = Vec::new();
                     for event in events {
-                        black_box(coordinator.step(event));
+                        coordinator.step_into(event, &mut effects);
+                        black_box(&effects);
+                        effects.clear();
                     }
                     coordinator
                 },
@@ -526,8 +531,11 @@ fn summary(scale: u64, repeats: usize) {
                 let mut coordinator = trace.coordinator();
                 let events = trace.events.clone();
                 let start = thread_cpu_nanos();
+                let mut effects = Vec::new();
                 for event in events {
-                    black_box(coordinator.step(event));
+                    coordinator.step_into(event, &mut effects);
+                    black_box(&effects);
+                    effects.clear();
                 }
                 trace.events.len() as f64 * 1e9 / (thread_cpu_nanos() - start).max(1) as f64
             })
@@ -561,14 +569,17 @@ fn kept_bytes(coordinator: &mut Coordinator, events: impl Iterator<Item = Event>
 }
 
 /// Allocations per event of `step` in steady state, the trace built
-/// beforehand (decoding allocates the key and id; that is not `step`'s).
+/// beforehand (decoding allocates the key and id; that is not `step`'s),
+/// into one buffer of effects as the shell keeps (`step_into`).
 fn allocations_per_event(trace: &Trace) -> f64 {
     let mut coordinator = trace.coordinator();
     let events = trace.events.clone();
     let count = events.len();
+    let mut effects = Vec::new();
     let before = allocations();
     for event in events {
-        drop(coordinator.step(event));
+        coordinator.step_into(event, &mut effects);
+        effects.clear();
     }
     (allocations() - before) as f64 / count as f64
 }

@@ -3,6 +3,8 @@
 //! and property tests that round-trip arbitrary messages and throw arbitrary
 //! bytes at the decoders and the line framer.
 
+use std::sync::Arc;
+
 use proptest::prelude::*;
 use single_flight_core::fuzzing;
 use single_flight_core::protocol::limits::{
@@ -346,7 +348,7 @@ fn response_landed_value() {
     assert_response_line(
         Response::Landed {
             id: id("2"),
-            outcome: ok_value(),
+            outcome: Arc::new(ok_value()),
         },
         r#"{"op":"landed","id":"2","outcome":{"value":"{\"ok\":true}"}}"#,
     );
@@ -358,7 +360,7 @@ fn response_landed_failure() {
     assert_response_line(
         Response::Landed {
             id: id("2"),
-            outcome: failure(Some(FailureCode::Text("ENOSPC".to_owned()))),
+            outcome: Arc::new(failure(Some(FailureCode::Text("ENOSPC".to_owned())))),
         },
         r#"{"op":"landed","id":"2","outcome":{"failure":{"name":"Error","message":"disk full","code":"ENOSPC"}}}"#,
     );
@@ -648,7 +650,7 @@ fn an_outcome_at_the_limit_fits_in_every_line_that_carries_it() {
     });
     let landed = encode(&Response::Landed {
         id: longest_id,
-        outcome: outcome.clone(),
+        outcome: Arc::new(outcome.clone()),
     });
     assert_eq!(reassert.len() - MAX_OUTCOME_BYTES, 25_419);
     for line in [reassert, land, landed] {
@@ -1712,8 +1714,10 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
         (arbitrary_id(), arbitrary_token()).prop_map(|(id, token)| Response::Lead { id, token }),
         (arbitrary_id(), arbitrary_token())
             .prop_map(|(id, flight)| Response::Joined { id, flight }),
-        (arbitrary_id(), arbitrary_outcome())
-            .prop_map(|(id, outcome)| Response::Landed { id, outcome }),
+        (arbitrary_id(), arbitrary_outcome()).prop_map(|(id, outcome)| Response::Landed {
+            id,
+            outcome: Arc::new(outcome)
+        }),
         arbitrary_id().prop_map(|id| Response::Interrupted { id }),
         arbitrary_id().prop_map(|id| Response::Ack { id }),
         arbitrary_id().prop_map(|id| Response::Rejected { id }),
@@ -1873,7 +1877,7 @@ proptest! {
             prop_oneof![
                 arbitrary_response(),
                 (arbitrary_id(), arbitrary_outcome())
-                    .prop_map(|(id, outcome)| Response::Landed { id, outcome }),
+                    .prop_map(|(id, outcome)| Response::Landed { id, outcome: Arc::new(outcome) }),
             ],
             1..8,
         ),
@@ -1881,9 +1885,13 @@ proptest! {
     ) {
         let mut encoder = LineEncoder::default();
         let mut all = responses.clone();
-        // The joiners of the last flight that landed, if one did.
+        // The joiners of the last flight that landed, if one did: its
+        // outcome shared, as the coordinator sends it, or an equal copy.
         if let Some(Response::Landed { outcome, .. }) = responses.last() {
-            all.extend(repeats.into_iter().map(|id| Response::Landed { id, outcome: outcome.clone() }));
+            all.extend(repeats.into_iter().enumerate().map(|(n, id)| {
+                let outcome = if n % 2 == 0 { outcome.clone() } else { Arc::new(Outcome::clone(outcome)) };
+                Response::Landed { id, outcome }
+            }));
         }
         for response in &all {
             let mut expected = encode(response).into_bytes();

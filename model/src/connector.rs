@@ -332,7 +332,7 @@ impl Model for ConnectorModel {
                 wire.joined.remove(&call);
                 wire.responses.push_back(Response::Landed {
                     id: call.request_id(),
-                    outcome: Outcome::Value("landed".into()),
+                    outcome: std::sync::Arc::new(Outcome::Value("landed".into())),
                 });
                 return Some(state);
             }

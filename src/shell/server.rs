@@ -172,6 +172,7 @@ pub(super) fn start_for<T: Term, L: Listener>(
         started: tokio::time::Instant::now(),
         connected: false,
         seeded: options.seeded,
+        effects: Vec::new(),
     };
     let done = tokio::spawn(server.serve(stopped));
     Serving { stop, done }
@@ -201,6 +202,9 @@ struct Server<T, L> {
     connected: bool,
     /// The shell's seeded bug, if any (SPEC.md §12.7).
     seeded: Seeded,
+    /// The coordinator's effects of the step in progress, one buffer for the
+    /// term so that a step allocates none (`Coordinator::step_into`).
+    effects: Vec<Effect>,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -378,7 +382,11 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
         let mut closed = Vec::new();
         let mut encoder = LineEncoder::default();
-        for effect in self.coordinator.step(event) {
+        // Taken while the effects are carried out: a nested step (below)
+        // finds it empty and uses a buffer of its own.
+        let mut effects = std::mem::take(&mut self.effects);
+        self.coordinator.step_into(event, &mut effects);
+        for effect in effects.drain(..) {
             match effect {
                 Effect::Send {
                     connection,
@@ -400,6 +408,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                 }
             }
         }
+        self.effects = effects;
         // §11.3: a client too slow to read loses its connection, after the
         // step, so that the effects of this event stay in order.
         for connection in closed {

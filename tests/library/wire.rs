@@ -240,7 +240,7 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
             landed,
             Response::Landed {
                 id: single_flight_core::protocol::RequestId::new(id.as_str()).unwrap(),
-                outcome: at_limit.clone()
+                outcome: std::sync::Arc::new(at_limit.clone())
             }
         );
     }
@@ -259,11 +259,10 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
         );
         leader.send(&land("L", &too_large));
         for joiner in [&mut first, &mut second] {
-            let Response::Landed {
-                outcome: Outcome::Failure(failure),
-                ..
-            } = joiner.response()
-            else {
+            let Response::Landed { outcome, .. } = joiner.response() else {
+                panic!("the joiner gets a failure");
+            };
+            let Outcome::Failure(failure) = std::sync::Arc::unwrap_or_clone(outcome) else {
                 panic!("the joiner gets a failure");
             };
             assert_eq!(failure.name, "ValueTooLarge");

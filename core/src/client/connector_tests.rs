@@ -2,6 +2,7 @@
 //! per rule, comparing the exact effects at given times: no clock, so each
 //! runs in microseconds.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::connector::{Attempted, CLOSE_TIMEOUT, DRAIN_IDLE, Effect, Event};
@@ -211,7 +212,7 @@ fn a_gone_coordinator_is_read_while_bytes_come() {
             ms(700),
             Response::Landed {
                 id: CallId(1).request_id(),
-                outcome: Outcome::Value("v".into()),
+                outcome: Arc::new(Outcome::Value("v".into())),
             }
         ),
         vec![Effect::Call(ClientEffect::Resolve {

@@ -1,6 +1,7 @@
 //! The client's rules (SPEC.md §9).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::io::{CallId, CallOptions, Effect, Event, Resolution, StopReason};
 use crate::protocol::{FencingToken, Key, Outcome, Request, RequestId, Response};
@@ -147,7 +148,8 @@ impl Client {
             (CallState::Joined { flight }, Response::Landed { outcome, .. }) => {
                 Resolution::Joined {
                     flight: *flight,
-                    outcome,
+                    // A decoded line's own: taken, not copied.
+                    outcome: Arc::unwrap_or_clone(outcome),
                 }
             }
             // §16.3: only a call that asked for a kept value takes one; to

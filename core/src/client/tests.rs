@@ -1,6 +1,8 @@
 //! The client's rules, one test per rule of SPEC.md §9, comparing the exact
 //! effects.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::protocol::{
     Epoch, FencingToken, Key, Outcome, Request, RequestId, Response, ReuseWindow,
@@ -129,7 +131,7 @@ fn joiner_resolves_with_outcome_or_interruption() {
             &mut client,
             Response::Landed {
                 id: id(1),
-                outcome: value()
+                outcome: Arc::new(value())
             }
         ),
         vec![Effect::Resolve {

@@ -1,12 +1,15 @@
 //! The coordinator's rules (SPEC.md §8).
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::cycles::{PartyRef, WaitFor};
 use super::io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
 use super::mutant::{Mutant, Seeded};
+use super::table::Table;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
@@ -88,21 +91,21 @@ pub struct Coordinator {
     grace_window: Duration,
     /// Set by [`Effect::EndTerm`].
     ended: bool,
-    connections: BTreeMap<ConnectionId, BTreeMap<RequestId, Party>>,
+    connections: Table<ConnectionId, Table<RequestId, Party>>,
     /// Connections accepted and not yet opened, refused or closed: each
     /// holds a slot, as an open one does (SPEC.md §11.3).
     handshaking: BTreeSet<ConnectionId>,
     /// The most connections held at once, [`MAX_CONNECTIONS`] but in tests
     /// and the model.
     connection_limit: usize,
-    flights: BTreeMap<Key, Flight>,
+    flights: Table<Key, Flight>,
     /// Runs waiting for the grace window to end or for their flight to be
     /// reasserted, in arrival order (SPEC.md §8.4).
     waiting: Vec<PartyRef>,
     /// Flights of earlier terms that ended during this grace window, with
     /// their outcome (`None`: interrupted), for rejoins that arrive after
     /// the end (SPEC.md §8.4). Emptied when the window ends.
-    ended_in_grace: BTreeMap<FencingToken, Option<Outcome>>,
+    ended_in_grace: BTreeMap<FencingToken, Option<Arc<Outcome>>>,
     /// The greatest token reasserted for each key in this grace window
     /// (SPEC.md §8.3). Emptied when the window ends.
     reasserted: BTreeMap<Key, FencingToken>,
@@ -131,7 +134,8 @@ pub struct Coordinator {
     /// The wait-for graph of nested flights (SPEC.md §17.2): a side table
     /// too, empty unless calls name a parent.
     waits: WaitFor,
-    /// Effects of the step in progress; always empty between steps.
+    /// The caller's buffer of effects while a step is in progress
+    /// ([`Coordinator::step_into`]); always empty between steps.
     effects: Vec<Effect>,
     /// What this term decided, counted for operators (SPEC.md §8.11).
     counters: Tally,
@@ -201,7 +205,7 @@ struct Flight {
 struct Kept {
     key: Key,
     token: FencingToken,
-    outcome: Outcome,
+    outcome: Arc<Outcome>,
     /// What it counts against [`MAX_KEPT_BYTES`]: its key and its outcome's
     /// JSON text.
     bytes: usize,
@@ -220,10 +224,10 @@ impl Coordinator {
             in_grace,
             grace_window,
             ended: false,
-            connections: BTreeMap::new(),
+            connections: Table::default(),
             handshaking: BTreeSet::new(),
             connection_limit: MAX_CONNECTIONS,
-            flights: BTreeMap::new(),
+            flights: Table::default(),
             waiting: Vec::new(),
             ended_in_grace: BTreeMap::new(),
             reasserted: BTreeMap::new(),
@@ -271,7 +275,10 @@ impl Coordinator {
 
     /// The flights in progress, by key, with their tokens.
     pub fn flights(&self) -> impl Iterator<Item = (&Key, FencingToken)> {
-        self.flights.iter().map(|(key, flight)| (key, flight.token))
+        self.flights
+            .sorted()
+            .into_iter()
+            .map(|(key, flight)| (key, flight.token))
     }
 
     /// The values kept for reuse, least recently landed first (SPEC.md
@@ -279,14 +286,15 @@ impl Coordinator {
     pub fn kept(&self) -> impl Iterator<Item = (&Key, FencingToken, &Outcome)> {
         self.kept
             .iter()
-            .map(|kept| (&kept.key, kept.token, &kept.outcome))
+            .map(|kept| (&kept.key, kept.token, &*kept.outcome))
     }
 
     /// The keys whose flight in progress is detached (SPEC.md §15.2), with
     /// its token and its number of joiners.
     pub fn detached(&self) -> impl Iterator<Item = (&Key, FencingToken, usize)> {
         self.flights
-            .iter()
+            .sorted()
+            .into_iter()
             .filter(|(_, flight)| self.detached.contains(&flight.token))
             .map(|(key, flight)| (key, flight.token, flight.joiners.len()))
     }
@@ -312,9 +320,27 @@ impl Coordinator {
 
     /// Takes one event and returns what the shell must do (SPEC.md §8.1).
     pub fn step(&mut self, event: Event) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        self.step_into(event, &mut effects);
+        effects
+    }
+
+    /// Takes one event and appends what the shell must do to `effects`
+    /// (SPEC.md §8.1), as [`Coordinator::step`] returns it: a shell that
+    /// keeps one buffer for every step allocates none per event
+    /// (BENCHMARKS.md, "`step` with hash tables").
+    pub fn step_into(&mut self, event: Event, effects: &mut Vec<Effect>) {
         if self.ended {
-            return Vec::new();
+            return;
         }
+        // The caller's buffer is the step's own until it returns, so that
+        // every rule pushes to `self.effects` as before.
+        std::mem::swap(&mut self.effects, effects);
+        self.take(event);
+        std::mem::swap(&mut self.effects, effects);
+    }
+
+    fn take(&mut self, event: Event) {
         match event {
             Event::TermBegan => {
                 if self.in_grace {
@@ -353,7 +379,6 @@ impl Coordinator {
                 timer: Timer::Reuse { key, token },
             } => self.expire(&key, token),
         }
-        std::mem::take(&mut self.effects)
     }
 
     /// §11.3: an accepted connection takes a slot, or is refused at once
@@ -447,7 +472,7 @@ impl Coordinator {
     fn status(&mut self, connection: ConnectionId, id: RequestId) {
         let mut flights = Vec::new();
         let mut room = STATUS_FLIGHTS_BYTES;
-        for (key, flight) in &self.flights {
+        for (key, flight) in self.flights.sorted() {
             let status = FlightStatus {
                 key: key.clone(),
                 token: flight.token,
@@ -488,23 +513,24 @@ impl Coordinator {
         let Some(parties) = self.connections.get_mut(&connection) else {
             return false;
         };
-        if parties.contains_key(id) {
-            return false;
+        let full = parties.len() >= MAX_OPEN_REQUESTS_PER_CONNECTION;
+        match parties.entry(id.clone()) {
+            Entry::Occupied(_) => return false,
+            Entry::Vacant(vacant) if !full => {
+                vacant.insert(Party {
+                    key: key.clone(),
+                    role: Role::Waiting { flight: None },
+                });
+                return true;
+            }
+            Entry::Vacant(_) => {}
         }
-        if parties.len() >= MAX_OPEN_REQUESTS_PER_CONNECTION {
-            self.close(connection);
-            self.effects.push(Effect::Close {
-                connection,
-                reason: CloseReason::TooManyOpenRequests,
-            });
-            return false;
-        }
-        let party = Party {
-            key: key.clone(),
-            role: Role::Waiting { flight: None },
-        };
-        parties.insert(id.clone(), party);
-        true
+        self.close(connection);
+        self.effects.push(Effect::Close {
+            connection,
+            reason: CloseReason::TooManyOpenRequests,
+        });
+        false
     }
 
     /// §8.2: a plain run leads or joins; during the grace window it waits.
@@ -704,6 +730,7 @@ impl Coordinator {
     fn landed_before(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Outcome) {
         let (outcome, answer) = shareable(outcome);
         self.count_land(matches!(outcome, Outcome::Value(_)));
+        let outcome = Arc::new(outcome);
         if self.hook(Mutant::ForgetsLandingsInGrace, true, false) {
             self.ended_in_grace.insert(token, Some(outcome.clone()));
         }
@@ -838,7 +865,7 @@ impl Coordinator {
         let Some(parties) = self.connections.remove(&connection) else {
             return;
         };
-        for (id, party) in parties {
+        for (id, party) in parties.into_sorted() {
             self.withdrawn(&(connection, id), party, Withdrawal::Close);
         }
     }
@@ -851,8 +878,8 @@ impl Coordinator {
         &mut self,
         key: &Key,
         token: FencingToken,
-        mut outcome: Option<Outcome>,
-    ) -> Option<(Option<ReuseWindow>, Option<Outcome>)> {
+        outcome: Option<Outcome>,
+    ) -> Option<(Option<ReuseWindow>, Option<Arc<Outcome>>)> {
         if self.flights.get(key).is_none_or(|f| f.token != token) {
             return None;
         }
@@ -868,13 +895,19 @@ impl Coordinator {
         if outcome.is_none() {
             self.counters.0.interruptions += 1;
         }
-        for joiner in &flight.joiners {
-            self.finish(joiner, outcome.clone());
-        }
         // In the window every flight in progress is of an earlier epoch (no
         // flight is led in it, §8.4; a reassert is of an earlier term): `<`
         // and `<=` cannot differ here.
-        if self.in_grace && flight.token.epoch() < self.epoch {
+        let held = self.in_grace && flight.token.epoch() < self.epoch;
+        // One outcome for every joiner, the window's runs and the kept value,
+        // shared rather than copied for each; and not even made shareable
+        // when nobody takes it, as for most flights (an allocation saved).
+        let wanted = !flight.joiners.is_empty() || held || keep.is_some();
+        let mut outcome = outcome.filter(|_| wanted).map(Arc::new);
+        for joiner in &flight.joiners {
+            self.finish(joiner, outcome.clone());
+        }
+        if held {
             // §8.4: a held flight ended in the window. Its rejoins get its
             // ending. The key's plain runs that wait were made while it ran,
             // so they may take its outcome as joiners would have; when it was
@@ -939,7 +972,12 @@ impl Coordinator {
         }
         // §15.2: a detached flight that nobody rejoined is stopped now.
         if !self.detached.is_empty() {
-            let keys: Vec<Key> = self.flights.keys().cloned().collect();
+            let keys: Vec<Key> = self
+                .flights
+                .sorted()
+                .into_iter()
+                .map(|(key, _)| key.clone())
+                .collect();
             for key in keys {
                 self.stop_if_unwanted(&key);
             }
@@ -1016,7 +1054,7 @@ impl Coordinator {
         let Some(kept) = self.kept.iter().find(|kept| kept.key == *key) else {
             return false;
         };
-        let (flight, outcome) = (kept.token, Box::new(kept.outcome.clone()));
+        let (flight, outcome) = (kept.token, Box::new(Outcome::clone(&kept.outcome)));
         self.remove_party(party);
         let (connection, id) = party.clone();
         self.send(
@@ -1033,7 +1071,7 @@ impl Coordinator {
     /// §16.2: keeps the value that the flight `token` of `key` landed (the
     /// key's older one is forgotten already), and evicts the least recently
     /// landed while over the bounds; the shell reports its expiry.
-    fn keep(&mut self, key: Key, token: FencingToken, outcome: Outcome, window: ReuseWindow) {
+    fn keep(&mut self, key: Key, token: FencingToken, outcome: Arc<Outcome>, window: ReuseWindow) {
         let bytes = key.as_str().len() + outcome.encoded_len();
         self.kept.push(Kept {
             key: key.clone(),
@@ -1076,7 +1114,7 @@ impl Coordinator {
 
     /// Answers a joiner or a rejoin for good: `landed` with the outcome, or
     /// `interrupted`; its party is closed (§8.10).
-    fn finish(&mut self, party: &PartyRef, outcome: Option<Outcome>) {
+    fn finish(&mut self, party: &PartyRef, outcome: Option<Arc<Outcome>>) {
         self.remove_party(party);
         let (connection, id) = party.clone();
         let response = match outcome {
@@ -1190,8 +1228,8 @@ enum Settle {
     /// Joins the flight (only a seeded bug joins a flight in the window).
     Join(FencingToken),
     /// Joins the flight that just landed and receives its outcome at once.
-    JoinLanded(FencingToken, Outcome),
-    Finish(Option<Outcome>),
+    JoinLanded(FencingToken, Arc<Outcome>),
+    Finish(Option<Arc<Outcome>>),
     Wait,
 }
 

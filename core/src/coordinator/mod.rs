@@ -6,6 +6,7 @@ mod cycles;
 mod io;
 mod machine;
 mod mutant;
+mod table;
 
 pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};

@@ -1,6 +1,8 @@
 //! The coordinator's rules, one test per rule of SPEC.md §8, each comparing
 //! the exact effects; and property tests over long random event sequences.
 
+use std::sync::Arc;
+
 use super::*;
 use crate::protocol::{
     CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
@@ -122,7 +124,13 @@ fn joined(connection: u64, i: &str, t: FencingToken) -> Effect {
 }
 
 fn landed(connection: u64, i: &str, outcome: Outcome) -> Effect {
-    send(connection, Response::Landed { id: id(i), outcome })
+    send(
+        connection,
+        Response::Landed {
+            id: id(i),
+            outcome: Arc::new(outcome),
+        },
+    )
 }
 
 fn interrupted(connection: u64, i: &str) -> Effect {
@@ -834,11 +842,10 @@ fn an_outcome_over_the_limit_reaches_the_joiners_as_a_failure() {
     let [Effect::Send { response, .. }, answer] = &effects[..] else {
         panic!("one landed and one answer, not {effects:?}");
     };
-    let Response::Landed {
-        outcome: Outcome::Failure(failure),
-        ..
-    } = response
-    else {
+    let Response::Landed { outcome, .. } = response else {
+        panic!("the joiner gets a failure, not {response:?}");
+    };
+    let Outcome::Failure(failure) = &**outcome else {
         panic!("the joiner gets a failure, not {response:?}");
     };
     assert_eq!(failure.name, "ValueTooLarge");
@@ -1163,4 +1170,54 @@ fn a_connection_opened_without_accept_takes_a_slot() {
         }]
     );
     assert!(co.is_open(c(1)) && !co.is_open(c(2)));
+}
+
+/// `step_into` appends to the caller's buffer what `step` returns, and
+/// leaves the coordinator as `step` does; a buffer that already holds effects
+/// keeps them first.
+#[test]
+fn step_into_appends_what_step_returns() {
+    let events = [
+        run(1, "1", "k"),
+        run(2, "1", "k"),
+        run(3, "1", "k"),
+        land(1, "1", value("v")),
+    ];
+    let mut by_step = coordinator(1, Term::First, 3);
+    let mut by_buffer = by_step.clone();
+    let mut buffer = vec![Effect::EndTerm];
+    for event in events {
+        let returned = by_step.step(event.clone());
+        by_buffer.step_into(event, &mut buffer);
+        assert_eq!(buffer[0], Effect::EndTerm, "what was there stays first");
+        assert_eq!(buffer[1..], returned[..]);
+        assert_eq!(by_buffer, by_step);
+        buffer.truncate(1);
+    }
+}
+
+/// §8.5: the joiners of a flight are handed one outcome, shared rather than
+/// copied for each (BENCHMARKS.md, "`step` with hash tables").
+#[test]
+fn joiners_share_one_outcome() {
+    let mut co = coordinator(1, Term::First, 3);
+    co.step(run(1, "1", "k"));
+    co.step(run(2, "1", "k"));
+    co.step(run(3, "1", "k"));
+    let effects = co.step(land(1, "1", value("v")));
+    let outcomes: Vec<&Arc<Outcome>> = effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Send {
+                response: Response::Landed { outcome, .. },
+                ..
+            } => Some(outcome),
+            _ => None,
+        })
+        .collect();
+    let [first, second] = outcomes[..] else {
+        panic!("two joiners landed, not {effects:?}");
+    };
+    assert_eq!(**first, value("v"));
+    assert!(Arc::ptr_eq(first, second), "one outcome for both");
 }

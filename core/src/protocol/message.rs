@@ -315,8 +315,9 @@ pub enum Response {
         /// The id of the `run`.
         id: RequestId,
         /// The outcome its leader landed, or the `ValueTooLarge` failure in
-        /// its place (§3.4).
-        outcome: Outcome,
+        /// its place (§3.4): one for all the flight's joiners, shared rather
+        /// than copied for each.
+        outcome: Arc<Outcome>,
     },
     /// The joined (or rejoining) flight ended without an outcome. Final.
     Interrupted {
@@ -550,7 +551,7 @@ pub fn encoded_len<M: Serialize>(message: &M) -> usize {
 #[derive(Default)]
 pub struct LineEncoder {
     /// The last landed outcome, and its JSON text.
-    landed: Option<(Outcome, String)>,
+    landed: Option<(Arc<Outcome>, String)>,
 }
 
 impl LineEncoder {
@@ -562,8 +563,10 @@ impl LineEncoder {
             return line;
         };
         let text = match &mut self.landed {
-            // Comparing costs one pass over the text; escaping it, several.
-            Some((last, text)) if last == outcome => text,
+            // The coordinator shares one outcome among a flight's joiners,
+            // so the pointer usually tells; comparing costs one pass over
+            // the text, escaping it several.
+            Some((last, text)) if Arc::ptr_eq(last, outcome) || last == outcome => text,
             cached => &cached.insert((outcome.clone(), encode(outcome))).1,
         };
         // The field order of `Response::Landed`'s `Serialize`.
@@ -637,7 +640,7 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         },
         "landed" => Response::Landed {
             id,
-            outcome: outcome(message.outcome.take())?,
+            outcome: Arc::new(outcome(message.outcome.take())?),
         },
         "interrupted" => Response::Interrupted { id },
         "ack" => Response::Ack { id },

@@ -178,7 +178,7 @@ impl Observer {
                                 .expect("§8.5: landed for a party that joined nothing");
                             assert_eq!(
                                 self.landed.get(flight),
-                                Some(outcome),
+                                Some(&**outcome),
                                 "§8.5: a joiner got another outcome than its flight's"
                             );
                         }
