@@ -224,7 +224,7 @@ pub struct Settings {
 /// own: for the simulation (sim/), which runs every process of a cluster
 /// on one runtime with simulated time (SPEC.md §12.7). The code that runs
 /// is the shipped driver, server and client; only where it runs differs.
-/// As [`start_thread`] does, `open` runs where the driver runs, not in the
+/// As `start_thread` does, `open` runs where the driver runs, not in the
 /// caller's task, so that whatever the backend starts in the background
 /// lives as long as the driver, not as long as the caller.
 ///
