@@ -221,18 +221,7 @@ pub fn cpu_nanos(pid: Option<u32>) -> u64 {
 /// exited are not counted, so measure only where both ends keep theirs (a
 /// runtime and the library's thread that live through the timed part).
 pub fn thread_cpu_nanos(pid: Option<u32>) -> u64 {
-    let tasks = match pid {
-        Some(pid) => format!("/proc/{pid}/task"),
-        None => "/proc/self/task".to_owned(),
-    };
-    let Ok(entries) = std::fs::read_dir(tasks) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+    schedstat_sum(pid, 0)
 }
 
 /// How many times the live threads of a process were given a CPU (`None`:
@@ -243,6 +232,13 @@ pub fn thread_cpu_nanos(pid: Option<u32>) -> u64 {
 /// "Issue 30's hot path"), and unlike a time, a count barely moves with the
 /// machine's load. As [`thread_cpu_nanos`], exited threads are not counted.
 pub fn thread_switches(pid: Option<u32>) -> u64 {
+    schedstat_sum(pid, 2)
+}
+
+/// The sum over the live threads of a process (`None`: this process) of
+/// field `field` (from 0) of `/proc/<pid>/task/<tid>/schedstat`; 0 where
+/// it cannot be read.
+fn schedstat_sum(pid: Option<u32>, field: usize) -> u64 {
     let tasks = match pid {
         Some(pid) => format!("/proc/{pid}/task"),
         None => "/proc/self/task".to_owned(),
@@ -253,7 +249,7 @@ pub fn thread_switches(pid: Option<u32>) -> u64 {
     entries
         .filter_map(Result::ok)
         .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|text| text.split_whitespace().nth(2)?.parse::<u64>().ok())
+        .filter_map(|text| text.split_whitespace().nth(field)?.parse::<u64>().ok())
         .sum()
 }
 
