@@ -14,7 +14,8 @@ use tracing::warn;
 
 use super::codec::{Codec, Json};
 use super::landed::{Landed, Role};
-use super::driver::{CallEvent, Command, PANIC_LAND_TIMEOUT};
+use super::driver::PANIC_LAND_TIMEOUT;
+use super::hub::{CallEvent, Command, Commands};
 use super::error::{RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
 use super::nested::{self, Working};
@@ -807,7 +808,7 @@ fn shareable(outcome: Outcome) -> Outcome {
 /// Withdraws the call if its future is dropped before it ends
 /// (SPEC.md §9.5).
 struct Withdraw<'a> {
-    commands: &'a mpsc::UnboundedSender<Command>,
+    commands: &'a Commands,
     call: CallId,
     armed: bool,
 }

@@ -1,69 +1,29 @@
 //! The client side of one process (SPEC.md §9, §10): connects to the
-//! coordinator, or campaigns when there is none, and runs the pure
-//! [`Client`] over the connection. It runs on the process's single-flight
-//! thread; calls talk to it through [`Command`]s and [`CallEvent`]s.
+//! coordinator, or campaigns when there is none, and reads the connection
+//! into the pure [`Connector`](crate::client::Connector) that the callers
+//! step too (`super::hub`). It runs on the process's single-flight thread.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::error::Unavailable;
-use crate::backend::BackendError;
+use super::hub::{self, Closes, Hub, Work};
 use super::lines::{LineError, Lines};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
 use super::stats::Counters;
+use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
-use crate::client::{CallId, CallOptions, Connector, Effect, Resolution, StopReason};
-use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::election::{Election, Term};
-use crate::protocol::{
-    ClientHello, FencingToken, HandshakeError, Key, Outcome, decode_coordinator_hello,
-    decode_response, encode,
-};
+use crate::protocol::{ClientHello, HandshakeError, decode_coordinator_hello, decode_response};
 use crate::transport::{ConnectError, Connection, Transport};
-
-/// What a call asks of the driver.
-pub(super) enum Command {
-    Start {
-        call: CallId,
-        key: Key,
-        options: CallOptions,
-        events: mpsc::UnboundedSender<CallEvent>,
-    },
-    WorkFinished {
-        call: CallId,
-        outcome: Outcome,
-        /// Told when the land is settled (`ack` or `rejected`), or at once
-        /// when there is no land to wait for; for a leader whose work
-        /// panicked (§9.6).
-        settled: Option<oneshot::Sender<()>>,
-    },
-    /// Withdraws the call. The driver forgets it: its event channel closes
-    /// after the events already sent. A detached call that leads stays,
-    /// for its work (SPEC.md §15.3).
-    Cancel { call: CallId },
-    /// Finish the lands in progress, end the term if this process
-    /// coordinates, and stop.
-    Close { done: oneshot::Sender<()> },
-}
-
-/// What the driver tells a call.
-pub(super) enum CallEvent {
-    Lead(FencingToken),
-    Resolved(Resolution),
-    Unavailable(Arc<Unavailable>),
-    /// Drop the work of the detached call, whose caller has left: nobody
-    /// waits for it (SPEC.md §15.3).
-    Stop,
-}
 
 /// How long a leader whose work panicked waits for its land to be settled
 /// before it resumes the panic (SPEC.md §9.6). A panic often ends its
@@ -73,33 +33,24 @@ pub(super) enum CallEvent {
 /// lives (§9.3).
 pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
-/// Carries out the [`Connector`]'s decisions (SPEC.md §9, §10, §14.3): it
-/// owns the connection, the attempt in progress and the channels to the
-/// callers, and holds no copy of what the machine decides (which calls lead,
-/// which lands settle, when to try again or leave).
+/// Carries out the connector's decisions that are the thread's (SPEC.md §9,
+/// §10, §14.3; `hub::Work`): it owns the connection's reader, the
+/// election's watch, the attempt in progress and the term it serves, and
+/// holds no copy of what the machine decides (which calls lead, which lands
+/// settle, when to try again or leave).
 pub(super) struct Driver<E: Election, T: Transport> {
     /// The election and the transport, lent to the attempt in progress to
     /// reach or become the coordinator; `None` while one runs.
     finder: Option<Finder<E, T>>,
     options: Options,
-    connector: Connector,
-    /// Where the machine's time starts: it reads durations since then.
-    origin: tokio::time::Instant,
-    /// Each call's channel, until the call is resolved, withdrawn or told to
-    /// stop.
-    calls: BTreeMap<CallId, mpsc::UnboundedSender<CallEvent>>,
-    /// Leaders whose work panicked, each told when the machine says its land
-    /// is settled (§9.6).
-    panicked: BTreeMap<CallId, oneshot::Sender<()>>,
-    writer: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// The connector, the calls and the writer, shared with the callers.
+    hub: Arc<Hub>,
     lines: Option<Lines<T::Reader>>,
     gone: Option<Gone>,
     /// The attempt to reach or become the coordinator in progress. The loop
     /// polls it beside everything else, so that it never holds up a
     /// command; dropping it abandons the attempt.
     attempting: Option<Attempting<E, T>>,
-    /// Why the attempt that just ended failed, for the calls it ends.
-    failure: Option<Arc<Unavailable>>,
     /// The term this process serves, if it won the election.
     serving: Option<Serving>,
     /// The epoch of the last coordinator this process connected to, to
@@ -111,7 +62,10 @@ pub(super) struct Driver<E: Election, T: Transport> {
 }
 
 enum Wake<E: Election, T: Transport> {
-    Command(Option<Command>),
+    /// A close, or `None`: no handle is left.
+    Close(Option<oneshot::Sender<()>>),
+    /// A caller's step left the thread work, or an earlier timer.
+    Hub,
     Line(Result<Vec<u8>, LineError>),
     /// The election says the coordinator this process is connected to no
     /// longer holds its term (§14.3).
@@ -170,6 +124,7 @@ where
         election: E,
         transport: T,
         options: Options,
+        hub: Arc<Hub>,
         counters: Arc<Counters>,
     ) -> Driver<E, T> {
         Driver {
@@ -178,15 +133,10 @@ where
                 transport,
             }),
             options,
-            connector: Connector::new(),
-            origin: tokio::time::Instant::now(),
-            calls: BTreeMap::new(),
-            panicked: BTreeMap::new(),
-            writer: None,
+            hub,
             lines: None,
             gone: None,
             attempting: None,
-            failure: None,
             serving: None,
             last_epoch: None,
             closers: Vec::new(),
@@ -194,77 +144,69 @@ where
         }
     }
 
-    /// Runs until every handle is gone or [`Command::Close`] arrives, and
-    /// the connector stops.
-    pub(super) async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        // The clock of the runtime that drives the loop, not of the thread
-        // that built the driver.
-        self.origin = tokio::time::Instant::now();
+    /// Runs until every handle is gone or a close is asked for, and the
+    /// connector stops.
+    pub(super) async fn run(mut self, mut closes: Closes) {
+        let hub = self.hub.clone();
         let mut handles_left = true;
-        while !self.connector.is_stopped() {
-            // Past the last instant tokio can represent (a pause of
-            // `Duration::MAX`): no timer.
-            let timer = self
-                .connector
-                .poll_timeout()
-                .and_then(|at| self.origin.checked_add(at));
+        while !hub.lock().is_stopped() {
+            let timer = hub.timer();
             let wake = tokio::select! {
-                command = commands.recv(), if handles_left => Wake::Command(command),
+                close = closes.recv(), if handles_left => Wake::Close(close),
+                () = hub.thread.notified() => Wake::Hub,
                 line = async { self.lines.as_mut().expect("guarded").next().await }, if self.lines.is_some() => Wake::Line(line),
                 () = async { self.gone.as_mut().expect("guarded").await }, if self.gone.is_some() => Wake::CoordinatorGone,
                 (finder, attempt) = async { self.attempting.as_mut().expect("guarded").await }, if self.attempting.is_some() => Wake::Attempted(finder, attempt),
                 () = async { tokio::time::sleep_until(timer.expect("guarded")).await }, if timer.is_some() => Wake::Timer,
             };
+            let mut failure = None;
             let event = match wake {
-                Wake::Command(Some(Command::Close { done })) => {
+                Wake::Close(Some(done)) => {
                     self.closers.push(done);
-                    connector::Event::CloseRequested
+                    Some(connector::Event::CloseRequested)
                 }
-                Wake::Command(Some(command)) => match self.command(command) {
-                    Some(event) => event,
-                    None => continue,
-                },
-                Wake::Command(None) => {
+                Wake::Close(None) => {
                     // No handle is left to send commands; only lands remain.
                     handles_left = false;
-                    connector::Event::CloseRequested
+                    Some(connector::Event::CloseRequested)
                 }
+                Wake::Hub => None,
                 Wake::Attempted(finder, attempt) => {
                     self.finder = Some(finder);
                     self.attempting = None;
-                    connector::Event::AttemptEnded {
-                        attempt: self.attempted(attempt),
-                    }
+                    let (attempt, failed) = self.attempted(attempt);
+                    failure = failed;
+                    Some(connector::Event::AttemptEnded { attempt })
                 }
                 Wake::Line(Ok(line)) => match decode_response(&line) {
-                    Ok(response) => connector::Event::ResponseReceived { response },
+                    Ok(response) => Some(connector::Event::ResponseReceived { response }),
                     Err(error) => {
                         warn!(%error, "the coordinator sent a malformed response; reconnecting");
-                        connector::Event::ConnectionLost
+                        Some(connector::Event::ConnectionLost)
                     }
                 },
                 Wake::Line(Err(error)) => {
                     debug!(%error, "lost the coordinator");
-                    connector::Event::ConnectionLost
+                    Some(connector::Event::ConnectionLost)
                 }
                 Wake::CoordinatorGone => {
                     info!(
                         "the coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)"
                     );
                     self.gone = None;
-                    connector::Event::CoordinatorGone {
+                    Some(connector::Event::CoordinatorGone {
                         received: self.received(),
-                    }
+                    })
                 }
-                Wake::Timer => connector::Event::TimerFired {
+                Wake::Timer => Some(connector::Event::TimerFired {
                     received: self.received(),
-                },
+                }),
             };
-            self.step(event);
+            self.step(event, failure);
         }
         drop(self.attempting.take());
         drop(self.lines.take());
-        self.writer = None;
+        hub.lock().stop();
         if let Some(serving) = self.serving.take() {
             let _ = serving.stop.send(());
             let _ = serving.done.await;
@@ -279,65 +221,32 @@ where
         self.lines.as_ref().map_or(0, Lines::received)
     }
 
-    /// Feeds `event` to the connector, now, and carries out its effects.
-    fn step(&mut self, event: connector::Event) {
-        let now = tokio::time::Instant::now().saturating_duration_since(self.origin);
-        let effects = self.connector.step(now, event);
-        for effect in effects {
-            self.apply(effect);
-        }
-        self.failure = None;
-    }
-
-    /// What `command` tells the connector, if anything.
-    fn command(&mut self, command: Command) -> Option<connector::Event> {
-        match command {
-            Command::Start {
-                call,
-                key,
-                options,
-                events,
-            } => {
-                let in_progress = self.connector.client().calls_in_progress();
-                if in_progress >= MAX_OPEN_REQUESTS_PER_CONNECTION {
-                    let _ = events.send(CallEvent::Unavailable(Arc::new(
-                        Unavailable::TooManyCalls(in_progress),
-                    )));
-                    return None;
-                }
-                self.calls.insert(call, events);
-                Some(connector::Event::CallStarted { call, key, options })
+    /// Feeds `event`, if any, to the connector, `failure` being why the
+    /// attempt it reports failed; then carries out the thread's share of
+    /// every step's effects so far, a caller's among them, in order.
+    ///
+    /// A line read from a connection that a caller's step has just left
+    /// (its `Disconnect` still in the work) reaches a connector that is no
+    /// longer connected, which ignores it; no new connection is made before
+    /// this thread has carried that `Disconnect` out.
+    fn step(&mut self, event: Option<connector::Event>, failure: Option<Arc<Unavailable>>) {
+        let hub = self.hub.clone();
+        let work = {
+            let mut state = hub.lock();
+            if let Some(event) = event {
+                state.failure = failure;
+                hub.step(&mut state, event);
             }
-            Command::WorkFinished {
-                call,
-                outcome,
-                settled,
-            } => {
-                if let Some(settled) = settled {
-                    // Told by the machine's `LandSettled`, which this very
-                    // step gives when no land is sent. Waiters that gave up
-                    // (PANIC_LAND_TIMEOUT) leave their entry behind when
-                    // their land is never answered.
-                    self.panicked.retain(|_, waiter| !waiter.is_closed());
-                    self.panicked.insert(call, settled);
-                }
-                Some(connector::Event::WorkFinished { call, outcome })
-            }
-            Command::Cancel { call } => {
-                self.step(connector::Event::CallCancelled { call });
-                // A detached call that leads stays, for its work (§15.3).
-                if !self.connector.client().is_detached(call) {
-                    self.calls.remove(&call);
-                }
-                None
-            }
-            Command::Close { .. } => unreachable!("handled by the loop"),
+            state.take_work()
+        };
+        for work in work {
+            self.apply(work);
         }
     }
 
-    /// Takes the connection or the term an attempt brought, and tells the
-    /// connector what the attempt came to.
-    fn attempted(&mut self, attempt: Attempt<E, T>) -> Attempted {
+    /// Takes the connection or the term an attempt brought: what the
+    /// connector is told, and why it failed.
+    fn attempted(&mut self, attempt: Attempt<E, T>) -> (Attempted, Option<Arc<Unavailable>>) {
         match attempt {
             Attempt::Connected {
                 lines,
@@ -348,24 +257,22 @@ where
                 self.connected(writer, epoch);
                 self.lines = Some(lines);
                 self.gone = Some(gone);
-                Attempted::Connected
+                (Attempted::Connected, None)
             }
             Attempt::Won(term, listener) => {
                 self.serving = Some(server::start(term, listener, &self.options));
-                Attempted::Won
+                (Attempted::Won, None)
             }
-            Attempt::Missed { pause } => Attempted::Missed { pause },
+            Attempt::Missed { pause } => (Attempted::Missed { pause }, None),
             Attempt::Failed { reason, pause } => {
-                self.failure = Some(Arc::new(reason));
-                Attempted::Failed { pause }
+                (Attempted::Failed { pause }, Some(Arc::new(reason)))
             }
         }
     }
 
-    fn apply(&mut self, effect: connector::Effect) {
-        match effect {
-            connector::Effect::Call(effect) => self.call_effect(effect),
-            connector::Effect::StartAttempt => {
+    fn apply(&mut self, work: Work) {
+        match work {
+            Work::StartAttempt => {
                 let finder = self
                     .finder
                     .take()
@@ -381,81 +288,22 @@ where
                     finder.attempt(serving, self.options.poll_interval, self.options.seeded),
                 ));
             }
-            connector::Effect::Disconnect => {
+            Work::Disconnect => {
                 if self.gone.is_none() && self.lines.is_some() {
                     info!("leaving the coordinator whose term is over (SPEC.md §14.3)");
                 }
                 self.lines = None;
                 self.gone = None;
-                self.writer = None;
-            }
-            connector::Effect::Unavailable { call } => {
-                let reason = self
-                    .failure
-                    .clone()
-                    .expect("only a failed attempt ends calls unavailable");
-                if let Some(events) = self.calls.remove(&call) {
-                    let _ = events.send(CallEvent::Unavailable(reason));
-                }
             }
             // The loop ends on it.
-            connector::Effect::Stop => {}
+            Work::Stop => {}
         }
     }
 
-    fn call_effect(&mut self, effect: Effect) {
-        match effect {
-            Effect::Send(request) => {
-                if let Some(writer) = &self.writer {
-                    let mut line = encode(&request).into_bytes();
-                    line.push(b'\n');
-                    let _ = writer.send(line);
-                }
-            }
-            Effect::StartWork { call, token } => {
-                debug!(call = call.0, %token, "leading");
-                if let Some(events) = self.calls.get(&call) {
-                    let _ = events.send(CallEvent::Lead(token));
-                }
-            }
-            Effect::Resolve { call, resolution } => {
-                if let Some(events) = self.calls.remove(&call) {
-                    let _ = events.send(CallEvent::Resolved(resolution));
-                }
-            }
-            Effect::StopWork { call, why } => {
-                match why {
-                    StopReason::NobodyWaits => {
-                        debug!(
-                            call = call.0,
-                            "nobody waits for the detached flight; stopping its work (SPEC.md §15.3)"
-                        );
-                    }
-                    StopReason::DetachUnsupported => warn!(
-                        call = call.0,
-                        "the coordinator does not know detached calls (SPEC.md §15); the flight was cancelled, which interrupted its joiners, and its work stopped"
-                    ),
-                    StopReason::FlightLost => {
-                        debug!(
-                            call = call.0,
-                            "a detached call lost its flight; stopping its work"
-                        );
-                    }
-                }
-                if let Some(events) = self.calls.remove(&call) {
-                    let _ = events.send(CallEvent::Stop);
-                }
-            }
-            Effect::LandSettled { call } => {
-                if let Some(settled) = self.panicked.remove(&call) {
-                    let _ = settled.send(());
-                }
-            }
-        }
-    }
-
-    /// A new connection to the coordinator of `epoch` is ready; the
-    /// connector then has the client replay its calls on it (§9.4).
+    /// A new connection to the coordinator of `epoch` is ready: its write
+    /// half goes to the hub, where the connector's replay (§9.4) and every
+    /// later request is written, and a writer task for what a step cannot
+    /// write at once.
     fn connected(&mut self, write: T::Writer, epoch: String) {
         if self
             .last_epoch
@@ -464,9 +312,9 @@ where
         {
             self.counters.failover();
         }
-        let (writer, outgoing) = mpsc::unbounded_channel();
-        tokio::spawn(write_requests(write, outgoing, self.options.seeded));
-        self.writer = Some(writer);
+        let flush = self.options.seeded.hook(Mutant::WritersNeverFlush, true, false);
+        let wake = self.hub.lock().connect(Box::new(write), flush);
+        tokio::spawn(hub::write_behind(self.hub.clone(), wake));
     }
 }
 
@@ -644,26 +492,5 @@ where
         };
         info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
         Ok(Some((lines, write, hello.epoch)))
-    }
-}
-
-async fn write_requests(
-    mut write: impl AsyncWrite + Unpin,
-    mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
-    seeded: Seeded,
-) {
-    let flush = seeded.hook(Mutant::WritersNeverFlush, true, false);
-    let mut batch = Vec::new();
-    while let Some(line) = outgoing.recv().await {
-        batch.clear();
-        batch.extend_from_slice(&line);
-        while let Ok(line) = outgoing.try_recv() {
-            batch.extend_from_slice(&line);
-        }
-        // A flush after every batch: a TLS writer keeps records back until
-        // flushed (a Unix socket's flush does nothing).
-        if write.write_all(&batch).await.is_err() || (flush && write.flush().await.is_err()) {
-            return;
-        }
     }
 }

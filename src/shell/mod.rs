@@ -9,6 +9,7 @@ mod codec;
 mod driver;
 mod error;
 mod failure;
+mod hub;
 mod landed;
 mod lines;
 #[cfg(feature = "_internal")] // for the simulation only

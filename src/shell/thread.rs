@@ -7,10 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::driver::{Command, Driver};
+use super::driver::Driver;
+use super::hub::{Clock, Closes, Commands, Hub};
 use super::error::OpenError;
 use super::options::Options;
 use super::stats::Counters;
@@ -20,8 +21,8 @@ use crate::backend::{Backend, Place, Visit};
 pub(super) struct Shared {
     /// `None` in cluster mode.
     pub(super) directory: Option<PathBuf>,
-    /// The way to the single-flight thread's driver.
-    pub(super) commands: mpsc::UnboundedSender<Command>,
+    /// How calls reach the process (`super::hub`).
+    pub(super) commands: Commands,
     /// The number of this process's next call (SPEC.md §9.1).
     pub(super) next_call: AtomicU64,
     /// The single-flight thread's runtime. Timers that must run while the
@@ -92,7 +93,8 @@ struct Drive {
     options: Options,
     counters: Arc<Counters>,
     answer: oneshot::Sender<Result<(), OpenError>>,
-    inbox: mpsc::UnboundedReceiver<Command>,
+    inbox: Closes,
+    hub: Arc<Hub>,
 }
 
 impl Visit for Drive {
@@ -102,7 +104,7 @@ impl Visit for Drive {
         match backend.open(self.options.poll_interval).await {
             Ok((election, transport)) => {
                 let _ = self.answer.send(Ok(()));
-                Driver::new(election, transport, self.options, self.counters)
+                Driver::new(election, transport, self.options, self.hub, self.counters)
                     .run(self.inbox)
                     .await;
             }
@@ -156,25 +158,30 @@ pub(super) fn start_thread(
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (answer, opened) = oneshot::channel();
-    let shared = start(directory, Runs::OwnThread, move |inbox, counters| {
+    let shared = start(directory, Runs::OwnThread, move |inbox, hub, counters| {
         place.with(Drive {
             options,
             counters,
             answer,
             inbox,
+            hub,
         })
     })?;
     Ok((shared, opened))
 }
 
-/// Starts `drive`, given the driver's inbox and the counters, where `runs`
-/// says.
+/// Starts `drive`, given the driver's inbox, the hub and the counters,
+/// where `runs` says.
 fn start<F, D>(directory: Option<PathBuf>, runs: Runs, drive: D) -> Result<Arc<Shared>, OpenError>
 where
-    D: FnOnce(mpsc::UnboundedReceiver<Command>, Arc<Counters>) -> F + Send + 'static,
+    D: FnOnce(Closes, Arc<Hub>, Arc<Counters>) -> F + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let (commands, inbox) = mpsc::unbounded_channel();
+    let clock = match runs {
+        Runs::OwnThread => Clock::System,
+        Runs::On(_) => Clock::Runtime,
+    };
+    let (commands, inbox, hub) = Commands::new(clock);
     let counters = Arc::new(Counters::default());
     let driver_counters = counters.clone();
     let handle = match runs {
@@ -186,12 +193,12 @@ where
             let handle = runtime.handle().clone();
             std::thread::Builder::new()
                 .name("single-flight".into())
-                .spawn(move || runtime.block_on(drive(inbox, driver_counters)))
+                .spawn(move || runtime.block_on(drive(inbox, hub, driver_counters)))
                 .map_err(OpenError::Thread)?;
             handle
         }
         Runs::On(handle) => {
-            handle.spawn(drive(inbox, driver_counters));
+            handle.spawn(drive(inbox, hub, driver_counters));
             handle
         }
     };
@@ -254,9 +261,9 @@ where
         Box::pin(open)
     };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(None, runs, move |inbox, counters| async move {
+    let shared = start(None, runs, move |inbox, hub, counters| async move {
         let (election, transport) = opened.await;
-        Driver::new(election, transport, options, counters)
+        Driver::new(election, transport, options, hub, counters)
             .run(inbox)
             .await;
     })
