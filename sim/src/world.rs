@@ -914,7 +914,18 @@ fn check(
                     && other.started < call.ended
                     && other.ended > call.started
             });
-            let leader = overlapping.first().filter(|_| all_made && !out_caller);
+            // A flight stays open at its coordinator after its work ends,
+            // until its land arrives; a leader that a fault took out may
+            // have finished before this call began and its land never
+            // arrived (seed 1796240075828084369: the leader's host was cut
+            // off as its work ended, and its joiners were interrupted when
+            // its connection closed, four seconds later).
+            let out_leader = log.leads.iter().any(|lead| {
+                lead.key == call.key && crashed_or_out(lead.process) && lead.started < call.ended
+            });
+            let leader = overlapping
+                .first()
+                .filter(|_| all_made && !out_caller && !out_leader);
             if let Some(leader) = leader {
                 violations.push(format!(
                     "p{} {} was told {:?} at {} though its leader p{} ({}) finished at {}, no fault touching either",
