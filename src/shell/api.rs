@@ -144,7 +144,7 @@ impl SingleFlight {
     /// has. `None` when it has stopped already.
     pub(super) fn send_close(&self) -> Option<oneshot::Receiver<()>> {
         let (done, closed) = oneshot::channel();
-        let sent = self.shared.commands.send(Command::Close { done });
+        let sent = self.shared.commands.close(done);
         sent.is_ok().then_some(closed)
     }
 }

@@ -149,8 +149,7 @@ where
     pub(super) async fn run(mut self, mut closes: Closes) {
         let hub = self.hub.clone();
         let mut handles_left = true;
-        while !hub.lock().is_stopped() {
-            let timer = hub.timer();
+        while let Some(timer) = hub.timer() {
             let wake = tokio::select! {
                 close = closes.recv(), if handles_left => Wake::Close(close),
                 () = hub.thread.notified() => Wake::Hub,

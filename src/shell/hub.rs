@@ -53,9 +53,6 @@ pub(super) enum Command {
     /// already sent. A detached call that leads stays, for its work (SPEC.md
     /// §15.3).
     Cancel { call: CallId },
-    /// Finish the lands in progress, end the term if this process
-    /// coordinates, and stop.
-    Close { done: oneshot::Sender<()> },
 }
 
 /// What a call is told.
@@ -98,12 +95,16 @@ impl Commands {
         (commands, inbox, hub)
     }
 
-    /// Carries out `command`: in the caller's thread, but for a close.
+    /// Carries out `command` in the caller's thread.
     pub(super) fn send(&self, command: Command) -> Result<(), Stopped> {
-        match command {
-            Command::Close { done } => self.closes.send(done).map_err(|_| Stopped),
-            command => self.hub.command(command),
-        }
+        self.hub.command(command)
+    }
+
+    /// Asks the single-flight thread to finish the lands in progress, end
+    /// the term if this process coordinates, and stop; `done` is told when
+    /// it has.
+    pub(super) fn close(&self, done: oneshot::Sender<()>) -> Result<(), Stopped> {
+        self.closes.send(done).map_err(|_| Stopped)
     }
 }
 
@@ -192,11 +193,16 @@ impl Hub {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// When the connector wants [`connector::Event::TimerFired`], on the
-    /// runtime's clock; `None`: never, or past what tokio can represent.
-    pub(super) fn timer(&self) -> Option<tokio::time::Instant> {
-        let at = self.lock().connector.poll_timeout()?;
-        self.origin.checked_add(at)
+    /// `None` once the connector has stopped; otherwise when it wants
+    /// [`connector::Event::TimerFired`], on the runtime's clock: `Some(None)`
+    /// for never, or past what tokio can represent.
+    pub(super) fn timer(&self) -> Option<Option<tokio::time::Instant>> {
+        let state = self.lock();
+        if state.connector.is_stopped() {
+            return None;
+        }
+        let at = state.connector.poll_timeout();
+        Some(at.and_then(|at| self.origin.checked_add(at)))
     }
 
     /// Feeds `event` to the connector with `state` locked, and carries out
@@ -256,7 +262,6 @@ impl Hub {
                     state.calls.remove(&call);
                 }
             }
-            Command::Close { .. } => unreachable!("sent to the thread by Commands::send"),
         }
         let earlier = match (state.connector.poll_timeout(), timer) {
             (Some(now), Some(before)) => now < before,
@@ -272,10 +277,6 @@ impl Hub {
 }
 
 impl State {
-    pub(super) fn is_stopped(&self) -> bool {
-        self.connector.is_stopped()
-    }
-
     /// The thread's work so far, taken.
     pub(super) fn take_work(&mut self) -> Vec<Work> {
         std::mem::take(&mut self.work)
