@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use single_flight::{Role, SingleFlight};
 
+use crate::contended_floor;
 use crate::fanout::{flock_call, value_of};
 use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines};
 use crate::redis;
@@ -38,6 +39,8 @@ pub enum System {
     SingleFlight,
     Flock,
     Redis,
+    /// The least the shape needs, without a library (`crate::contended_floor`).
+    Floor,
     /// single-flight in cluster mode (the workers' environment says where
     /// the cluster is: `crate::cluster`).
     #[cfg(feature = "cluster")]
@@ -53,6 +56,7 @@ impl System {
             System::SingleFlight => "single-flight",
             System::Flock => "flock",
             System::Redis => "redis",
+            System::Floor => "floor",
             #[cfg(feature = "cluster")]
             System::Cluster => "cluster",
             #[cfg(feature = "cluster")]
@@ -65,6 +69,7 @@ impl System {
             "single-flight" => System::SingleFlight,
             "flock" => System::Flock,
             "redis" => System::Redis,
+            "floor" => System::Floor,
             #[cfg(feature = "cluster")]
             "cluster" => System::Cluster,
             #[cfg(feature = "cluster")]
@@ -137,6 +142,16 @@ pub fn measure_on(
     let work = shape.work.as_micros().to_string();
     let redis_pid = redis.and_then(|r| r.pid);
     let redis = redis.map_or("-", |r| r.address.as_str());
+    // The floor's server, a process of its own whose CPU time is counted
+    // as Redis's is.
+    let floor = (system == System::Floor).then(|| {
+        std::fs::create_dir_all(&dir).expect("the benchmark's directory");
+        let socket = dir.join(contended_floor::SOCKET);
+        Worker::spawn(&["contend-floor", socket.to_str().expect("a UTF-8 temp dir")]).ready()
+    });
+    let floor_cpu = floor
+        .as_ref()
+        .map(|server| (server.pid(), cpu_nanos(Some(server.pid()))));
     let args = ["contend", system.name(), &dir_text, &keys, &work, redis, ""];
     // The first process opens the directory first and so coordinates, as
     // the first of a group of real processes would.
@@ -193,6 +208,10 @@ pub fn measure_on(
     {
         cpu += cpu_nanos(Some(pid)).saturating_sub(before);
     }
+    if let Some((pid, before)) = floor_cpu {
+        cpu += cpu_nanos(Some(pid)).saturating_sub(before);
+    }
+    drop(floor);
     let services_after: u64 = placement.services.iter().map(|&p| cpu_nanos(Some(p))).sum();
     cpu += services_after.saturating_sub(services_cpu);
     assert!(calls > 0, "{} made no call", system.name());
@@ -248,6 +267,10 @@ pub fn worker(args: &[String]) {
                 let runtime = process::runtime();
                 let mut caller = match (flights, system) {
                     (Some(flights), _) => Caller::Flights(flights),
+                    (None, System::Floor) => Caller::Floor(
+                        contended_floor::Caller::connect(&dir.join(contended_floor::SOCKET))
+                            .expect("connect to the floor's server"),
+                    ),
                     (None, System::Redis) => {
                         let owner = format!("{}-{k}", std::process::id());
                         let redis = redis::Caller::new(&redis_address, &key, owner);
@@ -293,6 +316,10 @@ pub fn worker(args: &[String]) {
                             .map(|(_, led)| led)
                             .map_err(|error| error.to_string()),
                         Caller::Flock(dir) => Ok(flock_call(dir, &key, work).1),
+                        Caller::Floor(floor) => floor
+                            .call(&key, work)
+                            .map(|(_, led)| led)
+                            .map_err(|error| error.to_string()),
                     };
                     match did_lead {
                         Ok(did_lead) => {
@@ -370,6 +397,7 @@ enum Caller {
     EtcdLock(Box<crate::etcd_lock::Caller>),
     /// The flock baseline, in this directory.
     Flock(PathBuf),
+    Floor(contended_floor::Caller),
 }
 
 /// Opens the directory and makes one call, so that this process is

@@ -43,6 +43,8 @@ fn colour(system: System) -> RGBColor {
         System::Cluster => RGBColor(31, 119, 180),
         System::Flock => RGBColor(255, 127, 14),
         System::Redis => RGBColor(214, 39, 40),
+        // Grey: not a peer, the least the shape needs.
+        System::Floor => RGBColor(127, 127, 127),
         #[cfg(feature = "cluster")]
         System::EtcdLock => RGBColor(44, 160, 44),
     }

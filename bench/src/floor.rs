@@ -203,14 +203,15 @@ pub fn echo_tokio(path: &str) {
 /// `receivers` processes blocked in `read`; the time from before the first
 /// write to the last receiver's return from `read`, in nanoseconds, once per
 /// flight. Each receiver keeps its time until asked, so that nothing else
-/// runs meanwhile.
-pub fn fan_out(receivers: usize, flights: usize) -> Vec<f64> {
+/// runs meanwhile. `reader` is the receivers' kind: [`Reader::Alone`] for
+/// the floor.
+pub fn fan_out(receivers: usize, flights: usize, reader: Reader) -> Vec<f64> {
     let scratch = Scratch::new("floor-fanout");
     let path = scratch.join("floor.sock");
     let listener = UnixListener::bind(&path).expect("bind the floor's socket");
     let path_text = path.to_str().expect("a UTF-8 temp dir");
     let _readers: Vec<Worker> = (0..receivers)
-        .map(|_| Worker::spawn(&["fan-reader", path_text]))
+        .map(|_| Worker::spawn(&[reader.worker(), path_text]))
         .collect();
     let mut streams: Vec<(BufReader<UnixStream>, UnixStream)> = (0..receivers)
         .map(|_| {
@@ -240,6 +241,85 @@ pub fn fan_out(receivers: usize, flights: usize) -> Vec<f64> {
         times.push(last.saturating_sub(start) as f64);
     }
     times
+}
+
+/// How a receiver of [`fan_out`] waits for its line.
+#[derive(Clone, Copy, Debug)]
+pub enum Reader {
+    /// Blocked in `read`, nothing else in the process: the floor.
+    Alone,
+    /// A tokio runtime reads it (parked in `epoll_wait` until the line
+    /// comes), nothing else in the process.
+    Runtime,
+    /// A tokio runtime reads it, while a second, idle runtime on another
+    /// thread of the process has the same socket registered and is parked
+    /// in `epoll_wait` too. This prices the caveat of BENCHMARKS.md's
+    /// design 4 (a caller reads its own answer while the single-flight
+    /// thread's runtime keeps the connection registered): every arrival
+    /// wakes that runtime as well, though it reads nothing.
+    Watched,
+}
+
+impl Reader {
+    fn worker(self) -> &'static str {
+        match self {
+            Reader::Alone => "fan-reader",
+            Reader::Runtime => "fan-reader-runtime",
+            Reader::Watched => "fan-reader-watched",
+        }
+    }
+}
+
+/// A [`Reader::Runtime`] receiver, or with `watched` a [`Reader::Watched`]
+/// one.
+pub fn fan_reader_runtime(path: &str, watched: bool) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let stream = UnixStream::connect(path).expect("connect to the floor's socket");
+    if watched {
+        let watched = stream.try_clone().expect("a second handle");
+        let (registered, is_registered) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                // Registered (edge-triggered, as tokio registers every
+                // socket) and never read.
+                let _watch = tokio::net::UnixStream::from_std(watched).expect("registered");
+                registered.send(()).expect("the reader waits");
+                std::future::pending::<()>().await;
+            });
+        });
+        is_registered.recv().expect("the watching thread registers");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async move {
+        // Both handles share one file description: non-blocking for both
+        // runtimes, as tokio requires.
+        stream.set_nonblocking(true).expect("a non-blocking socket");
+        let stream = tokio::net::UnixStream::from_std(stream).expect("registered");
+        let (read, mut write) = stream.into_split();
+        let mut read = tokio::io::BufReader::new(read);
+        let mut line = Vec::with_capacity(128);
+        loop {
+            line.clear();
+            if !matches!(read.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
+                return;
+            }
+            let at = crate::process::wall_nanos();
+            line.clear();
+            if !matches!(read.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
+                return;
+            }
+            if write.write_all(format!("{at}\n").as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// A receiver of [`fan_out`]: notes when each line arrives, and tells when

@@ -1,6 +1,6 @@
 //! The multi-process benchmarks of BENCHMARKS.md (items 2 to 6): the floor
 //! of one Unix-socket round trip, an uncontended call, fan-out to N joiners,
-//! throughput under contention against flock and Redis, and failover.
+//! throughput under contention against flock, Redis and the floor of its shape, and failover.
 //!
 //! ```text
 //! cargo run --release -p single-flight-bench                # the full run (a few minutes)
@@ -12,7 +12,7 @@
 //! fanout, contended, failover, memory, staggered, cluster-uncontended,
 //! cluster-contended, cluster-failover, cluster-memory), `--contenders
 //! LIST` (the local contended run's systems, of single-flight, flock,
-//! redis), `--clients N` (the memory per client's idle clients),
+//! redis, floor), `--clients N` (the memory per client's idle clients),
 //! `--figures DIR` (draw the latency picture there, `figures.rs`),
 //! `--redis auto|off|HOST:PORT` (`auto` starts
 //! `redis-server` from PATH on a free loopback port, or skips the baseline
@@ -34,6 +34,7 @@
 
 mod busy;
 mod contended;
+mod contended_floor;
 mod failover;
 mod fanout;
 mod figures;
@@ -291,7 +292,13 @@ fn main() {
             "--redis" => config.redis = value(),
             "--contenders" => {
                 config.contenders = value().split(',').map(str::to_owned).collect();
-                let known = [System::SingleFlight, System::Flock, System::Redis].map(System::name);
+                let known = [
+                    System::SingleFlight,
+                    System::Flock,
+                    System::Redis,
+                    System::Floor,
+                ]
+                .map(System::name);
                 if let Some(unknown) = config
                     .contenders
                     .iter()
@@ -341,11 +348,14 @@ fn worker(args: &[String]) {
         ["echo", path] => floor::echo(path),
         ["echo-tokio", path] => floor::echo_tokio(path),
         ["fan-reader", path] => floor::fan_reader(path),
+        ["fan-reader-runtime", path] => floor::fan_reader_runtime(path, false),
+        ["fan-reader-watched", path] => floor::fan_reader_runtime(path, true),
         ["serve", dir, grace] => uncontended::serve(dir, grace),
         ["busy-host", dir, spinners] => busy::host(dir, spinners),
         ["sf-caller", dir] => fanout::sf_caller(dir),
         ["flock-caller", dir] => fanout::flock_caller(dir),
         ["contend", ..] => contended::worker(&args[1..]),
+        ["contend-floor", path] => contended_floor::serve(path),
         ["load", ..] => failover::worker(&args[1..]),
         ["stagger-call", dir, work, reuse] => staggered::caller(dir, work, reuse),
         #[cfg(feature = "cluster")]
@@ -393,6 +403,17 @@ struct Figures {
     contended: Vec<(System, Vec<contended::Throughput>)>,
     over_flock: Vec<f64>,
     over_redis: Vec<f64>,
+    /// The fan-out floor with tokio runtimes reading, over the plain floor,
+    /// per round; then with each reader's socket also registered in a
+    /// second, idle runtime.
+    runtime_fanout: Vec<f64>,
+    watched_fanout: Vec<f64>,
+    /// The contended floor's calls/s over flock's and Redis's, per round:
+    /// the most any design can show against them.
+    floor_over_flock: Vec<f64>,
+    floor_over_redis: Vec<f64>,
+    /// single-flight's CPU per call over the contended floor's, per round.
+    cpu_over_floor: Vec<f64>,
     failover_p50: Vec<f64>,
     failover_p99: Vec<f64>,
     failover_all: Vec<f64>,
@@ -449,6 +470,7 @@ fn run(config: &Config) {
     if redis_target.is_some() {
         systems.push(System::Redis);
     }
+    systems.push(System::Floor);
     systems.retain(|&system| config.contends(system));
     figures.contended = systems.iter().map(|&s| (s, Vec::new())).collect();
     for round in 1..=config.rounds {
@@ -564,12 +586,20 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
     }
     if config.runs("fanout") {
         let (ours, flock) = fanout::measure(config.fanout_joiners, config.fanout_flights);
-        let bare = stats::median(&floor::fan_out(
-            config.fanout_joiners,
-            config.fanout_flights,
-        ));
+        let fan_floor = |reader| {
+            stats::median(&floor::fan_out(
+                config.fanout_joiners,
+                config.fanout_flights,
+                reader,
+            ))
+        };
+        let bare = fan_floor(floor::Reader::Alone);
+        let runtime = fan_floor(floor::Reader::Runtime);
+        let watched = fan_floor(floor::Reader::Watched);
         let (ours, flock) = (stats::median(&ours), stats::median(&flock));
         figures.floor_fanout.push(bare);
+        figures.runtime_fanout.push(runtime / bare);
+        figures.watched_fanout.push(watched / bare);
         figures.fanout_over_floor_fanout.push(ours / bare);
         figures.fanout.push(ours);
         figures.fanout_flock.push(flock);
@@ -589,14 +619,22 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
     }
     if config.runs("contended") {
         let mut this_round = Vec::new();
+        let mut cpu = Vec::new();
         for (system, results) in &mut figures.contended {
             let result = contended::measure(*system, config.contended, redis);
             this_round.push((*system, result.calls_per_second));
+            cpu.push((*system, result.cpu_per_call));
             results.push(result);
         }
+        figures
+            .cpu_over_floor
+            .extend(contended::ratio(&cpu, System::SingleFlight, System::Floor));
         let ratio = |other| contended::ratio(&this_round, System::SingleFlight, other);
         figures.over_flock.extend(ratio(System::Flock));
         figures.over_redis.extend(ratio(System::Redis));
+        let floor_over = |other| contended::ratio(&this_round, System::Floor, other);
+        figures.floor_over_flock.extend(floor_over(System::Flock));
+        figures.floor_over_redis.extend(floor_over(System::Redis));
     }
 }
 
@@ -728,6 +766,16 @@ fn report(config: &Config, figures: &Figures) {
         "",
     );
     row(
+        "… the same, each reader a tokio runtime, ÷ this floor",
+        show(&figures.runtime_fanout, 1.0, 2),
+        "",
+    );
+    row(
+        "… and each reader's socket also registered in a second, idle runtime of its process (design 4's caveat), ÷ this floor",
+        show(&figures.watched_fanout, 1.0, 2),
+        "",
+    );
+    row(
         "… single-flight fan-out ÷ this floor",
         show(&figures.fanout_over_floor_fanout, 1.0, 1),
         "",
@@ -798,6 +846,18 @@ fn report(config: &Config, figures: &Figures) {
         "… single-flight ÷ Redis (calls/s)",
         show(&figures.over_redis, 1.0, 2),
         "≥ 3",
+    );
+    row(
+        "… the floor ÷ flock; ÷ Redis (calls/s): the most any design shows here",
+        show(&figures.floor_over_flock, 1.0, 2)
+            .zip(show(&figures.floor_over_redis, 1.0, 2))
+            .map(|(flock, redis)| format!("{flock}; {redis}")),
+        "",
+    );
+    row(
+        "… single-flight's CPU time per call ÷ the floor's, median of the rounds' ratios",
+        show(&figures.cpu_over_floor, 1.0, 2),
+        "",
     );
     row(
         &format!(
