@@ -156,14 +156,6 @@ impl BackendError {
     pub(crate) fn new(error: impl Error + Send + Sync + 'static) -> BackendError {
         BackendError(Arc::new(error))
     }
-
-    /// The backend's error, when it is a `T`: for tests and diagnostics;
-    /// the backends' types are not a stable part of the API.
-    #[doc(hidden)]
-    pub fn downcast_ref<T: Error + 'static>(&self) -> Option<&T> {
-        let error: &(dyn Error + 'static) = &*self.0;
-        error.downcast_ref()
-    }
 }
 
 impl fmt::Debug for BackendError {

@@ -193,11 +193,7 @@ impl World {
 
     /// The processes that ran the work.
     fn ran(&self) -> usize {
-        std::fs::read_dir(self.runs())
-            .unwrap()
-            .flatten()
-            .filter(|entry| entry.file_name().to_string_lossy().starts_with("ran-"))
-            .count()
+        crate::support::count_marks(&self.runs(), "ran-")
     }
 
     fn release(&self) {

@@ -170,11 +170,7 @@ impl World {
     }
 
     fn ran(&self) -> usize {
-        std::fs::read_dir(self.runs())
-            .unwrap()
-            .flatten()
-            .filter(|entry| entry.file_name().to_string_lossy().starts_with("ran-"))
-            .count()
+        crate::support::count_marks(&self.runs(), "ran-")
     }
 
     /// Starts `count` runs of one key spread over the hosts (or on

@@ -18,6 +18,17 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// The `single-flight` command of this build.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
 
+/// How many files in `dir` have names that start with `prefix`: the marks
+/// that children leave where a test counts them (`ran-PID`, one for each
+/// process whose work ran).
+pub fn count_marks(dir: &std::path::Path, prefix: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|error| panic!("list {}: {error}", dir.display()))
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+        .count()
+}
+
 pub mod certs;
 pub mod child;
 pub mod etcd;
