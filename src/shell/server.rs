@@ -17,7 +17,8 @@ use tracing::{debug, info, warn};
 use super::lines::{LineError, Lines};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Event, Timer};
+pub(super) use crate::coordinator::Lifetime;
+use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Ending, Event, Needed, Timer};
 use crate::election::{CHECK_INTERVAL, Term};
 use crate::protocol::{
     CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
@@ -59,13 +60,6 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// second would cut such a line off, and its joiner, which had its value all
 /// but delivered, would be told `interrupted`.
 const FLUSH_BYTES_PER_SECOND: f64 = (1 << 20) as f64;
-
-/// How long a term served only while it is needed (`Builder::serve_while_needed`,
-/// SPEC.md §16.4) waits for its first connection before it counts as idle:
-/// the process that started it connects as soon as it sees it coordinate, a
-/// poll interval and a handshake later, which this leaves wide room for on a
-/// loaded machine. Past it, a term nobody connected to ends.
-pub(super) const FIRST_CONNECTION_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How long `queued` bytes may take to reach a client at the end of a term.
 fn flush_time(queued: usize) -> Duration {
@@ -119,17 +113,6 @@ pub(super) struct Serving {
     pub done: tokio::task::JoinHandle<()>,
 }
 
-/// How long a term is served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Lifetime {
-    /// Until it is stopped or lost.
-    UntilStopped,
-    /// Also ends, cleanly, once it is idle (SPEC.md §16.4): no connection,
-    /// no flight, no grace window and no value kept for a reuse window,
-    /// after its first connection or [`FIRST_CONNECTION_PATIENCE`].
-    WhileNeeded,
-}
-
 /// Serves `term` on `listener`, on the current (single-flight) runtime.
 pub(super) fn start<T: Term, L: Listener>(term: T, listener: L, options: &Options) -> Serving {
     start_for(term, listener, options, Lifetime::UntilStopped)
@@ -168,9 +151,8 @@ pub(super) fn start_for<T: Term, L: Listener>(
         next_connection: 0,
         timers: DelayQueue::new(),
         reuse_timer_of: BTreeMap::new(),
-        lifetime,
+        ending: Ending::new(lifetime),
         started: tokio::time::Instant::now(),
-        connected: false,
         seeded: options.seeded,
         effects: Vec::new(),
     };
@@ -194,12 +176,10 @@ struct Server<T, L> {
     /// than keys landed within the longest window.
     timers: DelayQueue<Timer>,
     reuse_timer_of: BTreeMap<Key, delay_queue::Key>,
-    lifetime: Lifetime,
-    /// When the term began serving, and whether any connection has been
-    /// accepted since: a term served while needed is not idle before its
-    /// first client had its chance to connect.
+    /// When the term ends cleanly (SPEC.md §10.4, §16.4), decided by a pure
+    /// machine; `started` is when the term began serving, for its time.
+    ending: Ending,
     started: tokio::time::Instant,
-    connected: bool,
     /// The shell's seeded bug, if any (SPEC.md §12.7).
     seeded: Seeded,
     /// The coordinator's effects of the step in progress, one buffer for the
@@ -234,14 +214,8 @@ impl<T: Term, L: Listener> Server<T, L> {
         if !self.step(Event::TermBegan) {
             return self.end(End::Lost).await;
         }
-        // Asked to stop inside the grace window: the term is served until
-        // the window ends (SPEC.md §10.4). The rejoiners of flights that
-        // landed in this term come back within it for their outcomes, which
-        // only this term holds; ended now, the term would be clean, and the
-        // next one would tell them their flights were lost.
-        let mut stopping = false;
         let end = loop {
-            if stopping && !self.coordinator.in_grace() {
+            if self.ending.ends_after_event(self.coordinator.in_grace()) {
                 break End::Stopped;
             }
             tokio::select! {
@@ -281,34 +255,32 @@ impl<T: Term, L: Listener> Server<T, L> {
                     if !self.check() {
                         break End::Lost;
                     }
-                    if self.lifetime == Lifetime::WhileNeeded && !self.coordinator.in_grace() && self.idle(now) {
+                    let served = now.duration_since(self.started);
+                    if self.ending.ends_at_check(served, &self.needed()) {
                         info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "no client and no kept value left; ending the term (SPEC.md §16.4)");
                         break End::Stopped;
                     }
                 }
-                _ = &mut stopped, if !stopping => {
-                    if !self.coordinator.in_grace() {
+                _ = &mut stopped, if !self.ending.is_stopping() => {
+                    if self.ending.stop_asked(self.coordinator.in_grace()) {
                         break End::Stopped;
                     }
                     info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
-                    stopping = true;
                 }
             }
         };
         self.end(end).await;
     }
 
-    /// Whether nobody needs this term any more at `now` (`Lifetime::WhileNeeded`):
-    /// no connection (open or in its handshake), no flight, no reuse timer
-    /// (a timer outlives a value forgotten early, so this errs on staying),
-    /// and the first connection has come or was waited for long enough.
-    fn idle(&self, now: tokio::time::Instant) -> bool {
-        let waited = self.connected || now.duration_since(self.started) >= FIRST_CONNECTION_PATIENCE;
-        waited
-            && self.readers.is_empty()
-            && self.writers.is_empty()
-            && self.reuse_timer_of.is_empty()
-            && self.coordinator.flights().next().is_none()
+    /// What may still need the term, for its [`Ending`]: a connection is
+    /// open or in its handshake while it has a reader or a writer.
+    fn needed(&self) -> Needed {
+        Needed {
+            in_grace: self.coordinator.in_grace(),
+            connections: self.readers.len().max(self.writers.len()),
+            flights: self.coordinator.flights().next().is_some(),
+            kept: self.reuse_timer_of.len(),
+        }
     }
 
     /// Starts the handshake of an accepted connection, unless the
@@ -324,7 +296,7 @@ impl<T: Term, L: Listener> Server<T, L> {
             // Refused: dropping `incoming` closes it.
             return true;
         }
-        self.connected = true;
+        self.ending.connection_accepted();
         let task = tokio::spawn(connection_task::<L>(
             incoming,
             connection,

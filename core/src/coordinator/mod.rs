@@ -4,12 +4,14 @@
 
 mod cycles;
 mod io;
+mod lifetime;
 mod machine;
 mod mutant;
 mod table;
 
 pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
 pub use io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
+pub use lifetime::{Ending, FIRST_CONNECTION_PATIENCE, Lifetime, Needed};
 pub use machine::{Coordinator, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
 #[cfg(single_flight_mutants)]
 pub use mutant::Mutant;
