@@ -275,6 +275,9 @@ impl Reader {
 pub fn fan_reader_runtime(path: &str, watched: bool) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let stream = UnixStream::connect(path).expect("connect to the floor's socket");
+    // Both handles share one file description, which tokio requires to be
+    // non-blocking before either runtime registers it.
+    stream.set_nonblocking(true).expect("a non-blocking socket");
     if watched {
         let watched = stream.try_clone().expect("a second handle");
         let (registered, is_registered) = std::sync::mpsc::channel();
@@ -298,9 +301,6 @@ pub fn fan_reader_runtime(path: &str, watched: bool) {
         .build()
         .expect("a runtime");
     runtime.block_on(async move {
-        // Both handles share one file description: non-blocking for both
-        // runtimes, as tokio requires.
-        stream.set_nonblocking(true).expect("a non-blocking socket");
         let stream = tokio::net::UnixStream::from_std(stream).expect("registered");
         let (read, mut write) = stream.into_split();
         let mut read = tokio::io::BufReader::new(read);
