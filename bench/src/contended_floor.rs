@@ -26,7 +26,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::net::UnixListener;
 use tokio::net::unix::OwnedWriteHalf;
 
-use crate::process::say;
+use crate::process::{self, say};
 
 /// The server's socket, in the run's directory.
 pub const SOCKET: &str = "floor.sock";
@@ -87,10 +87,7 @@ type Flights = HashMap<String, Vec<Arc<OwnedWriteHalf>>>;
 /// `worker contend-floor PATH`: the floor's server, listening on `PATH`,
 /// until killed.
 pub fn serve(path: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async {
         let listener = UnixListener::bind(path).expect("bind the floor's socket");
         let flights = Arc::new(Mutex::new(Flights::new()));

@@ -282,10 +282,7 @@ pub fn fan_reader_runtime(path: &str, watched: bool) {
         let watched = stream.try_clone().expect("a second handle");
         let (registered, is_registered) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_io()
-                .build()
-                .expect("a runtime");
+            let runtime = process::runtime();
             runtime.block_on(async move {
                 // Registered (edge-triggered, as tokio registers every
                 // socket) and never read.
@@ -296,10 +293,7 @@ pub fn fan_reader_runtime(path: &str, watched: bool) {
         });
         is_registered.recv().expect("the watching thread registers");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .expect("a runtime");
+    let runtime = process::runtime();
     runtime.block_on(async move {
         let stream = tokio::net::UnixStream::from_std(stream).expect("registered");
         let (read, mut write) = stream.into_split();
