@@ -142,16 +142,18 @@ pub fn measure_on(
     let work = shape.work.as_micros().to_string();
     let redis_pid = redis.and_then(|r| r.pid);
     let redis = redis.map_or("-", |r| r.address.as_str());
-    // The floor's server, a process of its own whose CPU time is counted
-    // as Redis's is.
+    // The floor's server, a process of its own, counted with the services.
     let floor = (system == System::Floor).then(|| {
         std::fs::create_dir_all(&dir).expect("the benchmark's directory");
         let socket = dir.join(contended_floor::SOCKET);
         Worker::spawn(&["contend-floor", socket.to_str().expect("a UTF-8 temp dir")]).ready()
     });
-    let floor_cpu = floor
-        .as_ref()
-        .map(|server| (server.pid(), cpu_nanos(Some(server.pid()))));
+    let services: Vec<u32> = placement
+        .services
+        .iter()
+        .copied()
+        .chain(floor.as_ref().map(Worker::pid))
+        .collect();
     let args = ["contend", system.name(), &dir_text, &keys, &work, redis, ""];
     // The first process opens the directory first and so coordinates, as
     // the first of a group of real processes would.
@@ -164,7 +166,7 @@ pub fn measure_on(
     }
     let go = format!("go {}", shape.duration.as_millis());
     let redis_cpu = redis_pid.map(|pid| cpu_nanos(Some(pid)));
-    let services_cpu: u64 = placement.services.iter().map(|&p| cpu_nanos(Some(p))).sum();
+    let services_cpu: u64 = services.iter().map(|&p| cpu_nanos(Some(p))).sum();
     for worker in &mut workers {
         worker.send(&go);
     }
@@ -208,12 +210,9 @@ pub fn measure_on(
     {
         cpu += cpu_nanos(Some(pid)).saturating_sub(before);
     }
-    if let Some((pid, before)) = floor_cpu {
-        cpu += cpu_nanos(Some(pid)).saturating_sub(before);
-    }
-    drop(floor);
-    let services_after: u64 = placement.services.iter().map(|&p| cpu_nanos(Some(p))).sum();
+    let services_after: u64 = services.iter().map(|&p| cpu_nanos(Some(p))).sum();
     cpu += services_after.saturating_sub(services_cpu);
+    drop(floor);
     assert!(calls > 0, "{} made no call", system.name());
     Throughput {
         calls_per_second: calls as f64 / (longest as f64 / 1e9),
@@ -397,6 +396,7 @@ enum Caller {
     EtcdLock(Box<crate::etcd_lock::Caller>),
     /// The flock baseline, in this directory.
     Flock(PathBuf),
+    /// The floor: a socket of this thread's own to the floor's server.
     Floor(contended_floor::Caller),
 }
 

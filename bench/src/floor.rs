@@ -304,7 +304,7 @@ pub fn fan_reader_runtime(path: &str, watched: bool) {
             if !matches!(read.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
                 return;
             }
-            let at = crate::process::wall_nanos();
+            let at = process::wall_nanos();
             line.clear();
             if !matches!(read.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
                 return;
