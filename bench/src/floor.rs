@@ -258,6 +258,14 @@ pub enum Reader {
     /// thread's runtime keeps the connection registered): every arrival
     /// wakes that runtime as well, though it reads nothing.
     Watched,
+    /// As [`Reader::Watched`], but the second runtime watches the socket
+    /// only for its end: through an epoll instance of its own that has the
+    /// socket registered for `EPOLLRDHUP` alone (hang-ups and errors are
+    /// always reported), and that instance registered with the runtime.
+    /// This prices the fix of that caveat: the kernel's wake-up on an
+    /// arrival carries `EPOLLIN`, which that registration filters out
+    /// before it wakes anybody, so the idle runtime should sleep on.
+    WatchedForClose,
 }
 
 impl Reader {
@@ -266,29 +274,43 @@ impl Reader {
             Reader::Alone => "fan-reader",
             Reader::Runtime => "fan-reader-runtime",
             Reader::Watched => "fan-reader-watched",
+            Reader::WatchedForClose => "fan-reader-watched-close",
         }
     }
 }
 
-/// A [`Reader::Runtime`] receiver, or with `watched` a [`Reader::Watched`]
-/// one.
-pub fn fan_reader_runtime(path: &str, watched: bool) {
+/// A [`Reader::Runtime`] receiver, or a [`Reader::Watched`] or
+/// [`Reader::WatchedForClose`] one.
+pub fn fan_reader_runtime(path: &str, kind: Reader) {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
     let stream = UnixStream::connect(path).expect("connect to the floor's socket");
     // Both handles share one file description, which tokio requires to be
     // non-blocking before either runtime registers it.
     stream.set_nonblocking(true).expect("a non-blocking socket");
-    if watched {
+    if matches!(kind, Reader::Watched | Reader::WatchedForClose) {
         let watched = stream.try_clone().expect("a second handle");
         let (registered, is_registered) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let runtime = process::runtime();
             runtime.block_on(async move {
-                // Registered (edge-triggered, as tokio registers every
-                // socket) and never read.
-                let _watch = tokio::net::UnixStream::from_std(watched).expect("registered");
-                registered.send(()).expect("the reader waits");
-                std::future::pending::<()>().await;
+                if matches!(kind, Reader::Watched) {
+                    // Registered (edge-triggered, as tokio registers every
+                    // socket) and never read.
+                    let _watch = tokio::net::UnixStream::from_std(watched).expect("registered");
+                    registered.send(()).expect("the reader waits");
+                    std::future::pending::<()>().await;
+                } else {
+                    let watch = CloseWatch::new(&watched).expect("an epoll instance");
+                    // Sound: the watch owns its descriptor (the I/O safety
+                    // that the deprecation of the safe constructor is about).
+                    #[allow(deprecated)]
+                    let watch = tokio::io::unix::AsyncFd::new(watch).expect("registered");
+                    registered.send(()).expect("the reader waits");
+                    // Woken only when the socket ends (the floor closes it
+                    // after the last flight).
+                    let _ = watch.readable().await;
+                    std::future::pending::<()>().await;
+                }
             });
         });
         is_registered.recv().expect("the watching thread registers");
@@ -314,6 +336,44 @@ pub fn fan_reader_runtime(path: &str, watched: bool) {
             }
         }
     });
+}
+
+/// An epoll instance that watches one socket for its end only
+/// ([`Reader::WatchedForClose`]), itself pollable: it is readable when the
+/// socket has hung up or failed.
+struct CloseWatch(std::os::fd::OwnedFd);
+
+impl CloseWatch {
+    fn new(socket: &impl std::os::fd::AsFd) -> std::io::Result<CloseWatch> {
+        use rustix::event::epoll;
+        let instance = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &instance,
+            socket,
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::RDHUP,
+        )?;
+        Ok(CloseWatch(instance))
+    }
+
+    /// Whether the socket has ended, without waiting.
+    #[cfg(test)]
+    fn ended(&self) -> std::io::Result<bool> {
+        use rustix::event::epoll;
+        let mut events = Vec::with_capacity(1);
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        epoll::wait(&self.0, rustix::buffer::spare_capacity(&mut events), Some(&zero))?;
+        Ok(!events.is_empty())
+    }
+}
+
+impl std::os::fd::AsRawFd for CloseWatch {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.as_raw_fd()
+    }
 }
 
 /// A receiver of [`fan_out`]: notes when each line arrives, and tells when
@@ -342,6 +402,19 @@ pub fn fan_reader(path: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel behaviour [`Reader::WatchedForClose`] relies on: bytes
+    /// that arrive do not make the watch ready; the peer's close does.
+    #[test]
+    fn a_close_watch_sees_the_end_and_not_the_bytes() {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        let watch = CloseWatch::new(&ours).expect("an epoll instance");
+        assert!(!watch.ended().expect("polled"), "nothing happened yet");
+        (&theirs).write_all(b"a line\n").expect("written");
+        assert!(!watch.ended().expect("polled"), "bytes are not an end");
+        drop(theirs);
+        assert!(watch.ended().expect("polled"), "the peer's close is");
+    }
 
     #[test]
     fn a_workers_result_reads_back() {

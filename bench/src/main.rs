@@ -348,8 +348,15 @@ fn worker(args: &[String]) {
         ["echo", path] => floor::echo(path),
         ["echo-tokio", path] => floor::echo_tokio(path),
         ["fan-reader", path] => floor::fan_reader(path),
-        ["fan-reader-runtime", path] => floor::fan_reader_runtime(path, false),
-        ["fan-reader-watched", path] => floor::fan_reader_runtime(path, true),
+        ["fan-reader-runtime", path] => {
+            floor::fan_reader_runtime(path, floor::Reader::Runtime);
+        }
+        ["fan-reader-watched", path] => {
+            floor::fan_reader_runtime(path, floor::Reader::Watched);
+        }
+        ["fan-reader-watched-close", path] => {
+            floor::fan_reader_runtime(path, floor::Reader::WatchedForClose);
+        }
         ["serve", dir, grace] => uncontended::serve(dir, grace),
         ["busy-host", dir, spinners] => busy::host(dir, spinners),
         ["sf-caller", dir] => fanout::sf_caller(dir),
@@ -408,6 +415,7 @@ struct Figures {
     /// second, idle runtime.
     runtime_fanout: Vec<f64>,
     watched_fanout: Vec<f64>,
+    close_watched_fanout: Vec<f64>,
     /// The contended floor's calls/s over flock's and Redis's, per round:
     /// the most any design can show against them.
     floor_over_flock: Vec<f64>,
@@ -596,10 +604,12 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         let bare = fan_floor(floor::Reader::Alone);
         let runtime = fan_floor(floor::Reader::Runtime);
         let watched = fan_floor(floor::Reader::Watched);
+        let watched_close = fan_floor(floor::Reader::WatchedForClose);
         let (ours, flock) = (stats::median(&ours), stats::median(&flock));
         figures.floor_fanout.push(bare);
         figures.runtime_fanout.push(runtime / bare);
         figures.watched_fanout.push(watched / bare);
+        figures.close_watched_fanout.push(watched_close / bare);
         figures.fanout_over_floor_fanout.push(ours / bare);
         figures.fanout.push(ours);
         figures.fanout_flock.push(flock);
@@ -773,6 +783,11 @@ fn report(config: &Config, figures: &Figures) {
     row(
         "… and each reader's socket also registered in a second, idle runtime of its process (design 4's caveat), ÷ this floor",
         show(&figures.watched_fanout, 1.0, 2),
+        "",
+    );
+    row(
+        "… registered in the idle runtime only through an epoll instance that watches it for its end (`EPOLLRDHUP`), ÷ this floor",
+        show(&figures.close_watched_fanout, 1.0, 2),
         "",
     );
     row(
