@@ -365,7 +365,11 @@ impl CloseWatch {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        epoll::wait(&self.0, rustix::buffer::spare_capacity(&mut events), Some(&zero))?;
+        epoll::wait(
+            &self.0,
+            rustix::buffer::spare_capacity(&mut events),
+            Some(&zero),
+        )?;
         Ok(!events.is_empty())
     }
 }

@@ -253,7 +253,7 @@ impl<'a, C> Call<'a, C> {
             Ok(started) => started,
             Err(error) => return Finished::Returned(Err(error)),
         };
-        let event = started.events.recv().await;
+        let event = started.wait().await;
         match started.answer(event, &self.codec) {
             Answer::Done(result) => Finished::Returned(result),
             Answer::Lead(leading) => {
@@ -351,6 +351,12 @@ pub(super) enum Answer<'a, T, E> {
 }
 
 impl<'a> Started<'a> {
+    /// Waits for the call's first event (`None`: the thread stopped),
+    /// reading the connection itself when it may (SPEC.md §10.1).
+    pub(super) async fn wait(&mut self) -> Option<CallEvent> {
+        self.shared.commands.wait(self.call, &mut self.events).await
+    }
+
     /// What `event` (`None`: the thread stopped) means for the call.
     pub(super) fn answer<T, E, C: Codec<T>>(
         mut self,
@@ -690,7 +696,7 @@ impl<C> Call<'_, C> {
             Ok(started) => started,
             Err(error) => return Finished::Returned(Err(error)),
         };
-        let event = started.events.recv().await;
+        let event = started.wait().await;
         let codec = Arc::new(self.codec);
         let mut leading = match started.answer(event, &*codec) {
             Answer::Done(result) => return Finished::Returned(result),

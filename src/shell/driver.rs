@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::error::Unavailable;
-use super::hub::{self, Closes, Hub, Work};
+use super::hub::{Closes, Hub, Work};
 use super::lines::{LineError, Lines};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
@@ -22,7 +22,7 @@ use super::stats::Counters;
 use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
 use crate::election::{Election, Term};
-use crate::protocol::{ClientHello, HandshakeError, decode_coordinator_hello, decode_response};
+use crate::protocol::{ClientHello, HandshakeError, decode_coordinator_hello};
 use crate::transport::{ConnectError, Connection, Transport};
 
 /// How long a leader whose work panicked waits for its land to be settled
@@ -45,7 +45,8 @@ pub(super) struct Driver<E: Election, T: Transport> {
     options: Options,
     /// The connector, the calls and the writer, shared with the callers.
     hub: Arc<Hub>,
-    lines: Option<Lines<T::Reader>>,
+    /// A connection is in the hub, until the connector leaves it.
+    connected: bool,
     gone: Option<Gone>,
     /// The attempt to reach or become the coordinator in progress. The loop
     /// polls it beside everything else, so that it never holds up a
@@ -64,9 +65,11 @@ pub(super) struct Driver<E: Election, T: Transport> {
 enum Wake<E: Election, T: Transport> {
     /// A close, or `None`: no handle is left.
     Close(Option<oneshot::Sender<()>>),
-    /// A caller's step left the thread work, or an earlier timer.
+    /// A caller's step left the thread work, bytes to write, or an earlier
+    /// timer.
     Hub,
-    Line(Result<Vec<u8>, LineError>),
+    /// The thread's turn at the connection stepped the connector.
+    Link,
     /// The election says the coordinator this process is connected to no
     /// longer holds its term (§14.3).
     CoordinatorGone,
@@ -134,7 +137,7 @@ where
             }),
             options,
             hub,
-            lines: None,
+            connected: false,
             gone: None,
             attempting: None,
             serving: None,
@@ -153,7 +156,7 @@ where
             let wake = tokio::select! {
                 close = closes.recv(), if handles_left => Wake::Close(close),
                 () = hub.thread.notified() => Wake::Hub,
-                line = async { self.lines.as_mut().expect("guarded").next().await }, if self.lines.is_some() => Wake::Line(line),
+                () = std::future::poll_fn(|cx| hub.poll_link(cx)) => Wake::Link,
                 () = async { self.gone.as_mut().expect("guarded").await }, if self.gone.is_some() => Wake::CoordinatorGone,
                 (finder, attempt) = async { self.attempting.as_mut().expect("guarded").await }, if self.attempting.is_some() => Wake::Attempted(finder, attempt),
                 () = async { tokio::time::sleep_until(timer.expect("guarded")).await }, if timer.is_some() => Wake::Timer,
@@ -169,24 +172,13 @@ where
                     handles_left = false;
                     Some(connector::Event::CloseRequested)
                 }
-                Wake::Hub => None,
+                Wake::Hub | Wake::Link => None,
                 Wake::Attempted(finder, attempt) => {
                     self.finder = Some(finder);
                     self.attempting = None;
                     let (attempt, failed) = self.attempted(attempt);
                     failure = failed;
                     Some(connector::Event::AttemptEnded { attempt })
-                }
-                Wake::Line(Ok(line)) => match decode_response(&line) {
-                    Ok(response) => Some(connector::Event::ResponseReceived { response }),
-                    Err(error) => {
-                        warn!(%error, "the coordinator sent a malformed response; reconnecting");
-                        Some(connector::Event::ConnectionLost)
-                    }
-                },
-                Wake::Line(Err(error)) => {
-                    debug!(%error, "lost the coordinator");
-                    Some(connector::Event::ConnectionLost)
                 }
                 Wake::CoordinatorGone => {
                     info!(
@@ -204,7 +196,6 @@ where
             self.step(event, failure);
         }
         drop(self.attempting.take());
-        drop(self.lines.take());
         hub.lock().stop();
         if let Some(serving) = self.serving.take() {
             let _ = serving.stop.send(());
@@ -217,7 +208,7 @@ where
 
     /// Bytes read on the current connection so far.
     fn received(&self) -> u64 {
-        self.lines.as_ref().map_or(0, Lines::received)
+        self.hub.lock().received()
     }
 
     /// Feeds `event`, if any, to the connector, `failure` being why the
@@ -252,12 +243,17 @@ where
                 writer,
                 epoch,
                 gone,
-            } => {
-                self.connected(writer, epoch);
-                self.lines = Some(lines);
-                self.gone = Some(gone);
-                (Attempted::Connected, None)
-            }
+            } => match self.connect(lines, writer, epoch) {
+                Ok(()) => {
+                    self.gone = Some(gone);
+                    (Attempted::Connected, None)
+                }
+                Err(error) => {
+                    warn!(%error, "cannot use the connection to the coordinator; trying again");
+                    let pause = self.options.poll_interval;
+                    (Attempted::Missed { pause }, None)
+                }
+            },
             Attempt::Won(term, listener) => {
                 self.serving = Some(server::start(term, listener, &self.options));
                 (Attempted::Won, None)
@@ -288,10 +284,10 @@ where
                 ));
             }
             Work::Disconnect => {
-                if self.gone.is_none() && self.lines.is_some() {
+                if self.gone.is_none() && self.connected {
                     info!("leaving the coordinator whose term is over (SPEC.md §14.3)");
                 }
-                self.lines = None;
+                self.connected = false;
                 self.gone = None;
             }
             // The loop ends on it.
@@ -299,11 +295,17 @@ where
         }
     }
 
-    /// A new connection to the coordinator of `epoch` is ready: its write
-    /// half goes to the hub, where the connector's replay (§9.4) and every
-    /// later request is written, and a writer task for what a step cannot
-    /// write at once.
-    fn connected(&mut self, write: T::Writer, epoch: String) {
+    /// A new connection to the coordinator of `epoch` is ready: it goes to
+    /// the hub, where the connector's replay (§9.4) and every later request
+    /// is written, and where whoever holds the hub reads it (§10.1).
+    fn connect(
+        &mut self,
+        lines: Lines<T::Reader>,
+        writer: T::Writer,
+        epoch: String,
+    ) -> std::io::Result<()> {
+        let (reader, framer, received) = lines.into_parts();
+        let wire = T::wire(Connection { reader, writer })?;
         if self
             .last_epoch
             .replace(epoch.clone())
@@ -312,8 +314,9 @@ where
             self.counters.failover();
         }
         let flush = self.options.seeded.hook(Mutant::WritersNeverFlush, true, false);
-        let wake = self.hub.lock().connect(Box::new(write), flush);
-        tokio::spawn(hub::write_behind(self.hub.clone(), wake));
+        self.hub.lock().connect(wire, framer, received, flush);
+        self.connected = true;
+        Ok(())
     }
 }
 

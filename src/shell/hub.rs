@@ -18,20 +18,23 @@
 //! room, otherwise the bytes wait for the thread's writer task.
 
 use std::collections::BTreeMap;
-use std::pin::Pin;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::io::AsyncWrite;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::error::Unavailable;
+use super::lines::READ_CHUNK_BYTES;
 use crate::client::connector::{self, Connector};
 use crate::client::{CallId, CallOptions, Effect, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
-use crate::protocol::{FencingToken, Key, Outcome, encode};
+use crate::protocol::{FencingToken, Key, LineReader, Outcome, decode_response, encode};
+use crate::transport::wire::{Lent, Wire};
 
 /// What a call asks of the process.
 pub(super) enum Command {
@@ -100,6 +103,15 @@ impl Commands {
         self.hub.command(command)
     }
 
+    /// Waits for the first event of `call` (`Hub::wait`).
+    pub(super) async fn wait(
+        &self,
+        call: CallId,
+        events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    ) -> Option<CallEvent> {
+        self.hub.wait(call, events).await
+    }
+
     /// Asks the single-flight thread to finish the lands in progress, end
     /// the term if this process coordinates, and stop; `done` is told when
     /// it has.
@@ -157,8 +169,14 @@ pub(super) struct State {
     /// Leaders whose work panicked, each told when the machine says its land
     /// is settled (§9.6).
     panicked: BTreeMap<CallId, oneshot::Sender<()>>,
-    /// The current connection's write half.
-    out: Option<Outgoing>,
+    /// The current connection.
+    link: Option<Link>,
+    /// The number of the last connection made, and of the last lease of
+    /// one to a call.
+    links: u64,
+    leases: u64,
+    /// A step of a caller left bytes for the thread to write.
+    behind: bool,
     /// Why the attempt that just ended failed, for the calls it ends.
     pub(super) failure: Option<Arc<Unavailable>>,
     /// The thread's share of the effects so far, in order.
@@ -172,7 +190,10 @@ impl Hub {
                 connector: Connector::new(),
                 calls: BTreeMap::new(),
                 panicked: BTreeMap::new(),
-                out: None,
+                link: None,
+                links: 0,
+                leases: 0,
+                behind: false,
                 failure: None,
                 work: Vec::new(),
             }),
@@ -238,6 +259,12 @@ impl Hub {
                     return Ok(());
                 }
                 state.calls.insert(call, events);
+                if state.calls.len() > 1 {
+                    // The caller that reads for itself may be on another
+                    // runtime, or not polled for a while: the thread reads
+                    // for every call again (§10.1).
+                    state.take_back();
+                }
                 self.step(&mut state, connector::Event::CallStarted { call, key, options });
             }
             Command::WorkFinished {
@@ -263,43 +290,266 @@ impl Hub {
                 }
             }
         }
+        self.after_step(state, timer);
+        Ok(())
+    }
+
+    /// Wakes the thread if the steps made since the connector's timer was
+    /// `timer` left it work, bytes to write, or an earlier timer.
+    fn after_step(&self, mut state: MutexGuard<'_, State>, timer: Option<Duration>) {
         let earlier = match (state.connector.poll_timeout(), timer) {
             (Some(now), Some(before)) => now < before,
             (now, before) => now.is_some() && before.is_none(),
         };
-        let wake = earlier || !state.work.is_empty();
+        let wake = earlier || !state.work.is_empty() || std::mem::take(&mut state.behind);
         drop(state);
         if wake {
             self.thread.notify_one();
         }
-        Ok(())
+    }
+
+    /// The single-flight thread's turn at the connection: writes what a
+    /// step could not, then reads what has arrived and steps the connector
+    /// with it. `Ready` when it stepped (the driver then carries out the
+    /// thread's work); `Pending` once `cx` is registered to be woken by the
+    /// connection.
+    pub(super) fn poll_link(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.lock();
+        let Some(link) = &mut state.link else {
+            // The driver's loop polls again once a connection is made.
+            return Poll::Pending;
+        };
+        if link.behind && link.push(cx).is_ready() {
+            link.behind = false;
+        }
+        self.read(&mut state, |wire, buf| wire.poll_read(cx, buf))
+    }
+
+    /// Reads what `read` gives of the connection and steps the connector
+    /// with each whole line, then with the connection's end if it came.
+    /// `Ready` when it stepped.
+    fn read(
+        &self,
+        state: &mut State,
+        mut read: impl FnMut(&mut dyn Wire, &mut [u8]) -> Poll<io::Result<usize>>,
+    ) -> Poll<()> {
+        let Some(link) = &mut state.link else {
+            return Poll::Pending;
+        };
+        let mut lines = Vec::new();
+        let mut ended = None;
+        loop {
+            if let Some(line) = link.lines.next_line() {
+                lines.push(line);
+                continue;
+            }
+            match read(link.wire.as_mut(), &mut link.chunk) {
+                Poll::Pending => break,
+                Poll::Ready(Ok(0)) => {
+                    ended = Some("the peer closed the connection".to_owned());
+                    break;
+                }
+                Poll::Ready(Ok(read)) => {
+                    link.received += read as u64;
+                    if let Err(error) = link.lines.push(&link.chunk[..read]) {
+                        ended = Some(error.to_string());
+                        break;
+                    }
+                }
+                Poll::Ready(Err(error)) => {
+                    ended = Some(error.to_string());
+                    break;
+                }
+            }
+        }
+        if lines.is_empty() && ended.is_none() {
+            return Poll::Pending;
+        }
+        for line in lines {
+            let event = match decode_response(&line) {
+                Ok(response) => connector::Event::ResponseReceived { response },
+                Err(error) => {
+                    warn!(%error, "the coordinator sent a malformed response; reconnecting");
+                    connector::Event::ConnectionLost
+                }
+            };
+            self.step(state, event);
+        }
+        if let Some(error) = ended {
+            debug!(%error, "lost the coordinator");
+            // The connector leaves the connection (and the hub drops it);
+            // what is left of it is never read again.
+            state.link = None;
+            self.step(state, connector::Event::ConnectionLost);
+        }
+        Poll::Ready(())
+    }
+
+    /// Waits for the first event of `call`, reading the connection itself
+    /// while it is the process's only call and the transport lends it
+    /// (§10.1): its answer then wakes this caller's runtime alone, not the
+    /// single-flight thread too. Otherwise, or once another call starts,
+    /// the thread reads and hands the answer over.
+    pub(super) async fn wait(
+        &self,
+        call: CallId,
+        events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    ) -> Option<CallEvent> {
+        loop {
+            match events.try_recv() {
+                Ok(event) => return Some(event),
+                Err(TryRecvError::Disconnected) => return None,
+                Err(TryRecvError::Empty) => {}
+            }
+            let Some(lease) = self.lend(call) else {
+                return events.recv().await;
+            };
+            loop {
+                tokio::select! {
+                    biased;
+                    event = events.recv() => return event,
+                    ready = lease.lent.readable() => {
+                        let Ok(mut ready) = ready else { break };
+                        if !self.read_lent(&lease) {
+                            break;
+                        }
+                        ready.clear_ready();
+                    }
+                }
+            }
+            // The lease was taken back: the thread reads again.
+            drop(lease);
+            return events.recv().await;
+        }
+    }
+
+    /// The connection lent to `call`, if it is the process's only call and
+    /// the transport lends.
+    fn lend(&self, call: CallId) -> Option<Lease<'_>> {
+        static UNLENDABLE: AtomicBool = AtomicBool::new(false);
+        if UNLENDABLE.load(Ordering::Relaxed) || tokio::runtime::Handle::try_current().is_err() {
+            return None;
+        }
+        let mut state = self.lock();
+        if state.calls.len() != 1 || !state.calls.contains_key(&call) {
+            return None;
+        }
+        state.leases += 1;
+        let lease = state.leases;
+        let link = state.link.as_mut()?;
+        if link.lender.is_some() || link.behind {
+            return None;
+        }
+        // A runtime without its I/O driver cannot register anything, and
+        // tokio offers no way to ask but a panic; such a caller's process
+        // never lends again (its calls wait for the thread, as always).
+        let lent = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| link.wire.lend()));
+        let lent = match lent {
+            Ok(Some(Ok(lent))) => lent,
+            Ok(Some(Err(error))) => {
+                debug!(%error, "cannot register the connection on the caller's runtime");
+                return None;
+            }
+            Ok(None) => return None,
+            Err(_) => {
+                UNLENDABLE.store(true, Ordering::Relaxed);
+                return None;
+            }
+        };
+        link.lender = Some(lease);
+        link.wire.watch_arrivals(false);
+        Some(Lease {
+            hub: self,
+            link: link.number,
+            lease,
+            lent,
+        })
+    }
+
+    /// Reads the connection for a call that holds `lease`: `false` when
+    /// the lease was taken back, or the connection is gone.
+    fn read_lent(&self, lease: &Lease<'_>) -> bool {
+        let mut state = self.lock();
+        let held = state
+            .link
+            .as_ref()
+            .is_some_and(|link| link.number == lease.link && link.lender == Some(lease.lease));
+        if !held {
+            return false;
+        }
+        let timer = state.connector.poll_timeout();
+        let stepped = self.read(&mut state, |wire, buf| match wire.try_read(buf) {
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+            done => Poll::Ready(done),
+        });
+        if stepped.is_ready() {
+            self.after_step(state, timer);
+        }
+        true
+    }
+}
+
+/// A call's loan of the connection (§10.1); the thread reads again when it
+/// is dropped.
+struct Lease<'a> {
+    hub: &'a Hub,
+    link: u64,
+    lease: u64,
+    lent: Lent,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut state = self.hub.lock();
+        if let Some(link) = &mut state.link
+            && link.number == self.link
+            && link.lender == Some(self.lease)
+        {
+            link.lender = None;
+            // What arrived since the caller's last read wakes the thread
+            // now: the watch reports a socket that is readable when its
+            // interest changes.
+            link.wire.watch_arrivals(true);
+        }
     }
 }
 
 impl State {
-    /// The thread's work so far, taken.
+    /// The thread's work so far, taken. The thread's next turn at the
+    /// connection writes what its own steps could not.
     pub(super) fn take_work(&mut self) -> Vec<Work> {
+        self.behind = false;
         std::mem::take(&mut self.work)
     }
 
-    /// The write half of a new connection, before the connector hears of it
-    /// (its replay is written there, §9.4). Returns what wakes the writer
-    /// task that `write_behind` runs for it.
+    /// A new connection, before the connector hears of it (its replay is
+    /// written there, §9.4), with the framer of its handshake and the
+    /// bytes read so far.
     pub(super) fn connect(
         &mut self,
-        write: Box<dyn AsyncWrite + Send + Unpin>,
+        wire: Box<dyn Wire>,
+        lines: LineReader,
+        received: u64,
         flush: bool,
-    ) -> Arc<Notify> {
-        let wake = Arc::new(Notify::new());
-        self.out = Some(Outgoing {
-            write,
+    ) {
+        self.links += 1;
+        self.link = Some(Link {
+            wire,
+            lines,
+            chunk: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
+            received,
+            number: self.links,
+            lender: None,
             pending: Vec::new(),
             behind: false,
             broken: false,
             flush,
-            wake: wake.clone(),
         });
-        wake
+    }
+
+    /// Bytes read on the current connection so far.
+    pub(super) fn received(&self) -> u64 {
+        self.link.as_ref().map_or(0, |link| link.received)
     }
 
     /// The process stops: the calls still in progress see their channels
@@ -307,13 +557,15 @@ impl State {
     pub(super) fn stop(&mut self) {
         self.calls.clear();
         self.panicked.clear();
-        self.drop_writer();
+        self.link = None;
     }
 
-    fn drop_writer(&mut self) {
-        if let Some(out) = self.out.take() {
-            // Its writer task, if waiting, wakes to find it gone and ends.
-            out.wake.notify_one();
+    /// Ends a loan of the connection, if any: the thread reads again.
+    fn take_back(&mut self) {
+        if let Some(link) = &mut self.link
+            && link.lender.take().is_some()
+        {
+            link.wire.watch_arrivals(true);
         }
     }
 
@@ -324,8 +576,9 @@ impl State {
             connector::Effect::Disconnect => {
                 // At once, not when the thread gets to it: a request sent
                 // after this belongs on the next connection, where the client
-                // replays it (§9.4).
-                self.drop_writer();
+                // replays it (§9.4), and a line still unread on this one is
+                // for a connector that has left it.
+                self.link = None;
                 self.work.push(Work::Disconnect);
             }
             connector::Effect::Unavailable { call } => {
@@ -344,10 +597,12 @@ impl State {
     fn call_effect(&mut self, effect: Effect) {
         match effect {
             Effect::Send(request) => {
-                if let Some(out) = &mut self.out {
+                if let Some(link) = &mut self.link {
                     let mut line = encode(&request).into_bytes();
                     line.push(b'\n');
-                    out.send(&line);
+                    if link.send(&line) {
+                        self.behind = true;
+                    }
                 }
             }
             Effect::StartWork { call, token } => {
@@ -389,14 +644,25 @@ impl State {
     }
 }
 
-/// The write half of the connection, written by whoever steps the machine.
-struct Outgoing {
-    write: Box<dyn AsyncWrite + Send + Unpin>,
+/// The connection, read and written by whoever steps the machine.
+struct Link {
+    wire: Box<dyn Wire>,
+    /// The framer, with the part of a line read so far.
+    lines: LineReader,
+    chunk: Box<[u8]>,
+    /// Bytes read so far: progress that a line not yet whole does not show
+    /// (the drain of a gone coordinator, §14.3).
+    received: u64,
+    /// Which connection of the process this is.
+    number: u64,
+    /// The lease of the call that reads it on its own runtime, if any.
+    lender: Option<u64>,
     /// Bytes not yet taken by the socket, in order.
     pending: Vec<u8>,
-    /// The writer task owns the write half: a write or a flush waits for
-    /// the socket, and it has registered to be woken. A caller then only
-    /// appends: its own poll would replace the task's waker.
+    /// A write or a flush waits for the socket: the thread's turn at the
+    /// connection ([`Hub::poll_link`]) finishes it, with the thread's
+    /// waker registered. A caller then only appends: its own poll would
+    /// replace that waker.
     behind: bool,
     /// A write failed: the reader sees the connection end and the connector
     /// leaves it; until then, bytes are dropped as on a closed socket.
@@ -405,33 +671,33 @@ struct Outgoing {
     /// flushed (a Unix socket's flush does nothing). `false` only for a
     /// seeded bug (SPEC.md §12.7).
     flush: bool,
-    wake: Arc<Notify>,
 }
 
-impl Outgoing {
-    /// Writes `line` now if the socket takes it, otherwise leaves the rest
-    /// to the writer task.
-    fn send(&mut self, line: &[u8]) {
+impl Link {
+    /// Writes `line` now if the socket takes it; otherwise leaves the rest
+    /// to the thread, and says so.
+    fn send(&mut self, line: &[u8]) -> bool {
         if self.broken {
-            return;
+            return false;
         }
         self.pending.extend_from_slice(line);
         if self.behind {
-            return;
+            return false;
         }
-        // No waker to register: if the socket is full, the writer task
-        // polls again with its own.
+        // No waker to register: if the socket is full, the thread polls
+        // again with its own.
         let mut cx = Context::from_waker(Waker::noop());
         if self.push(&mut cx).is_pending() {
             self.behind = true;
-            self.wake.notify_one();
+            return true;
         }
+        false
     }
 
     /// Writes what is pending, then flushes.
     fn push(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         while !self.pending.is_empty() {
-            match Pin::new(&mut self.write).poll_write(cx, &self.pending) {
+            match self.wire.poll_write(cx, &self.pending) {
                 Poll::Ready(Ok(written)) if written > 0 => {
                     self.pending.drain(..written);
                 }
@@ -444,38 +710,12 @@ impl Outgoing {
             }
         }
         if self.flush {
-            match Pin::new(&mut self.write).poll_flush(cx) {
+            match self.wire.poll_flush(cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(_)) => self.broken = true,
                 Poll::Pending => return Poll::Pending,
             }
         }
         Poll::Ready(())
-    }
-}
-
-/// The writer task of one connection, on the single-flight thread's
-/// runtime: writes what a step could not, whenever the socket takes it, and
-/// ends when the connection is dropped.
-pub(super) async fn write_behind(hub: Arc<Hub>, wake: Arc<Notify>) {
-    loop {
-        wake.notified().await;
-        let connected = std::future::poll_fn(|cx| {
-            let mut state = hub.lock();
-            match &mut state.out {
-                Some(out) if Arc::ptr_eq(&out.wake, &wake) => match out.push(cx) {
-                    Poll::Ready(()) => {
-                        out.behind = false;
-                        Poll::Ready(true)
-                    }
-                    Poll::Pending => Poll::Pending,
-                },
-                _ => Poll::Ready(false),
-            }
-        })
-        .await;
-        if !connected {
-            return;
-        }
     }
 }

@@ -9,7 +9,7 @@ use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 /// buffer on each side, so it bounds the coordinator's memory per client
 /// (BENCHMARKS.md, "Hot spots", item 2); 8 KiB holds any ordinary
 /// message in one read, and a large value merely takes more reads.
-const READ_CHUNK_BYTES: usize = 8 * 1024;
+pub(super) const READ_CHUNK_BYTES: usize = 8 * 1024;
 
 /// Reads lines of at most [`MAX_FRAME_BYTES`].
 pub(super) struct Lines<R> {
@@ -40,9 +40,10 @@ impl<R: AsyncRead + Unpin> Lines<R> {
         }
     }
 
-    /// How many bytes were read from the stream so far.
-    pub(super) fn received(&self) -> u64 {
-        self.received
+    /// The stream, the framer with what it holds of the next line, and the
+    /// bytes read so far.
+    pub(super) fn into_parts(self) -> (R, LineReader, u64) {
+        (self.stream, self.reader, self.received)
     }
 
     /// The next line, without its newline. Cancel-safe: a line is only

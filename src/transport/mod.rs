@@ -13,11 +13,14 @@
 #[cfg(feature = "cluster")]
 pub mod tcp;
 pub mod unix;
+pub mod wire;
 
 use std::future::Future;
 use std::io;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+
+use wire::{Polled, Wire};
 
 /// One side's halves of an established connection.
 pub struct Connection<R, W> {
@@ -43,6 +46,14 @@ pub trait Transport: Send + Sync + 'static {
     /// Starts listening for a term this process won; only the winner of the
     /// election calls it (§11.1).
     fn listen(&self) -> io::Result<Self::Listener>;
+
+    /// The connection as the client's process drives it once the handshake
+    /// is done (§10.1). By default the single-flight thread reads it for
+    /// every call; a transport whose connection is a socket lends it to the
+    /// call that waits.
+    fn wire(connection: Connection<Self::Reader, Self::Writer>) -> io::Result<Box<dyn Wire>> {
+        Ok(Box::new(Polled::new(connection.reader, connection.writer)))
+    }
 }
 
 /// The coordinator's end: accepts connections for one term.

@@ -62,6 +62,18 @@ impl Transport for UnixTransport {
         Ok(same_user(stream, self.uid)?)
     }
 
+    /// The socket itself, which lends (§10.1).
+    fn wire(
+        connection: Connection<OwnedReadHalf, OwnedWriteHalf>,
+    ) -> io::Result<Box<dyn super::wire::Wire>> {
+        let stream = connection
+            .reader
+            .reunite(connection.writer)
+            .map_err(io::Error::other)?
+            .into_std()?;
+        Ok(Box::new(super::wire::SocketWire::new(stream)?))
+    }
+
     fn listen(&self) -> io::Result<UnixSocketListener> {
         self.sockets.remove_stale_temporaries();
         let (listener, inode) = self.sockets.bind(0)?;

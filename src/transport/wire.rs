@@ -1,0 +1,287 @@
+//! A client's established connection as its process drives it (SPEC.md
+//! §10.1): read and written by whoever holds the process's hub, the
+//! single-flight thread or a caller, never waiting inside a read or a write.
+//!
+//! Who is woken when a line arrives is the cost of a call (BENCHMARKS.md,
+//! "Design 4"): the single-flight thread reads every line by default, and a
+//! transport that can [`lend`](Wire::lend) the connection lets the one call
+//! that waits read its own answer on its own runtime instead, while the
+//! thread is woken only by the connection's end. Which party reads changes
+//! only who is woken: every read happens under the hub's lock, in order, so
+//! a line is never read twice or lost whoever reads it.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rustix::event::epoll;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+/// An established connection, driven without waiting (§10.1).
+pub trait Wire: Send + 'static {
+    /// Reads what has arrived. `Pending` registers `cx`, the single-flight
+    /// thread's, to be woken when more arrives, when the connection ends,
+    /// or when the socket takes bytes again after a `write` that could not
+    /// finish.
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+
+    /// Writes what the socket takes now. A caller passes a waker that does
+    /// nothing; only the single-flight thread's `poll_read` needs to be
+    /// woken when the socket takes bytes again.
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+
+    /// Pushes out what `poll_write` took (a TLS writer's records).
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
+
+    /// A registration of this connection with the current runtime, through
+    /// which a waiting call reads its own answer ([`Lent`]); `None` when the
+    /// transport cannot lend it, and the single-flight thread reads for
+    /// every call.
+    fn lend(&mut self) -> Option<io::Result<Lent>> {
+        None
+    }
+
+    /// Whether the single-flight thread is woken by every arrival (`true`,
+    /// what a new connection starts with) or only by the connection's end,
+    /// while a caller reads it through a [`Lent`] registration.
+    fn watch_arrivals(&mut self, _all: bool) {}
+
+    /// Reads what has arrived without registering anybody, for a caller
+    /// whose [`Lent`] registration said it is readable: `WouldBlock` when
+    /// nothing is there. Only a wire that lends is read this way.
+    fn try_read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// Any reader and writer as a [`Wire`] that the single-flight thread alone
+/// reads: the transports whose bytes are not a socket's (the simulation's,
+/// a TLS stream's state).
+pub struct Polled<R, W> {
+    reader: R,
+    writer: W,
+}
+
+impl<R, W> Polled<R, W> {
+    pub fn new(reader: R, writer: W) -> Polled<R, W> {
+        Polled { reader, writer }
+    }
+}
+
+impl<R, W> Wire for Polled<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut buf = ReadBuf::new(buf);
+        Pin::new(&mut self.reader)
+            .poll_read(cx, &mut buf)
+            .map_ok(|()| buf.filled().len())
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.writer).poll_write(cx, buf)
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.writer).poll_flush(cx)
+    }
+}
+
+/// A non-blocking socket as a [`Wire`] that lends: the single-flight
+/// thread watches it through an epoll instance of its own ([`Watch`]),
+/// whose interest this wire sets, and a waiting call reads it through a
+/// registration with its own runtime.
+pub struct SocketWire<S> {
+    socket: S,
+    watch: Watch,
+}
+
+impl<S> SocketWire<S>
+where
+    S: AsFd + Send + 'static,
+    for<'a> &'a S: io::Read + io::Write,
+{
+    /// `socket` must be non-blocking. Registers the watch with the current
+    /// runtime, the single-flight thread's.
+    pub fn new(socket: S) -> io::Result<SocketWire<S>> {
+        let watch = Watch::new(socket.as_fd())?;
+        Ok(SocketWire { socket, watch })
+    }
+}
+
+impl<S> Wire for SocketWire<S>
+where
+    S: AsFd + Send + 'static,
+    for<'a> &'a S: io::Read + io::Write,
+{
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match io::Read::read(&mut &self.socket, buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                done => return Poll::Ready(done),
+            }
+            // Cleared before the next read: whatever arrives after it sets
+            // the readiness again.
+            match self.watch.registered.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut ready)) => ready.clear_ready(),
+                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            match io::Write::write(&mut &self.socket, buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    // The thread's watch wakes it when the socket takes
+                    // bytes again; its poll_read registers it.
+                    let arrivals = self.watch.arrivals;
+                    return match self.watch.set(self.socket.as_fd(), arrivals, true) {
+                        Ok(()) => Poll::Pending,
+                        Err(error) => Poll::Ready(Err(error)),
+                    };
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                done => {
+                    let arrivals = self.watch.arrivals;
+                    self.watch.set(self.socket.as_fd(), arrivals, false)?;
+                    return Poll::Ready(done);
+                }
+            }
+        }
+    }
+
+    fn poll_flush(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn lend(&mut self) -> Option<io::Result<Lent>> {
+        Some(Lent::new(self.socket.as_fd()))
+    }
+
+    fn watch_arrivals(&mut self, all: bool) {
+        let writes = self.watch.writes;
+        if let Err(error) = self.watch.set(self.socket.as_fd(), all, writes) {
+            // Cannot happen on a valid epoll instance; if it did, the
+            // thread would keep its previous interest: with arrivals, it
+            // reads as it always may; without, the caller reads.
+            tracing::warn!(%error, "cannot change what wakes the single-flight thread");
+        }
+    }
+
+    fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match io::Read::read(&mut &self.socket, buf) {
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                done => return done,
+            }
+        }
+    }
+}
+
+/// The single-flight thread's watch of one socket: an epoll instance of
+/// its own with only that socket in it, itself registered with the
+/// thread's runtime. Its interest is what this process's arrangement
+/// needs: arrivals (`EPOLLIN`) unless a caller reads them, the socket
+/// taking bytes again (`EPOLLOUT`) only while a write waits for it, and
+/// always the end (`EPOLLRDHUP`; hang-ups and errors are reported
+/// whatever the interest). A registration of the socket itself with the
+/// runtime could not say that: tokio registers every socket for arrivals
+/// and for writability, and the kernel wakes every epoll instance that has
+/// a socket registered for the event at hand whether or not anybody reads
+/// it (BENCHMARKS.md, "Design 4's caveat, priced").
+struct Watch {
+    registered: AsyncFd<Instance>,
+    arrivals: bool,
+    writes: bool,
+}
+
+/// An epoll instance, owned.
+struct Instance(OwnedFd);
+
+impl AsRawFd for Instance {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl Watch {
+    fn new(socket: std::os::fd::BorrowedFd<'_>) -> io::Result<Watch> {
+        let instance = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &instance,
+            socket,
+            epoll::EventData::new_u64(0),
+            interest(true, false),
+        )?;
+        Ok(Watch {
+            registered: register(Instance(instance), Interest::READABLE)?,
+            arrivals: true,
+            writes: false,
+        })
+    }
+
+    /// Sets the interest in `socket`, the one this watch was made for.
+    fn set(
+        &mut self,
+        socket: std::os::fd::BorrowedFd<'_>,
+        arrivals: bool,
+        writes: bool,
+    ) -> io::Result<()> {
+        if (arrivals, writes) == (self.arrivals, self.writes) {
+            return Ok(());
+        }
+        epoll::modify(
+            &self.registered.get_ref().0,
+            socket,
+            epoll::EventData::new_u64(0),
+            interest(arrivals, writes),
+        )?;
+        self.arrivals = arrivals;
+        self.writes = writes;
+        Ok(())
+    }
+}
+
+fn interest(arrivals: bool, writes: bool) -> epoll::EventFlags {
+    let mut flags = epoll::EventFlags::RDHUP;
+    if arrivals {
+        flags |= epoll::EventFlags::IN;
+    }
+    if writes {
+        flags |= epoll::EventFlags::OUT;
+    }
+    flags
+}
+
+/// A waiting call's registration of the connection with its own runtime
+/// (§10.1): a second descriptor of the socket, registered for arrivals
+/// only, dropped (and so unregistered) when the call stops reading.
+pub struct Lent(AsyncFd<OwnedFd>);
+
+impl Lent {
+    fn new(socket: std::os::fd::BorrowedFd<'_>) -> io::Result<Lent> {
+        Ok(Lent(register(socket.try_clone_to_owned()?, Interest::READABLE)?))
+    }
+
+    /// Waits until something may have arrived; `clear` after reading what
+    /// did.
+    pub async fn readable(&self) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, OwnedFd>> {
+        self.0.readable().await
+    }
+}
+
+/// Registers `fd` with the current runtime for `interest` alone.
+fn register<T: AsRawFd>(fd: T, interest: Interest) -> io::Result<AsyncFd<T>> {
+    // Sound: every `T` here owns its descriptor, which stays open as long
+    // as the registration, the I/O safety whose lack in general the
+    // deprecation of this safe constructor is about.
+    #[allow(deprecated)]
+    AsyncFd::with_interest(fd, interest)
+}
