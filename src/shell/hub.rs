@@ -259,7 +259,7 @@ impl Hub {
                     return Ok(());
                 }
                 state.calls.insert(call, events);
-                if state.calls.len() > 1 {
+                if state.link.as_ref().is_some_and(|link| link.lender.is_some()) {
                     // The caller that reads for itself may be on another
                     // runtime, or not polled for a while: the thread reads
                     // for every call again (§10.1).
@@ -322,7 +322,13 @@ impl Hub {
         if link.behind && link.push(cx).is_ready() {
             link.behind = false;
         }
-        self.read(&mut state, |wire, buf| wire.poll_read(cx, buf))
+        let stepped = self.read(&mut state, |wire, buf| wire.poll_read(cx, buf));
+        if stepped.is_ready() {
+            // Lent, but the call did not read this within a check
+            // (`LEASE_CHECK`): the thread reads for every call again.
+            state.take_back();
+        }
+        stepped
     }
 
     /// Reads what `read` gives of the connection and steps the connector
@@ -395,43 +401,49 @@ impl Hub {
         call: CallId,
         events: &mut mpsc::UnboundedReceiver<CallEvent>,
     ) -> Option<CallEvent> {
+        match events.try_recv() {
+            Ok(event) => return Some(event),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+        let Some(lease) = self.lend(call) else {
+            return events.recv().await;
+        };
         loop {
-            match events.try_recv() {
-                Ok(event) => return Some(event),
-                Err(TryRecvError::Disconnected) => return None,
-                Err(TryRecvError::Empty) => {}
-            }
-            let Some(lease) = self.lend(call) else {
-                return events.recv().await;
-            };
-            loop {
-                tokio::select! {
-                    biased;
-                    event = events.recv() => return event,
-                    ready = lease.lent.readable() => {
-                        let Ok(mut ready) = ready else { break };
-                        if !self.read_lent(&lease) {
-                            break;
-                        }
-                        ready.clear_ready();
+            tokio::select! {
+                biased;
+                event = events.recv() => return event,
+                ready = lease.lent.readable() => {
+                    let Ok(mut ready) = ready else { break };
+                    if !self.read_lent(&lease) {
+                        break;
                     }
+                    ready.clear_ready();
                 }
             }
-            // The lease was taken back: the thread reads again.
-            drop(lease);
-            return events.recv().await;
         }
+        // The lease was taken back: the thread reads again.
+        drop(lease);
+        events.recv().await
     }
 
-    /// The connection lent to `call`, if it is the process's only call and
-    /// the transport lends.
+    /// The connection lent to `call`, if it is the process's only call
+    /// that waits and the transport lends.
     fn lend(&self, call: CallId) -> Option<Lease<'_>> {
         static UNLENDABLE: AtomicBool = AtomicBool::new(false);
         if UNLENDABLE.load(Ordering::Relaxed) || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
         let mut state = self.lock();
-        if state.calls.len() != 1 || !state.calls.contains_key(&call) {
+        // Another call that waits, on another runtime maybe, would wait for
+        // this caller's reads; a leader that has returned (its receiver
+        // dropped, its land's `ack` still to come) waits for nothing.
+        let alone = state.calls.contains_key(&call)
+            && state
+                .calls
+                .iter()
+                .all(|(other, events)| *other == call || events.is_closed());
+        if !alone {
             return None;
         }
         state.leases += 1;

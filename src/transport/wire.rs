@@ -14,10 +14,26 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use rustix::event::epoll;
+use rustix::time::{
+    Itimerspec, Timespec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, timerfd_create,
+    timerfd_settime,
+};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+
+/// How often the single-flight thread looks at a connection that a call
+/// reads (§10.1): it then reads what that call has left unread, and takes
+/// the connection back. A caller reads what arrives within microseconds,
+/// so this never finds anything unless the caller's runtime is not driven
+/// (a current-thread runtime entered on a thread that does not run it) or
+/// busy for this long: that is how late its answer, and another call's,
+/// can be. Often enough not to be noticed as a hang, seldom enough that a
+/// joiner waiting seconds for its flight costs nothing (20 wake-ups a
+/// second).
+pub const LEASE_CHECK: Duration = Duration::from_millis(50);
 
 /// An established connection, driven without waiting (§10.1).
 pub trait Wire: Send + 'static {
@@ -44,8 +60,9 @@ pub trait Wire: Send + 'static {
     }
 
     /// Whether the single-flight thread is woken by every arrival (`true`,
-    /// what a new connection starts with) or only by the connection's end,
-    /// while a caller reads it through a [`Lent`] registration.
+    /// what a new connection starts with) or only by the connection's end
+    /// and every [`LEASE_CHECK`], while a caller reads it through a
+    /// [`Lent`] registration.
     fn watch_arrivals(&mut self, _all: bool) {}
 
     /// Reads what has arrived without registering anybody, for a caller
@@ -91,7 +108,41 @@ where
     }
 }
 
-/// A non-blocking socket as a [`Wire`] that lends: the single-flight
+/// The bytes of a non-blocking socket as a [`SocketWire`] reads and writes
+/// them: the socket's own, or a TLS session's over it.
+pub trait Socket: AsFd + Send + 'static {
+    /// What has arrived: `Ok(0)` at the end, `WouldBlock` when nothing is
+    /// there.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// What the socket takes now (or the session keeps for `flush`).
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize>;
+    /// Pushes out what `write` kept; `WouldBlock` while the socket is full.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Socket for std::os::unix::net::UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        io::Read::read(self, buf)
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        io::Write::write(self, buf)
+    }
+}
+
+impl Socket for std::net::TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        io::Read::read(self, buf)
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        io::Write::write(self, buf)
+    }
+}
+
+/// A non-blocking [`Socket`] as a [`Wire`] that lends: the single-flight
 /// thread watches it through an epoll instance of its own ([`Watch`]),
 /// whose interest this wire sets, and a waiting call reads it through a
 /// registration with its own runtime.
@@ -100,35 +151,51 @@ pub struct SocketWire<S> {
     watch: Watch,
 }
 
-impl<S> SocketWire<S>
-where
-    S: AsFd + Send + 'static,
-    for<'a> &'a S: io::Read + io::Write,
-{
+impl<S: Socket> SocketWire<S> {
     /// `socket` must be non-blocking. Registers the watch with the current
     /// runtime, the single-flight thread's.
     pub fn new(socket: S) -> io::Result<SocketWire<S>> {
         let watch = Watch::new(socket.as_fd())?;
         Ok(SocketWire { socket, watch })
     }
+
+    /// `Pending` once the thread's watch is set to wake it when the socket
+    /// takes bytes again; its `poll_read` registers its waker.
+    fn wait_for_room(&mut self) -> Poll<io::Result<()>> {
+        let arrivals = self.watch.arrivals;
+        match self.watch.set(self.socket.as_fd(), arrivals, true) {
+            Ok(()) => Poll::Pending,
+            Err(error) => Poll::Ready(Err(error)),
+        }
+    }
+
+    /// The socket took everything: the thread need not hear of room.
+    fn roomy(&mut self) -> io::Result<()> {
+        let arrivals = self.watch.arrivals;
+        self.watch.set(self.socket.as_fd(), arrivals, false)
+    }
 }
 
-impl<S> Wire for SocketWire<S>
-where
-    S: AsFd + Send + 'static,
-    for<'a> &'a S: io::Read + io::Write,
-{
+/// Whether `error` is only an interrupted system call, to be made again.
+fn retry(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::Interrupted
+}
+
+impl<S: Socket> Wire for SocketWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         loop {
-            match io::Read::read(&mut &self.socket, buf) {
+            match self.socket.read(buf) {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) if retry(&error) => continue,
                 done => return Poll::Ready(done),
             }
             // Cleared before the next read: whatever arrives after it sets
             // the readiness again.
             match self.watch.registered.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut ready)) => ready.clear_ready(),
+                Poll::Ready(Ok(mut ready)) => {
+                    ready.clear_ready();
+                    self.watch.checked();
+                }
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
                 Poll::Pending => return Poll::Pending,
             }
@@ -137,20 +204,23 @@ where
 
     fn poll_write(&mut self, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         loop {
-            match io::Write::write(&mut &self.socket, buf) {
+            match self.socket.write(buf) {
+                // A TLS session that keeps as much as it may: push it out
+                // first.
+                Ok(0) if !buf.is_empty() => match self.socket.flush() {
+                    Ok(()) => {}
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        return self.wait_for_room().map_ok(|()| 0);
+                    }
+                    Err(error) if retry(&error) => {}
+                    Err(error) => return Poll::Ready(Err(error)),
+                },
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                    // The thread's watch wakes it when the socket takes
-                    // bytes again; its poll_read registers it.
-                    let arrivals = self.watch.arrivals;
-                    return match self.watch.set(self.socket.as_fd(), arrivals, true) {
-                        Ok(()) => Poll::Pending,
-                        Err(error) => Poll::Ready(Err(error)),
-                    };
+                    return self.wait_for_room().map_ok(|()| 0);
                 }
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) if retry(&error) => {}
                 done => {
-                    let arrivals = self.watch.arrivals;
-                    self.watch.set(self.socket.as_fd(), arrivals, false)?;
+                    self.roomy()?;
                     return Poll::Ready(done);
                 }
             }
@@ -158,7 +228,18 @@ where
     }
 
     fn poll_flush(&mut self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
+        loop {
+            match self.socket.flush() {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    return self.wait_for_room();
+                }
+                Err(error) if retry(&error) => {}
+                done => {
+                    self.roomy()?;
+                    return Poll::Ready(done);
+                }
+            }
+        }
     }
 
     fn lend(&mut self) -> Option<io::Result<Lent>> {
@@ -170,15 +251,16 @@ where
         if let Err(error) = self.watch.set(self.socket.as_fd(), all, writes) {
             // Cannot happen on a valid epoll instance; if it did, the
             // thread would keep its previous interest: with arrivals, it
-            // reads as it always may; without, the caller reads.
+            // reads as it always may; without, the caller reads, and the
+            // thread at every check.
             tracing::warn!(%error, "cannot change what wakes the single-flight thread");
         }
     }
 
     fn try_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match io::Read::read(&mut &self.socket, buf) {
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            match self.socket.read(buf) {
+                Err(error) if retry(&error) => {}
                 done => return done,
             }
         }
@@ -198,6 +280,9 @@ where
 /// it (BENCHMARKS.md, "Design 4's caveat, priced").
 struct Watch {
     registered: AsyncFd<Instance>,
+    /// Fires every [`LEASE_CHECK`] while the connection is lent (a
+    /// `timerfd` in the instance, so that arming it wakes nobody).
+    check: OwnedFd,
     arrivals: bool,
     writes: bool,
 }
@@ -220,11 +305,29 @@ impl Watch {
             epoll::EventData::new_u64(0),
             interest(true, false),
         )?;
+        let check = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::CLOEXEC | TimerfdFlags::NONBLOCK,
+        )?;
+        epoll::add(
+            &instance,
+            &check,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
         Ok(Watch {
             registered: register(Instance(instance), Interest::READABLE)?,
+            check,
             arrivals: true,
             writes: false,
         })
+    }
+
+    /// Takes the check's expirations, so that it is not ready until the
+    /// next.
+    fn checked(&self) {
+        let mut expirations = [0; 8];
+        let _ = rustix::io::read(&self.check, &mut expirations);
     }
 
     /// Sets the interest in `socket`, the one this watch was made for.
@@ -243,6 +346,25 @@ impl Watch {
             epoll::EventData::new_u64(0),
             interest(arrivals, writes),
         )?;
+        if arrivals != self.arrivals {
+            let every = if arrivals {
+                Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                }
+            } else {
+                Timespec::try_from(LEASE_CHECK).expect("a short period")
+            };
+            // Both zero disarms the check.
+            timerfd_settime(
+                &self.check,
+                TimerfdTimerFlags::empty(),
+                &Itimerspec {
+                    it_interval: every,
+                    it_value: every,
+                },
+            )?;
+        }
         self.arrivals = arrivals;
         self.writes = writes;
         Ok(())

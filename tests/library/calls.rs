@@ -565,6 +565,39 @@ fn a_blocking_open_refuses_a_symbolic_link() {
     assert!(error.to_string().contains("symbolic link"), "{error}");
 }
 
+/// §10.1: a call awaited on a runtime whose I/O nobody drives (a
+/// current-thread runtime's `Handle::block_on` on a thread that does not
+/// run it) still ends: the connection it would read itself is read by the
+/// single-flight thread at its next check (`LEASE_CHECK`).
+#[test]
+fn a_call_on_a_runtime_that_nobody_drives_still_ends() {
+    let scene = scene("undriven");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let handle = runtime.handle().clone();
+    let dir = scene.dir.clone();
+    let (ended, ends) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let flights = handle.block_on(SingleFlight::open(&dir)).unwrap();
+        // The first call makes the connection; the next find it made, and
+        // would read it on the runtime that nobody drives.
+        for _ in 0..5 {
+            let landed = handle.block_on(flights.run("k", |token| async move {
+                Ok::<_, std::io::Error>(token.get())
+            }));
+            ended.send(landed.map(|landed| landed.role)).unwrap();
+        }
+    });
+    for call in 0..5 {
+        let role = ends.recv_timeout(PATIENCE);
+        let role = role.unwrap_or_else(|_| panic!("call {call} never ended"));
+        assert_eq!(role.unwrap(), Role::Led, "call {call}");
+    }
+    drop(runtime);
+}
+
 /// §9.7, §14: a blocking open in cluster mode connects to etcd on the
 /// single-flight thread's runtime: the test thread has none, and calls go
 /// through the election afterwards.

@@ -47,6 +47,7 @@ pub use tls::TlsConfigError;
 pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigs, TlsFile};
 #[cfg(not(feature = "_internal"))]
 use tls::TlsConfigs;
+use super::wire::Wire;
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{
@@ -322,6 +323,11 @@ impl Transport for TcpTransport {
     type Reader = TcpReader;
     type Writer = TcpWriter;
     type Listener = TcpSocketListener;
+
+    /// The socket and the session over it, which lend (§10.1).
+    fn wire(connection: Connection<TcpReader, TcpWriter>) -> io::Result<Box<dyn Wire>> {
+        connection.reader.unsplit(connection.writer).into_wire()
+    }
 
     async fn connect(
         &self,

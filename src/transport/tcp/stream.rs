@@ -11,6 +11,7 @@ use tokio_rustls::TlsStream;
 use tokio_rustls::rustls;
 
 use super::tls::{refuses_certificate, rustls_error};
+use crate::transport::wire::{Polled, Socket, SocketWire, Wire};
 
 /// The stream of one connection, which the transport splits into its
 /// [`TcpReader`](super::TcpReader) and [`TcpWriter`](super::TcpWriter).
@@ -91,6 +92,85 @@ impl PeerStream {
             None => return Err(error),
         };
         Err(io::Error::new(error.kind(), message))
+    }
+}
+
+impl PeerStream {
+    /// The connection as the client's process drives it (SPEC.md §10.1):
+    /// its socket, and the TLS session read and written over it by whoever
+    /// holds the process's hub, so that it lends as a Unix socket does.
+    pub(super) fn into_wire(self) -> io::Result<Box<dyn Wire>> {
+        match self.inner {
+            Inner::Plain(stream) => Ok(Box::new(SocketWire::new(stream.into_std()?)?)),
+            Inner::Tls(stream) => match *stream {
+                TlsStream::Client(stream) => {
+                    let (tcp, session) = stream.into_inner();
+                    let socket = TlsSocket {
+                        tcp: tcp.into_std()?,
+                        session,
+                    };
+                    Ok(Box::new(SocketWire::new(socket)?))
+                }
+                // Only a client's connection becomes a wire.
+                server => {
+                    let (reader, writer) = tokio::io::split(server);
+                    Ok(Box::new(Polled::new(reader, writer)))
+                }
+            },
+        }
+    }
+}
+
+/// A client's TLS session over its non-blocking TCP socket.
+struct TlsSocket {
+    tcp: std::net::TcpStream,
+    session: rustls::ClientConnection,
+}
+
+impl std::os::fd::AsFd for TlsSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.tcp.as_fd()
+    }
+}
+
+impl Socket for TlsSocket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match io::Read::read(&mut self.session.reader(), buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                // A peer that closes without TLS's close_notify ends the
+                // stream as a plain TCP peer would (see `explain`).
+                Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                done => return done,
+            }
+            if self.session.read_tls(&mut self.tcp)? == 0 {
+                return Ok(0);
+            }
+            self.session
+                .process_new_packets()
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
+            if self.session.wants_write() {
+                // A key update to answer; what does not fit now goes with
+                // the next flush.
+                match self.flush() {
+                    Err(error) if error.kind() != io::ErrorKind::WouldBlock => return Err(error),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        io::Write::write(&mut self.session.writer(), buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        while self.session.wants_write() {
+            if self.session.write_tls(&mut self.tcp)? == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+        }
+        Ok(())
     }
 }
 
