@@ -413,7 +413,7 @@ impl Hub {
             tokio::select! {
                 biased;
                 event = events.recv() => return event,
-                ready = lease.lent.readable() => {
+                ready = lease.lent().readable() => {
                     let Ok(mut ready) = ready else { break };
                     if !self.read_lent(&lease) {
                         break;
@@ -474,7 +474,7 @@ impl Hub {
             hub: self,
             link: link.number,
             lease,
-            lent,
+            lent: Some(lent),
         })
     }
 
@@ -507,21 +507,31 @@ struct Lease<'a> {
     hub: &'a Hub,
     link: u64,
     lease: u64,
-    lent: Lent,
+    /// `Some` until dropped.
+    lent: Option<Lent>,
+}
+
+impl Lease<'_> {
+    fn lent(&self) -> &Lent {
+        self.lent.as_ref().expect("lent until dropped")
+    }
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
+        let lent = self.lent.take().expect("dropped once");
         let mut state = self.hub.lock();
         if let Some(link) = &mut state.link
             && link.number == self.link
-            && link.lender == Some(self.lease)
         {
-            link.lender = None;
-            // What arrived since the caller's last read wakes the thread
-            // now: the watch reports a socket that is readable when its
-            // interest changes.
-            link.wire.watch_arrivals(true);
+            if link.lender == Some(self.lease) {
+                link.lender = None;
+                // What arrived since the caller's last read wakes the
+                // thread now: the watch reports a socket that is readable
+                // when its interest changes.
+                link.wire.watch_arrivals(true);
+            }
+            link.wire.give_back(lent);
         }
     }
 }

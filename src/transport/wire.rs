@@ -59,6 +59,10 @@ pub trait Wire: Send + 'static {
         None
     }
 
+    /// Takes back what [`lend`](Wire::lend) gave, once the call stops
+    /// reading, to lend it again without a new descriptor.
+    fn give_back(&mut self, _lent: Lent) {}
+
     /// Whether the single-flight thread is woken by every arrival (`true`,
     /// what a new connection starts with) or only by the connection's end
     /// and every [`LEASE_CHECK`], while a caller reads it through a
@@ -149,6 +153,9 @@ impl Socket for std::net::TcpStream {
 pub struct SocketWire<S> {
     socket: S,
     watch: Watch,
+    /// The second descriptor of the socket that the last loan registered,
+    /// to register again at the next.
+    spare: Option<OwnedFd>,
 }
 
 impl<S: Socket> SocketWire<S> {
@@ -156,7 +163,11 @@ impl<S: Socket> SocketWire<S> {
     /// runtime, the single-flight thread's.
     pub fn new(socket: S) -> io::Result<SocketWire<S>> {
         let watch = Watch::new(socket.as_fd())?;
-        Ok(SocketWire { socket, watch })
+        Ok(SocketWire {
+            socket,
+            watch,
+            spare: None,
+        })
     }
 
     /// `Pending` once the thread's watch is set to wake it when the socket
@@ -194,6 +205,7 @@ impl<S: Socket> Wire for SocketWire<S> {
             match self.watch.registered.poll_read_ready(cx) {
                 Poll::Ready(Ok(mut ready)) => {
                     ready.clear_ready();
+                    drop(ready);
                     self.watch.checked();
                 }
                 Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
@@ -243,7 +255,18 @@ impl<S: Socket> Wire for SocketWire<S> {
     }
 
     fn lend(&mut self) -> Option<io::Result<Lent>> {
-        Some(Lent::new(self.socket.as_fd()))
+        let fd = match self.spare.take() {
+            Some(fd) => fd,
+            None => match self.socket.as_fd().try_clone_to_owned() {
+                Ok(fd) => fd,
+                Err(error) => return Some(Err(error)),
+            },
+        };
+        Some(register(fd, Interest::READABLE).map(Lent))
+    }
+
+    fn give_back(&mut self, lent: Lent) {
+        self.spare = Some(lent.0.into_inner());
     }
 
     fn watch_arrivals(&mut self, all: bool) {
@@ -281,8 +304,11 @@ impl<S: Socket> Wire for SocketWire<S> {
 struct Watch {
     registered: AsyncFd<Instance>,
     /// Fires every [`LEASE_CHECK`] while the connection is lent (a
-    /// `timerfd` in the instance, so that arming it wakes nobody).
+    /// `timerfd` in the instance, so that arming it wakes nobody). Armed
+    /// by the first loan, and disarmed by the thread when it fires with no
+    /// loan: calls one after another do not each arm and disarm it.
     check: OwnedFd,
+    armed: bool,
     arrivals: bool,
     writes: bool,
 }
@@ -318,16 +344,36 @@ impl Watch {
         Ok(Watch {
             registered: register(Instance(instance), Interest::READABLE)?,
             check,
+            armed: false,
             arrivals: true,
             writes: false,
         })
     }
 
     /// Takes the check's expirations, so that it is not ready until the
-    /// next.
-    fn checked(&self) {
+    /// next; disarms it when nothing is lent.
+    fn checked(&mut self) {
+        if !self.armed {
+            return;
+        }
         let mut expirations = [0; 8];
-        let _ = rustix::io::read(&self.check, &mut expirations);
+        if rustix::io::read(&self.check, &mut expirations).is_ok() && self.arrivals {
+            self.armed = self.arm(Duration::ZERO).is_err();
+        }
+    }
+
+    /// Sets the check to fire every `every`; zero disarms it.
+    fn arm(&self, every: Duration) -> io::Result<()> {
+        let every = Timespec::try_from(every).expect("a short period");
+        timerfd_settime(
+            &self.check,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: every,
+                it_value: every,
+            },
+        )?;
+        Ok(())
     }
 
     /// Sets the interest in `socket`, the one this watch was made for.
@@ -346,24 +392,9 @@ impl Watch {
             epoll::EventData::new_u64(0),
             interest(arrivals, writes),
         )?;
-        if arrivals != self.arrivals {
-            let every = if arrivals {
-                Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                }
-            } else {
-                Timespec::try_from(LEASE_CHECK).expect("a short period")
-            };
-            // Both zero disarms the check.
-            timerfd_settime(
-                &self.check,
-                TimerfdTimerFlags::empty(),
-                &Itimerspec {
-                    it_interval: every,
-                    it_value: every,
-                },
-            )?;
+        if !arrivals && !self.armed {
+            self.arm(LEASE_CHECK)?;
+            self.armed = true;
         }
         self.arrivals = arrivals;
         self.writes = writes;
@@ -384,13 +415,11 @@ fn interest(arrivals: bool, writes: bool) -> epoll::EventFlags {
 
 /// A waiting call's registration of the connection with its own runtime
 /// (§10.1): a second descriptor of the socket, registered for arrivals
-/// only, dropped (and so unregistered) when the call stops reading.
+/// only, unregistered when the call stops reading (and given back, or
+/// closed if the connection is gone).
 pub struct Lent(AsyncFd<OwnedFd>);
 
 impl Lent {
-    fn new(socket: std::os::fd::BorrowedFd<'_>) -> io::Result<Lent> {
-        Ok(Lent(register(socket.try_clone_to_owned()?, Interest::READABLE)?))
-    }
 
     /// Waits until something may have arrived; `clear` after reading what
     /// did.
