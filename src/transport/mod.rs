@@ -12,6 +12,7 @@
 
 #[cfg(feature = "cluster")]
 pub mod tcp;
+mod halves;
 pub mod unix;
 pub mod wire;
 
