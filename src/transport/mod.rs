@@ -12,7 +12,6 @@
 
 #[cfg(feature = "cluster")]
 pub mod tcp;
-mod halves;
 pub mod unix;
 pub mod wire;
 

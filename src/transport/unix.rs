@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use super::halves::{self, SocketReader, SocketWriter};
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 
 /// [`Transport`] over the flight directory's Unix socket.
@@ -35,12 +35,12 @@ impl UnixTransport {
 fn same_user(
     stream: UnixStream,
     own: u32,
-) -> Result<Connection<SocketReader, SocketWriter>, PeerRefused> {
+) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
     let uid = stream.peer_cred().map_err(PeerRefused::Unknown)?.uid();
     if !peer_allowed(uid, own) {
         return Err(PeerRefused::OtherUser { uid });
     }
-    let (reader, writer) = halves::split(stream).map_err(PeerRefused::Unknown)?;
+    let (reader, writer) = stream.into_split();
     Ok(Connection { reader, writer })
 }
 
@@ -48,14 +48,14 @@ impl Transport for UnixTransport {
     /// The socket of the flight directory, which the transport knows: a
     /// local coordinator has no address to name.
     type Address = ();
-    type Reader = SocketReader;
-    type Writer = SocketWriter;
+    type Reader = OwnedReadHalf;
+    type Writer = OwnedWriteHalf;
     type Listener = UnixSocketListener;
 
     async fn connect(
         &self,
         _: &(),
-    ) -> Result<Connection<SocketReader, SocketWriter>, ConnectError> {
+    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, ConnectError> {
         let stream = UnixStream::connect(self.sockets.socket())
             .await
             .map_err(ConnectError::Unreachable)?;
@@ -64,9 +64,13 @@ impl Transport for UnixTransport {
 
     /// The socket itself, which lends (§10.1).
     fn wire(
-        connection: Connection<SocketReader, SocketWriter>,
+        connection: Connection<OwnedReadHalf, OwnedWriteHalf>,
     ) -> io::Result<Box<dyn super::wire::Wire>> {
-        let stream = halves::reunite(connection.reader, connection.writer)?;
+        let stream = connection
+            .reader
+            .reunite(connection.writer)
+            .map_err(io::Error::other)?
+            .into_std()?;
         Ok(Box::new(super::wire::SocketWire::new(stream)?))
     }
 
@@ -103,8 +107,8 @@ pub struct UnixSocketListener {
 }
 
 impl Listener for UnixSocketListener {
-    type Reader = SocketReader;
-    type Writer = SocketWriter;
+    type Reader = OwnedReadHalf;
+    type Writer = OwnedWriteHalf;
     type Incoming = (UnixStream, u32);
 
     async fn accept(&mut self) -> io::Result<(UnixStream, u32)> {
@@ -114,7 +118,7 @@ impl Listener for UnixSocketListener {
 
     async fn establish(
         (stream, uid): (UnixStream, u32),
-    ) -> Result<Connection<SocketReader, SocketWriter>, PeerRefused> {
+    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
         same_user(stream, uid)
     }
 
