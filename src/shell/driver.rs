@@ -34,8 +34,9 @@ use crate::transport::{ConnectError, Connection, Transport};
 pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 
 /// Carries out the connector's decisions that are the thread's (SPEC.md §9,
-/// §10, §14.3; `hub::Work`): it owns the connection's reader, the
-/// election's watch, the attempt in progress and the term it serves, and
+/// §10, §14.3; `hub::Work`): it takes its turns at the connection in the
+/// hub, and owns the election's watch, the attempt in progress and the term
+/// it serves, and
 /// holds no copy of what the machine decides (which calls lead, which lands
 /// settle, when to try again or leave).
 pub(super) struct Driver<E: Election, T: Transport> {

@@ -1,21 +1,24 @@
 //! What a process's callers and its single-flight thread share (SPEC.md
 //! §10): the [`Connector`] under one lock, the channels to the calls, and
-//! the write half of the connection.
+//! the connection.
 //!
 //! A call steps the machine itself and writes its own `run` and `land`
 //! (BENCHMARKS.md, "Issue 30's hot path", design 3), instead of handing each
 //! to the single-flight thread: two of an uncontended call's seven thread
 //! hand-offs were a caller waking that thread only to have it write a line.
-//! The thread keeps what it is for: it reads the connection, runs the
-//! timers, the election, the attempts and the term this process serves, and
-//! writes whatever a caller could not write at once, so that a busy caller
-//! never holds the connection up (§10.1). Only the thread carries out the
-//! effects that touch those ([`Work`]); a caller's step that gives one
-//! wakes it.
+//! The call that waits alone reads its own answer too ("Design 4, built"):
+//! it borrows the connection for as long as it waits (`Hub::wait`). The
+//! thread keeps what it is for: it reads the connection whenever it is not
+//! lent, runs the timers, the election, the attempts and the term this
+//! process serves, and writes whatever a caller could not write at once, so
+//! that a busy caller never holds the connection up for long (§10.1). Only
+//! the thread carries out the effects that touch those ([`Work`]); a
+//! caller's step that gives one wakes it.
 //!
-//! The lock is held for a step and the writes it makes, never across an
-//! `.await`: one `write` system call of a line on a socket whose buffer has
-//! room, otherwise the bytes wait for the thread's writer task.
+//! The lock is held for a step and the reads and writes it makes, never
+//! across an `.await`: a `read` or a `write` system call on a socket that
+//! does not wait; bytes the socket does not take wait for the thread's next
+//! turn at the connection (`Hub::poll_link`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -142,11 +145,11 @@ impl Clock {
 }
 
 /// An effect of the connector that only the single-flight thread carries
-/// out, in order: it owns the attempt, the reader, the watch and the term.
+/// out, in order: it owns the attempt, the election's watch and the term.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Work {
     StartAttempt,
-    /// Drop the reader and the election's watch; the writer is gone already.
+    /// Drop the election's watch; the connection is gone already.
     Disconnect,
     Stop,
 }
@@ -682,7 +685,7 @@ struct Link {
     /// Bytes not yet taken by the socket, in order.
     pending: Vec<u8>,
     /// A write or a flush waits for the socket: the thread's turn at the
-    /// connection ([`Hub::poll_link`]) finishes it, with the thread's
+    /// connection (`Hub::poll_link`) finishes it, with the thread's
     /// waker registered. A caller then only appends: its own poll would
     /// replace that waker.
     behind: bool,
