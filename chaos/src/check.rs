@@ -170,7 +170,8 @@ pub fn check(paths: &Paths) -> Report {
     let mut works: BTreeMap<CallId, Vec<WorkRecord>> = BTreeMap::new();
     let mut works_by_token: BTreeMap<u64, Vec<CallId>> = BTreeMap::new();
     let mut dones: BTreeMap<CallId, Vec<DoneRecord>> = BTreeMap::new();
-    let mut exits: BTreeSet<u32> = BTreeSet::new();
+    // When each worker began its last close, at its stop (its `Exit`).
+    let mut exits: BTreeMap<u32, u64> = BTreeMap::new();
     let mut reopens: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     let mut leads: Vec<(u64, u64, String)> = Vec::new(); // (t, token, who)
     for record in &worker_records {
@@ -229,8 +230,8 @@ pub fn check(paths: &Paths) -> Report {
                 text,
             }),
             Record::Reopen { worker, t } => reopens.entry(worker).or_default().push(t),
-            Record::Exit { worker, .. } => {
-                exits.insert(worker);
+            Record::Exit { worker, t } => {
+                exits.insert(worker, t);
             }
             _ => {}
         }
@@ -579,7 +580,7 @@ pub fn check(paths: &Paths) -> Report {
     let mut max_late_us = 0u64;
     for (id @ &(worker, call), record) in &calls {
         let Some(done) = dones.get(id) else {
-            if exits.contains(&worker) {
+            if exits.contains_key(&worker) {
                 never_ended.hit(|| format!("worker {worker} call {call} on {}", record.key));
             } else {
                 lost_with_process += 1;
@@ -746,7 +747,10 @@ pub fn check(paths: &Paths) -> Report {
             .get(&p1)
             .is_some_and(|ts| ts.iter().any(|&t| t + CLOSE_SPAN_US >= t1 && t <= t2));
         let died = deaths.get(&p1).is_some_and(|&t| t <= t2);
-        if !(killed || reopened || died) {
+        // A worker's last close at the stop ends its term too (§10.4): the
+        // next term may be seen before its process is reaped.
+        let closed = exits.get(&p1).is_some_and(|&t| t <= t2);
+        if !(killed || reopened || died || closed) {
             unexplained.hit(|| {
                 format!(
                     "epoch {e1} served by {p1} (seen at {t1} µs) gave way to epoch {e2} served by {p2} (seen at {t2} µs)"
