@@ -147,7 +147,7 @@ impl Socket for std::net::TcpStream {
 }
 
 /// A non-blocking [`Socket`] as a [`Wire`] that lends: the single-flight
-/// thread watches it through an epoll instance of its own ([`Watch`]),
+/// thread watches it through an epoll instance of its own (`Watch`),
 /// whose interest this wire sets, and a waiting call reads it through a
 /// registration with its own runtime.
 pub struct SocketWire<S> {
