@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use single_flight::_internal::election::{Election, Term};
+use single_flight::_internal::election::{Election, Term, Warrant};
 use single_flight::Epoch;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -606,7 +606,7 @@ impl Term for SimTerm {
     }
 
     fn check(&mut self) -> Result<(), SimError> {
-        if self.still_holds() {
+        if self.warrant().holds() {
             Ok(())
         } else {
             Err(SimError(format!(
@@ -616,13 +616,17 @@ impl Term for SimTerm {
         }
     }
 
-    fn still_holds(&self) -> bool {
-        let proof = self.proof.lock().expect("never poisoned");
-        let holds = !proof.lost && self.clock.now() < proof.until;
-        if holds {
-            self.record.serving(self.epoch, self.advertise);
-        }
-        holds
+    fn warrant(&self) -> Warrant {
+        let (proof, clock, record) = (self.proof.clone(), self.clock, self.record.clone());
+        let (epoch, advertise) = (self.epoch, self.advertise);
+        Warrant::new(move || {
+            let proof = proof.lock().expect("never poisoned");
+            let holds = !proof.lost && clock.now() < proof.until;
+            if holds {
+                record.serving(epoch, advertise);
+            }
+            holds
+        })
     }
 
     async fn resign(self, clean: bool) {

@@ -16,9 +16,9 @@
 //!   another process.
 //! - A won campaign returns a [`Term`] whose epoch is greater than every
 //!   earlier term's and already durable (§7.3). Its holder calls
-//!   [`Term::check`] every [`CHECK_INTERVAL`] and [`Term::still_holds`]
-//!   before it answers anything; when either fails, the term is over: stop
-//!   serving and [`Term::resign`].
+//!   [`Term::check`] every [`CHECK_INTERVAL`] and asks the term's
+//!   [`Warrant`] before it answers anything; when either fails, the term is
+//!   over: stop serving and [`Term::resign`].
 //! - A holder never campaigns again while its term lasts (§7.2).
 //!
 //! # Driving contract (local)
@@ -44,7 +44,9 @@ pub mod etcd;
 pub mod local;
 
 use std::error::Error;
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::protocol::Epoch;
@@ -115,12 +117,45 @@ pub trait Term: Send + 'static {
     /// is over.
     fn check(&mut self) -> Result<(), Self::Error>;
 
-    /// Whether this process may still answer as the coordinator right now;
-    /// cheap, called before every answer.
-    fn still_holds(&self) -> bool;
+    /// Whether this process may still answer as the coordinator, asked
+    /// again at every answer (SPEC.md §14.2). Taken once, when the term
+    /// begins serving.
+    fn warrant(&self) -> Warrant;
 
     /// Ends the term. `clean` says that no flight is in progress, so that
     /// the next term needs no grace window (SPEC.md §10.2).
     fn resign(self, clean: bool) -> impl Future<Output = ()> + Send;
 }
 
+/// Whether a term may still answer right now (SPEC.md §14.2), as a value
+/// that whoever answers for the term shares: the coordinator asks it before
+/// every answer it queues, and each connection's writer again before it
+/// writes what was queued. A process stopped between the two (SIGSTOP, a
+/// paused VM) then writes nothing it queued before the pause once its lease
+/// is gone. Cheap: a clock read and a comparison.
+#[derive(Clone)]
+pub struct Warrant(Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Warrant {
+    /// A warrant that asks `holds` each time.
+    pub fn new(holds: impl Fn() -> bool + Send + Sync + 'static) -> Warrant {
+        Warrant(Arc::new(holds))
+    }
+
+    /// A warrant that always holds: for a claim that cannot lapse while its
+    /// process lives (the kernel's lock of a local term, §7.2).
+    pub fn always() -> Warrant {
+        Warrant::new(|| true)
+    }
+
+    /// Whether the term may answer now.
+    pub fn holds(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for Warrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Warrant").finish_non_exhaustive()
+    }
+}

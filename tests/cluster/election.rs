@@ -53,7 +53,7 @@ async fn s14_1_one_campaign_wins_and_epochs_increase_across_terms() {
         .expect("the first campaign wins");
     assert_eq!(term.epoch().get(), 1);
     assert!(!term.follows_failover(), "the first term waits for nobody");
-    assert!(term.still_holds());
+    assert!(term.warrant().holds());
     assert_eq!(
         second.coordinator().await.unwrap().as_deref(),
         Some("10.0.0.1:7000")
@@ -105,7 +105,7 @@ async fn s14_2_a_term_renews_its_lease_and_outlives_it() {
     let mut term = win(&mut holder).await;
     tokio::time::sleep(options.ttl * 3).await;
     term.check().expect("renewals keep the term");
-    assert!(term.still_holds(), "the lease is proven");
+    assert!(term.warrant().holds(), "the lease is proven");
     assert_eq!(
         other.coordinator().await.unwrap().as_deref(),
         Some("10.0.0.1:7000"),

@@ -19,7 +19,7 @@ use retry::{Backoff, Jitter, with_retries};
 
 pub use error::EtcdError;
 
-use super::{Election, Term};
+use super::{Election, Term, Warrant};
 use crate::protocol::Epoch;
 
 #[doc(hidden)]
@@ -644,7 +644,7 @@ impl Term for EtcdTerm {
                 reason,
             });
         }
-        if !self.still_holds() {
+        if !self.proof.holds(Instant::now()) {
             return Err(EtcdError::LeaseLost {
                 key: self.keys.coordinator.clone(),
                 reason: format!(
@@ -658,8 +658,9 @@ impl Term for EtcdTerm {
     /// §14.2: from the clock, never from etcd: a process that was paused
     /// past its lease must not answer before it learns anything. The
     /// decision is [`Lease::holds`]'s; this only reads the clock for it.
-    fn still_holds(&self) -> bool {
-        self.proof.holds(Instant::now())
+    fn warrant(&self) -> Warrant {
+        let proof = self.proof.clone();
+        Warrant::new(move || proof.holds(Instant::now()))
     }
 
     async fn resign(self, clean: bool) {

@@ -26,7 +26,7 @@ pub use {
     network::NETWORK_FUSE_TYPES,
 };
 
-use super::{Election, Term};
+use super::{Election, Term, Warrant};
 use crate::protocol::Epoch;
 
 /// A file whose presence tells the next term that the previous one ended
@@ -114,8 +114,8 @@ impl Term for LocalTerm {
 
     /// The kernel's lock cannot lapse while the process lives: a claim that
     /// `check` last found in place still holds.
-    fn still_holds(&self) -> bool {
-        true
+    fn warrant(&self) -> Warrant {
+        Warrant::always()
     }
 
     async fn resign(self, clean: bool) {
