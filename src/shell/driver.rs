@@ -305,7 +305,7 @@ where
         writer: T::Writer,
         epoch: String,
     ) -> std::io::Result<()> {
-        let (reader, framer, received) = lines.into_parts();
+        let (reader, framer) = lines.into_parts();
         let wire = T::wire(Connection { reader, writer })?;
         if self
             .last_epoch
@@ -315,7 +315,7 @@ where
             self.counters.failover();
         }
         let flush = self.options.seeded.hook(Mutant::WritersNeverFlush, true, false);
-        self.hub.lock().connect(wire, framer, received, flush);
+        self.hub.lock().connect(wire, framer, flush);
         self.connected = true;
         Ok(())
     }

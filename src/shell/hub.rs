@@ -32,11 +32,11 @@ use tokio::sync::{Notify, mpsc, oneshot};
 use tracing::{debug, warn};
 
 use super::error::Unavailable;
-use super::lines::READ_CHUNK_BYTES;
+use super::lines::Framer;
 use crate::client::connector::{self, Connector};
 use crate::client::{CallId, CallOptions, Effect, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
-use crate::protocol::{FencingToken, Key, LineReader, Outcome, decode_response, encode};
+use crate::protocol::{FencingToken, Key, Outcome, decode_response, encode};
 use crate::transport::wire::{Lent, Wire};
 
 /// What a call asks of the process.
@@ -174,10 +174,8 @@ pub(super) struct State {
     panicked: BTreeMap<CallId, oneshot::Sender<()>>,
     /// The current connection.
     link: Option<Link>,
-    /// The number of the last connection made, and of the last lease of
-    /// one to a call.
+    /// The number of the last connection made.
     links: u64,
-    leases: u64,
     /// A step of a caller left bytes for the thread to write.
     behind: bool,
     /// Why the attempt that just ended failed, for the calls it ends.
@@ -195,7 +193,6 @@ impl Hub {
                 panicked: BTreeMap::new(),
                 link: None,
                 links: 0,
-                leases: 0,
                 behind: false,
                 failure: None,
                 work: Vec::new(),
@@ -347,26 +344,13 @@ impl Hub {
         };
         let mut lines = Vec::new();
         let mut ended = None;
+        let Link { wire, framer, .. } = link;
         loop {
-            if let Some(line) = link.lines.next_line() {
-                lines.push(line);
-                continue;
-            }
-            match read(link.wire.as_mut(), &mut link.chunk) {
+            match framer.poll_line(|chunk| read(wire.as_mut(), chunk)) {
+                Poll::Ready(Ok(line)) => lines.push(line),
                 Poll::Pending => break,
-                Poll::Ready(Ok(0)) => {
-                    ended = Some("the peer closed the connection".to_owned());
-                    break;
-                }
-                Poll::Ready(Ok(read)) => {
-                    link.received += read as u64;
-                    if let Err(error) = link.lines.push(&link.chunk[..read]) {
-                        ended = Some(error.to_string());
-                        break;
-                    }
-                }
                 Poll::Ready(Err(error)) => {
-                    ended = Some(error.to_string());
+                    ended = Some(error);
                     break;
                 }
             }
@@ -449,8 +433,6 @@ impl Hub {
         if !alone {
             return None;
         }
-        state.leases += 1;
-        let lease = state.leases;
         let link = state.link.as_mut()?;
         if link.lender.is_some() || link.behind {
             return None;
@@ -471,6 +453,8 @@ impl Hub {
                 return None;
             }
         };
+        link.loans += 1;
+        let lease = link.loans;
         link.lender = Some(lease);
         link.wire.watch_arrivals(false);
         Some(Lease {
@@ -550,21 +534,14 @@ impl State {
     /// A new connection, before the connector hears of it (its replay is
     /// written there, §9.4), with the framer of its handshake and the
     /// bytes read so far.
-    pub(super) fn connect(
-        &mut self,
-        wire: Box<dyn Wire>,
-        lines: LineReader,
-        received: u64,
-        flush: bool,
-    ) {
+    pub(super) fn connect(&mut self, wire: Box<dyn Wire>, framer: Framer, flush: bool) {
         self.links += 1;
         self.link = Some(Link {
             wire,
-            lines,
-            chunk: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
-            received,
+            framer,
             number: self.links,
             lender: None,
+            loans: 0,
             pending: Vec::new(),
             behind: false,
             broken: false,
@@ -574,7 +551,7 @@ impl State {
 
     /// Bytes read on the current connection so far.
     pub(super) fn received(&self) -> u64 {
-        self.link.as_ref().map_or(0, |link| link.received)
+        self.link.as_ref().map_or(0, |link| link.framer.received())
     }
 
     /// The process stops: the calls still in progress see their channels
@@ -673,15 +650,13 @@ impl State {
 struct Link {
     wire: Box<dyn Wire>,
     /// The framer, with the part of a line read so far.
-    lines: LineReader,
-    chunk: Box<[u8]>,
-    /// Bytes read so far: progress that a line not yet whole does not show
-    /// (the drain of a gone coordinator, §14.3).
-    received: u64,
+    framer: Framer,
     /// Which connection of the process this is.
     number: u64,
     /// The lease of the call that reads it on its own runtime, if any.
     lender: Option<u64>,
+    /// The number of the last lease of this connection to a call.
+    loans: u64,
     /// Bytes not yet taken by the socket, in order.
     pending: Vec<u8>,
     /// A write or a flush waits for the socket: the thread's turn at the

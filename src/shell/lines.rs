@@ -1,7 +1,12 @@
 //! Lines over an async byte stream, through the pure framer of the protocol
 //! (SPEC.md §4.1).
 
-use tokio::io::{AsyncRead, AsyncReadExt};
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Poll, ready};
+
+use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 
@@ -9,14 +14,16 @@ use crate::protocol::{FrameError, LineReader, limits::MAX_FRAME_BYTES};
 /// buffer on each side, so it bounds the coordinator's memory per client
 /// (BENCHMARKS.md, "Hot spots", item 2); 8 KiB holds any ordinary
 /// message in one read, and a large value merely takes more reads.
-pub(super) const READ_CHUNK_BYTES: usize = 8 * 1024;
+const READ_CHUNK_BYTES: usize = 8 * 1024;
 
-/// Reads lines of at most [`MAX_FRAME_BYTES`].
-pub(super) struct Lines<R> {
-    stream: R,
+/// The framing of one connection's bytes into lines of at most
+/// [`MAX_FRAME_BYTES`], whoever reads its socket: [`Lines`] on a task, or
+/// the hub's connection under its lock (SPEC.md §10.1).
+pub(super) struct Framer {
     reader: LineReader,
     chunk: Box<[u8]>,
-    /// Bytes read so far: progress that a line not yet whole does not show.
+    /// Bytes read so far: progress that a line not yet whole does not show
+    /// (the drain of a gone coordinator, §14.3).
     received: u64,
 }
 
@@ -30,42 +37,76 @@ pub(super) enum LineError {
     Frame(FrameError),
 }
 
-impl<R: AsyncRead + Unpin> Lines<R> {
-    pub(super) fn new(stream: R) -> Lines<R> {
-        Lines {
-            stream,
+impl Framer {
+    pub(super) fn new() -> Framer {
+        Framer {
             reader: LineReader::new(MAX_FRAME_BYTES),
             chunk: vec![0; READ_CHUNK_BYTES].into_boxed_slice(),
             received: 0,
         }
     }
 
-    /// The stream, the framer with what it holds of the next line, and the
-    /// bytes read so far.
-    pub(super) fn into_parts(self) -> (R, LineReader, u64) {
-        (self.stream, self.reader, self.received)
+    /// Bytes read so far.
+    pub(super) fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// The next whole line, without its newline, reading with `read` into
+    /// the framer's buffer until one is whole; `Pending` when `read` is.
+    /// Nothing is lost across a `Pending`: a line is only taken out of the
+    /// buffer when it is returned.
+    pub(super) fn poll_line(
+        &mut self,
+        mut read: impl FnMut(&mut [u8]) -> Poll<io::Result<usize>>,
+    ) -> Poll<Result<Vec<u8>, LineError>> {
+        loop {
+            if let Some(line) = self.reader.next_line() {
+                return Poll::Ready(Ok(line));
+            }
+            let read = match ready!(read(&mut self.chunk)) {
+                Ok(0) => return Poll::Ready(Err(LineError::Closed)),
+                Ok(read) => read,
+                Err(error) => return Poll::Ready(Err(LineError::Io(error))),
+            };
+            self.received += read as u64;
+            if let Err(error) = self.reader.push(&self.chunk[..read]) {
+                return Poll::Ready(Err(LineError::Frame(error)));
+            }
+        }
+    }
+}
+
+/// Reads lines of at most [`MAX_FRAME_BYTES`] from an async byte stream.
+pub(super) struct Lines<R> {
+    stream: R,
+    framer: Framer,
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    pub(super) fn new(stream: R) -> Lines<R> {
+        Lines {
+            stream,
+            framer: Framer::new(),
+        }
+    }
+
+    /// The stream, and the framer with what it holds of the next line.
+    pub(super) fn into_parts(self) -> (R, Framer) {
+        (self.stream, self.framer)
     }
 
     /// The next line, without its newline. Cancel-safe: a line is only
     /// taken out of the buffer when it is returned.
     pub(super) async fn next(&mut self) -> Result<Vec<u8>, LineError> {
-        loop {
-            if let Some(line) = self.reader.next_line() {
-                return Ok(line);
-            }
-            let read = self
-                .stream
-                .read(&mut self.chunk)
-                .await
-                .map_err(LineError::Io)?;
-            if read == 0 {
-                return Err(LineError::Closed);
-            }
-            self.received += read as u64;
-            self.reader
-                .push(&self.chunk[..read])
-                .map_err(LineError::Frame)?;
-        }
+        let Lines { stream, framer } = self;
+        poll_fn(|cx| {
+            framer.poll_line(|chunk| {
+                let mut buf = ReadBuf::new(chunk);
+                ready!(Pin::new(&mut *stream).poll_read(cx, &mut buf))?;
+                Poll::Ready(Ok(buf.filled().len()))
+            })
+        })
+        .await
     }
 }
 

@@ -11,7 +11,7 @@ use tokio_rustls::TlsStream;
 use tokio_rustls::rustls;
 
 use super::tls::{refuses_certificate, rustls_error};
-use crate::transport::wire::{Polled, Socket, SocketWire, Wire};
+use crate::transport::wire::{Socket, SocketWire, Wire};
 
 /// The stream of one connection, which the transport splits into its
 /// [`TcpReader`](super::TcpReader) and [`TcpWriter`](super::TcpWriter).
@@ -111,11 +111,12 @@ impl PeerStream {
                     };
                     Ok(Box::new(SocketWire::new(socket)?))
                 }
-                // Only a client's connection becomes a wire.
-                server => {
-                    let (reader, writer) = tokio::io::split(server);
-                    Ok(Box::new(Polled::new(reader, writer)))
-                }
+                // Only a client's connection becomes a wire: the
+                // coordinator's connections are read by tasks (§10.1).
+                TlsStream::Server(_) => Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "a coordinator's connection is not lent to a call",
+                )),
             },
         }
     }
