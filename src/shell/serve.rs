@@ -86,6 +86,51 @@ impl<F: Future<Output = ()> + Send> Visit for Serve<F> {
     }
 }
 
+/// The pauses between campaigns, and whether the election is out
+/// (SPEC.md §13.5): a decision with the time passed in, so that the tests
+/// below drive it without a clock.
+#[derive(Debug)]
+struct Outage {
+    /// Since when the election has been out; `None` while it answers.
+    since: Option<Instant>,
+    /// The pause after a campaign that answered: the poll interval.
+    first: Duration,
+    /// The pause before the next campaign.
+    pause: Duration,
+}
+
+impl Outage {
+    fn new(poll_interval: Duration) -> Outage {
+        Outage {
+            since: None,
+            first: poll_interval,
+            pause: poll_interval,
+        }
+    }
+
+    /// A campaign was answered at `now`: the pauses start again from the
+    /// poll interval. How long the election was out, if it was.
+    fn answered(&mut self, now: Instant) -> Option<Duration> {
+        self.pause = self.first;
+        self.since.take().map(|since| now.saturating_duration_since(since))
+    }
+
+    /// A campaign failed at `now` because the election is out: the next
+    /// pause doubles, up to [`MAX_OUTAGE_PAUSE`]. Whether this failure began
+    /// the outage.
+    fn failed(&mut self, now: Instant) -> bool {
+        self.pause = (self.pause * 2).min(MAX_OUTAGE_PAUSE);
+        let began = self.since.is_none();
+        self.since.get_or_insert(now);
+        began
+    }
+
+    /// The pause before the next campaign.
+    fn pause(&self) -> Duration {
+        self.pause
+    }
+}
+
 /// Why [`campaign_and_serve`] stopped before its shutdown.
 enum Stopped {
     Election(BackendError),
@@ -108,10 +153,7 @@ where
     T: Transport<Address = E::Address>,
 {
     tokio::pin!(shutdown);
-    // Since when the election has been out (SPEC.md §13.5), and the pause
-    // before the next campaign.
-    let mut outage: Option<Instant> = None;
-    let mut pause = options.poll_interval;
+    let mut outage = Outage::new(options.poll_interval);
     loop {
         let term = loop {
             // One attempt at a time, and a shutdown never waits for one: a
@@ -122,21 +164,16 @@ where
             };
             match campaign {
                 Ok(won) => {
-                    if let Some(since) = outage.take() {
-                        info!(
-                            after = ?since.elapsed(),
-                            "the election answers again; campaigning as before"
-                        );
+                    if let Some(after) = outage.answered(Instant::now()) {
+                        info!(?after, "the election answers again; campaigning as before");
                     }
-                    pause = options.poll_interval;
                     if let Some(term) = won {
                         break term;
                     }
                 }
                 Err(error) if E::is_outage(&error) => {
                     // One line per outage, not one per attempt.
-                    if outage.is_none() {
-                        outage = Some(Instant::now());
+                    if outage.failed(Instant::now()) {
                         warn!(
                             %error,
                             "cannot campaign; trying again until the election answers (SPEC.md §13.5)"
@@ -144,7 +181,6 @@ where
                     } else {
                         debug!(%error, "the election is still out");
                     }
-                    pause = (pause * 2).min(MAX_OUTAGE_PAUSE);
                 }
                 Err(error) => return Err(Stopped::Election(BackendError::new(error))),
             }
@@ -154,7 +190,7 @@ where
             }
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(outage.pause()) => {}
             }
         };
         info!(epoch = %term.epoch(), "serving");
@@ -179,5 +215,35 @@ where
                 warn!("the term ended; campaigning again");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// §13.5: while the election is out the pauses double from the poll
+    /// interval to at most 2 s, the outage begins once, and an answer ends
+    /// it and starts the pauses again from the poll interval.
+    #[test]
+    fn outage_pauses_double_to_their_cap_and_an_answer_resets_them() {
+        let poll = Duration::from_millis(10);
+        let start = Instant::now();
+        let mut outage = Outage::new(poll);
+        assert_eq!(outage.answered(start), None, "no outage to end");
+        assert_eq!(outage.pause(), poll);
+        let mut now = start;
+        let mut pauses = Vec::new();
+        for attempt in 0..12 {
+            assert_eq!(outage.failed(now), attempt == 0, "attempt {attempt}");
+            pauses.push(outage.pause());
+            now += outage.pause();
+        }
+        assert_eq!(pauses[..3], [poll * 2, poll * 4, poll * 8]);
+        assert!(pauses.windows(2).all(|pair| pair[0] <= pair[1]));
+        assert_eq!(pauses.last(), Some(&MAX_OUTAGE_PAUSE));
+        assert_eq!(outage.answered(now), Some(now - start));
+        assert_eq!(outage.pause(), poll);
+        assert!(outage.failed(now), "a new outage begins");
     }
 }
