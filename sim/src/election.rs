@@ -230,6 +230,11 @@ impl Store {
             tokio::time::sleep(REQUEST_TIMEOUT).await;
             return Err(no_answer());
         }
+        if there.refused {
+            // A refusal comes back after a round trip, as a reset does.
+            tokio::time::sleep(there.delay * 2).await;
+            return Err(SimError(format!("the election's store refused {what}")));
+        }
         tokio::time::sleep(there.delay).await;
         let (answer, revision) = {
             let mut state = self.state.lock().expect("never poisoned");
@@ -387,7 +392,7 @@ impl Election for SimElection {
         let put = async {
             loop {
                 if *revisions.borrow_and_update() > read
-                    && !self.store.net.reach(STORE, self.host).stalled
+                    && self.store.net.reach(STORE, self.host).answers()
                     && self
                         .store
                         .state
@@ -506,7 +511,8 @@ impl Election for SimElection {
                     .coordinator
                     .is_none_or(|key| key.create_revision != created);
                 let reach = store.net.reach(STORE, host);
-                if gone && !reach.stalled {
+                // A store that refuses tells nothing either.
+                if gone && reach.answers() {
                     tokio::time::sleep(reach.delay).await;
                     return;
                 }

@@ -91,6 +91,9 @@ struct State {
     isolated: BTreeMap<HostId, Instant>,
     /// Hosts whose every link is held (a stopped process's machine).
     paused: BTreeSet<HostId>,
+    /// Hosts that refuse whatever reaches them (the store when etcd's
+    /// members are down: a connection refused, at once).
+    refusing: BTreeSet<HostId>,
     listeners: BTreeMap<Address, mpsc::UnboundedSender<Incoming>>,
     /// Readers and writers that wait for a link to come back.
     waiting: Vec<Waker>,
@@ -101,9 +104,18 @@ struct State {
 #[derive(Clone, Copy, Debug)]
 pub struct Reach {
     pub stalled: bool,
+    /// The other end refuses: an answer comes back, and it is a refusal.
+    pub refused: bool,
     pub cut_since: Option<Instant>,
     pub delay: Duration,
     pub bytes_per_second: Option<u64>,
+}
+
+impl Reach {
+    /// Whether what is sent this way is answered.
+    pub fn answers(&self) -> bool {
+        !self.stalled && !self.refused
+    }
 }
 
 impl Net {
@@ -113,6 +125,7 @@ impl Net {
                 links: BTreeMap::new(),
                 isolated: BTreeMap::new(),
                 paused: BTreeSet::new(),
+                refusing: BTreeSet::new(),
                 listeners: BTreeMap::new(),
                 waiting: Vec::new(),
                 next_connection: 0,
@@ -194,6 +207,19 @@ impl Net {
         self.changed(state);
     }
 
+    /// Makes `host` refuse whatever reaches it (or answer again).
+    pub fn refuse(&self, host: HostId, refusing: bool) {
+        self.trace
+            .record(format_args!("net refuse h{host} {refusing}"));
+        let mut state = self.state.lock().expect("never poisoned");
+        if refusing {
+            state.refusing.insert(host);
+        } else {
+            state.refusing.remove(&host);
+        }
+        self.changed(state);
+    }
+
     /// A connection to `address` that the transport refuses before its
     /// hello: a junk peer, or one whose certificate does not verify.
     pub fn junk_connection(&self, from: HostId, address: Address) {
@@ -227,6 +253,7 @@ impl State {
                 || link.held
                 || self.paused.contains(&from)
                 || self.paused.contains(&to),
+            refused: self.refusing.contains(&to),
             cut_since,
             delay: LATENCY + link.delay,
             bytes_per_second: link.bytes_per_second,

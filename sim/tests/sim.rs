@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use single_flight::_internal::shell::mutant::Mutant;
+use single_flight_core::client::Mutant as ConnectorMutant;
 use single_flight_sim::{Report, Scenario, run};
 
 /// Seeds of the clean chaos scenario that must pass, and that the seeded
@@ -129,6 +130,33 @@ fn bug_4_a_backend_on_the_callers_runtime_is_caught() {
     );
 }
 
+/// Bug 2 (§14.3), the connector's: a client whose coordinator's term is
+/// over leaves it at once, dropping the landed lines already in its socket
+/// buffer, and their joiners are told of an interruption though their
+/// leaders finished.
+#[test]
+fn bug_2_a_client_that_leaves_a_gone_coordinator_at_once_is_caught() {
+    let report = caught(
+        Scenario::answers_on_the_way(FIXED_SEEDS[0]),
+        Mutant::Connector(ConnectorMutant::LeavesGoneCoordinatorAtOnce),
+        vec![2],
+    );
+    assert!(report.violations[0].contains("p2 x was told Interrupted"));
+}
+
+/// Bug 3 (§10.1, §14.3), the connector's: after an attempt that missed or
+/// failed the next comes on whatever wakes the process, not a pause later:
+/// a busy loop of election requests while the store refuses them.
+#[test]
+fn bug_3_a_client_that_retries_on_every_wake_is_caught() {
+    let report = caught(
+        Scenario::store_down(FIXED_SEEDS[0]),
+        Mutant::Connector(ConnectorMutant::RetriesOnEveryWake),
+        vec![],
+    );
+    assert!(report.violations[0].contains("election requests"));
+}
+
 /// Issue 27 item 6: a thousand processes on a hundred hosts, a thousand
 /// keys, the coordinator's host cut off mid-stampede: one run per key at a
 /// time, every waiter answered.
@@ -218,6 +246,14 @@ fn catch_rates() {
         (Mutant::FixedEndOfTermFlush, vec![]),
         (Mutant::ConnectIgnoresGone, vec![]),
         (Mutant::BackendOpenedByCaller, vec![]),
+        (
+            Mutant::Connector(ConnectorMutant::LeavesGoneCoordinatorAtOnce),
+            vec![],
+        ),
+        (
+            Mutant::Connector(ConnectorMutant::RetriesOnEveryWake),
+            vec![],
+        ),
     ] {
         let chaos = rate(&|seed| seeded(Scenario::chaos(seed), mutant, only.clone()));
         println!("{mutant:?}: chaos {chaos}/{n}");
@@ -230,6 +266,21 @@ fn catch_rates() {
         )
     });
     println!("FixedEndOfTermFlush: own scenario {own6}/{n}");
+    for (mutant, scenario, only) in [
+        (
+            ConnectorMutant::LeavesGoneCoordinatorAtOnce,
+            Scenario::answers_on_the_way as fn(u64) -> Scenario,
+            vec![2],
+        ),
+        (
+            ConnectorMutant::RetriesOnEveryWake,
+            Scenario::store_down,
+            vec![],
+        ),
+    ] {
+        let own = rate(&|seed| seeded(scenario(seed), Mutant::Connector(mutant), only.clone()));
+        println!("Connector({mutant:?}): own scenario {own}/{n}");
+    }
     // Bug 7's scenario with the cut at a fresh time between 4 and 8 s, with
     // its own 1 s grace window and with the default 2 s.
     for grace in [Duration::from_secs(1), Duration::from_secs(2)] {

@@ -33,6 +33,7 @@ use tracing::{debug, warn};
 
 use super::error::Unavailable;
 use super::lines::Framer;
+use super::mutant::Seeded;
 use crate::client::connector::{self, Connector};
 use crate::client::{CallId, CallOptions, Effect, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
@@ -91,9 +92,9 @@ pub(super) type Closes = mpsc::UnboundedReceiver<oneshot::Sender<()>>;
 impl Commands {
     /// The callers' end, the thread's inbox of closes, and the hub both
     /// step; `clock` says which clock both read.
-    pub(super) fn new(clock: Clock) -> (Commands, Closes, Arc<Hub>) {
+    pub(super) fn new(clock: Clock, seeded: Seeded) -> (Commands, Closes, Arc<Hub>) {
         let (closes, inbox) = mpsc::unbounded_channel();
-        let hub = Arc::new(Hub::new(clock));
+        let hub = Arc::new(Hub::new(clock, seeded));
         let commands = Commands {
             hub: hub.clone(),
             closes,
@@ -185,10 +186,10 @@ pub(super) struct State {
 }
 
 impl Hub {
-    fn new(clock: Clock) -> Hub {
+    fn new(clock: Clock, seeded: Seeded) -> Hub {
         Hub {
             state: Mutex::new(State {
-                connector: Connector::new(),
+                connector: seeded.connector(),
                 calls: BTreeMap::new(),
                 panicked: BTreeMap::new(),
                 link: None,

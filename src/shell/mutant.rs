@@ -11,6 +11,8 @@
 //! Each hook takes the shipped value and the seeded one, so the code that
 //! ships reads the same with or without the `cfg`.
 
+use crate::client::Connector;
+
 /// One seeded bug of the shell, each one that was once shipped (issue 27's
 /// list) or found by a black-box test. Each names the rule of SPEC.md it
 /// breaks.
@@ -37,6 +39,12 @@ pub enum Mutant {
         allow(dead_code, reason = "its hook is in `open_on`, which only `_internal` has")
     )]
     BackendOpenedByCaller,
+    /// A seeded bug of the connector, the core's client machine (bugs 2
+    /// and 3, which the connector's model catches too), carried into the
+    /// process's connector, so that the simulation runs it in whole
+    /// processes over a simulated network and election.
+    #[cfg(single_flight_mutants)]
+    Connector(crate::client::Mutant),
 }
 
 /// The seeded bug of one `SingleFlight`, if any: zero-sized, and always
@@ -58,6 +66,17 @@ impl Seeded {
     #[cfg(single_flight_mutants)]
     pub fn new(mutant: Option<Mutant>) -> Seeded {
         Seeded { mutant }
+    }
+
+    /// The connector of a process with this bug: the shipped one unless
+    /// the bug is the connector's.
+    pub(crate) fn connector(self) -> Connector {
+        let connector = Connector::new();
+        #[cfg(single_flight_mutants)]
+        if let Some(Mutant::Connector(bug)) = self.mutant {
+            return connector.with_mutant(Some(bug));
+        }
+        connector
     }
 
     /// `seeded` when `mutant` is the bug seeded in, otherwise `shipped`.

@@ -13,6 +13,7 @@ use tracing::warn;
 use super::driver::Driver;
 use super::hub::{Clock, Closes, Commands, Hub};
 use super::error::OpenError;
+use super::mutant::Seeded;
 use super::options::Options;
 use super::stats::Counters;
 use crate::backend::{Backend, Place, Visit};
@@ -158,7 +159,8 @@ pub(super) fn start_thread(
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (answer, opened) = oneshot::channel();
-    let shared = start(directory, Runs::OwnThread, move |inbox, hub, counters| {
+    let seeded = options.seeded;
+    let shared = start(directory, Runs::OwnThread, seeded, move |inbox, hub, counters| {
         place.with(Drive {
             options,
             counters,
@@ -172,7 +174,12 @@ pub(super) fn start_thread(
 
 /// Starts `drive`, given the driver's inbox, the hub and the counters,
 /// where `runs` says.
-fn start<F, D>(directory: Option<PathBuf>, runs: Runs, drive: D) -> Result<Arc<Shared>, OpenError>
+fn start<F, D>(
+    directory: Option<PathBuf>,
+    runs: Runs,
+    seeded: Seeded,
+    drive: D,
+) -> Result<Arc<Shared>, OpenError>
 where
     D: FnOnce(Closes, Arc<Hub>, Arc<Counters>) -> F + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
@@ -181,7 +188,7 @@ where
         Runs::OwnThread => Clock::System,
         Runs::On(_) => Clock::Runtime,
     };
-    let (commands, inbox, hub) = Commands::new(clock);
+    let (commands, inbox, hub) = Commands::new(clock, seeded);
     let counters = Arc::new(Counters::default());
     let driver_counters = counters.clone();
     let handle = match runs {
@@ -261,7 +268,7 @@ where
         Box::pin(open)
     };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(None, runs, move |inbox, hub, counters| async move {
+    let shared = start(None, runs, options.seeded, move |inbox, hub, counters| async move {
         let (election, transport) = opened.await;
         Driver::new(election, transport, options, hub, counters)
             .run(inbox)
