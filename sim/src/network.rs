@@ -196,26 +196,30 @@ impl Net {
 
     /// Holds (or releases) every link of `host`.
     pub fn pause(&self, host: HostId, paused: bool) {
-        self.trace
-            .record(format_args!("net pause h{host} {paused}"));
-        let mut state = self.state.lock().expect("never poisoned");
-        if paused {
-            state.paused.insert(host);
-        } else {
-            state.paused.remove(&host);
-        }
-        self.changed(state);
+        self.mark("pause", host, paused, |state| &mut state.paused);
     }
 
     /// Makes `host` refuse whatever reaches it (or answer again).
     pub fn refuse(&self, host: HostId, refusing: bool) {
-        self.trace
-            .record(format_args!("net refuse h{host} {refusing}"));
+        self.mark("refuse", host, refusing, |state| &mut state.refusing);
+    }
+
+    /// Puts `host` in the set of hosts that `of` picks (or takes it out),
+    /// and tells whoever waits for a change.
+    fn mark(
+        &self,
+        what: &str,
+        host: HostId,
+        on: bool,
+        of: impl FnOnce(&mut State) -> &mut BTreeSet<HostId>,
+    ) {
+        self.trace.record(format_args!("net {what} h{host} {on}"));
         let mut state = self.state.lock().expect("never poisoned");
-        if refusing {
-            state.refusing.insert(host);
+        let hosts = of(&mut state);
+        if on {
+            hosts.insert(host);
         } else {
-            state.refusing.remove(&host);
+            hosts.remove(&host);
         }
         self.changed(state);
     }
