@@ -73,12 +73,14 @@ pub(crate) type Found<B> = Option<(
 
 /// Something to do with whichever backend a [`Place`] has: the shell's
 /// `open`, `serve` and `status` are each one.
-pub(crate) trait Visit: Send {
+pub(crate) trait Visit {
     /// What it comes to.
     type Output;
 
-    /// Does it with `backend`.
-    fn visit<B: Backend>(self, backend: B) -> impl Future<Output = Self::Output> + Send;
+    /// Does it with `backend`. Not bound to be `Send`: each visit's future
+    /// is `Send` where its parts are, which the callers that spawn one
+    /// (`open`) have and `serve`'s shutdown future need not.
+    fn visit<B: Backend>(self, backend: B) -> impl Future<Output = Self::Output>;
 }
 
 /// Where the processes meet.

@@ -104,7 +104,7 @@ impl Builder {
     /// ```
     pub async fn serve(
         self,
-        shutdown: impl Future<Output = ()> + Send,
+        shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
         serve::serve(self.place, self.options, Lifetime::UntilStopped, shutdown).await
     }
@@ -120,7 +120,7 @@ impl Builder {
     /// (§16.4), as ssh's `ControlPersist` keeps a master connection.
     pub async fn serve_while_needed(
         self,
-        shutdown: impl Future<Output = ()> + Send,
+        shutdown: impl Future<Output = ()>,
     ) -> Result<(), ServeError> {
         serve::serve(self.place, self.options, Lifetime::WhileNeeded, shutdown).await
     }

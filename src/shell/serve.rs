@@ -46,7 +46,7 @@ pub(super) async fn serve(
     place: Place,
     options: Options,
     lifetime: Lifetime,
-    shutdown: impl Future<Output = ()> + Send,
+    shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     place
         .with(Serve {
@@ -64,7 +64,7 @@ struct Serve<F> {
     shutdown: F,
 }
 
-impl<F: Future<Output = ()> + Send> Visit for Serve<F> {
+impl<F: Future<Output = ()>> Visit for Serve<F> {
     type Output = Result<(), ServeError>;
 
     async fn visit<B: Backend>(self, backend: B) -> Result<(), ServeError> {

@@ -384,6 +384,32 @@ async fn serve_and_status() {
     }
 }
 
+/// §13.5: `serve`'s shutdown future need not be `Send`: a program that
+/// serves on a current-thread runtime may stop it through an `Rc`.
+#[tokio::test(flavor = "current_thread")]
+async fn serve_stops_on_a_shutdown_future_that_is_not_send() {
+    let scene = scene("serve-local");
+    let stop = std::rc::Rc::new(tokio::sync::Notify::new());
+    let stopped = stop.clone();
+    let serving = SingleFlight::builder(&scene.dir).serve(async move {
+        stopped.notified().await;
+    });
+    let watching = async {
+        let start = Instant::now();
+        while single_flight::SingleFlight::builder(&scene.dir)
+            .status()
+            .await
+            .is_err()
+        {
+            assert!(start.elapsed() < PATIENCE, "serve never answered");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        stop.notify_one();
+    };
+    let (served, ()) = tokio::join!(serving, watching);
+    served.unwrap();
+}
+
 /// §3.5, §11.1: a directory too long for a socket address that does not
 /// exist has no coordinator, like a short one.
 #[tokio::test]
