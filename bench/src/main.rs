@@ -8,7 +8,7 @@
 //! cargo run --release -p single-flight-bench -- full --rounds 3 --only floor,uncontended
 //! ```
 //!
-//! Options: `--rounds N`, `--only LIST` (of floor, uncontended, busy-host,
+//! Options: `--rounds N`, `--only LIST` (of floor, uncontended, now-and-then, busy-host,
 //! fanout, contended, failover, memory, staggered, cluster-uncontended,
 //! cluster-contended, cluster-failover, cluster-memory), `--contenders
 //! LIST` (the local contended run's systems, of single-flight, flock,
@@ -85,6 +85,9 @@ struct Config {
     redis: String,
     floor_pings: usize,
     uncontended_calls: usize,
+    /// Calls of the now-and-then item per round, one every
+    /// `uncontended::SPARSE_EVERY`.
+    sparse_calls: usize,
     fanout_joiners: usize,
     fanout_flights: usize,
     contended: contended::Shape,
@@ -118,9 +121,10 @@ struct ClusterFailover {
 const STAGGERED: &str = "staggered";
 
 /// The local benchmarks' names, for `--only`.
-const LOCAL_ITEMS: [&str; 7] = [
+const LOCAL_ITEMS: [&str; 8] = [
     "floor",
     "uncontended",
+    "now-and-then",
     "busy-host",
     "fanout",
     "contended",
@@ -152,6 +156,7 @@ impl Config {
             redis: "auto".into(),
             floor_pings: 20_000,
             uncontended_calls: 2_000,
+            sparse_calls: 20,
             fanout_joiners: 64,
             fanout_flights: 8,
             contended: contended::Shape {
@@ -198,6 +203,7 @@ impl Config {
             redis: "auto".into(),
             floor_pings: 300,
             uncontended_calls: 50,
+            sparse_calls: 2,
             fanout_joiners: 8,
             fanout_flights: 2,
             contended: contended::Shape {
@@ -403,6 +409,11 @@ struct Figures {
     floor_switches: Vec<f64>,
     uncontended_switches: Vec<f64>,
     uncontended_switches_ratio: Vec<f64>,
+    /// A call now and then: its time, and the CPU time and wake-ups it
+    /// adds to its idle process.
+    sparse: Vec<f64>,
+    sparse_cpu: Vec<f64>,
+    sparse_switches: Vec<f64>,
     fanout: Vec<f64>,
     fanout_flock: Vec<f64>,
     fanout_in_floors: Vec<f64>,
@@ -592,6 +603,12 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         figures.uncontended_ratio.push(remote / floor);
         figures.uncontended_own_ratio.push(own / floor);
     }
+    if config.runs("now-and-then") {
+        let sparse = uncontended::now_and_then(config.sparse_calls);
+        figures.sparse.push(sparse.median);
+        figures.sparse_cpu.push(sparse.cpu);
+        figures.sparse_switches.push(sparse.switches);
+    }
     if config.runs("fanout") {
         let (ours, flock) = fanout::measure(config.fanout_joiners, config.fanout_flights);
         let fan_floor = |reader| {
@@ -718,6 +735,24 @@ fn report(config: &Config, figures: &Figures) {
         // Not a target of its own: what the CPU ratio above is made of
         // (BENCHMARKS.md, "Issue 30's hot path"), as a count, which the
         // load barely moves.
+        "",
+    );
+    row(
+        &format!(
+            "a call now and then (one every {} ms), coordinator in another process (µs)",
+            uncontended::SPARSE_EVERY.as_millis()
+        ),
+        show(&figures.sparse, MICROS, 1),
+        "",
+    );
+    row(
+        "… CPU time it adds to its idle process, per call (µs)",
+        show(&figures.sparse_cpu, MICROS, 1),
+        "",
+    );
+    row(
+        "… times a thread of that process was given a CPU, beyond its idle pauses, per call",
+        show(&figures.sparse_switches, 1.0, 2),
         "",
     );
     row(

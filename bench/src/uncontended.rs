@@ -15,6 +15,11 @@ use crate::stats::median;
 /// Calls before the timed ones: the connection is made and warm.
 const WARM_UP: usize = 200;
 
+/// How far apart the calls of [`now_and_then`] are: far past the thread's
+/// `LEASE_CHECK` (50 ms) and a land's `ack`, so that everything a call
+/// leaves behind in its process happens before the next.
+pub const SPARSE_EVERY: Duration = Duration::from_millis(200);
+
 /// The calls with the coordinator in another process (the CPU time counts
 /// both processes), and in this one.
 pub fn measure(calls: usize) -> (Timed, Timed) {
@@ -67,6 +72,57 @@ pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Opti
         cpu: used as f64 / calls.max(1) as f64,
         switches: switches as f64 / calls.max(1) as f64,
     }
+}
+
+/// What a call now and then adds to an idle caller: `calls` calls on fresh
+/// keys, one every [`SPARSE_EVERY`], against as many idle pauses of the
+/// same length in the same process, after the same warm-up. Returns the
+/// calls' median time, and the CPU time and the times a thread was given a
+/// CPU that this process spent beyond its idle pauses, per call. The
+/// coordinator is another process (a `serve`): its periodic checks (§7.2)
+/// tick with the pauses, not with the calls, so neither side counts them.
+pub fn now_and_then(calls: usize) -> Timed {
+    let scratch = Scratch::new("now-and-then");
+    let dir = scratch.join("flights");
+    let dir_text = dir.to_str().expect("a UTF-8 temp dir").to_owned();
+    let _serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
+    let runtime = process::runtime();
+    runtime.block_on(async {
+        let flights = SingleFlight::open(&dir).await.expect("open the directory");
+        process::warm_up(&flights).await;
+        // One pause more than calls: the last call's after-effects count.
+        let idle = CpuMeter::start(None);
+        for _ in 0..=calls {
+            tokio::time::sleep(SPARSE_EVERY).await;
+        }
+        let (idle_cpu, idle_switches) = (idle.used(), idle.switches());
+        let stamp = wall_nanos();
+        let mut times = Vec::with_capacity(calls);
+        let busy = CpuMeter::start(None);
+        for n in 0..=calls {
+            tokio::time::sleep(SPARSE_EVERY).await;
+            if n == calls {
+                break;
+            }
+            let start = Instant::now();
+            flights
+                .run(&format!("sparse{stamp}-{n}"), |_token| async {
+                    Ok::<u8, std::io::Error>(0)
+                })
+                .await
+                .expect("a call now and then succeeds");
+            times.push(start.elapsed().as_nanos() as f64);
+        }
+        let (cpu, switches) = (busy.used(), busy.switches());
+        flights.close().await;
+        let per_call =
+            |with: u64, without: u64| with.saturating_sub(without) as f64 / calls.max(1) as f64;
+        Timed {
+            median: median(&times),
+            cpu: per_call(cpu, idle_cpu),
+            switches: per_call(switches, idle_switches),
+        }
+    })
 }
 
 /// `worker serve DIR GRACE_MS`: holds the coordinator of `DIR` in the

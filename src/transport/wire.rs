@@ -194,6 +194,7 @@ fn retry(error: &io::Error) -> bool {
 
 impl<S: Socket> Wire for SocketWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.watch.lent_no_more();
         loop {
             match self.socket.read(buf) {
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
@@ -305,8 +306,12 @@ struct Watch {
     registered: AsyncFd<Instance>,
     /// Fires every [`LEASE_CHECK`] while the connection is lent (a
     /// `timerfd` in the instance, so that arming it wakes nobody). Armed
-    /// by the first loan, and disarmed by the thread when it fires with no
-    /// loan: calls one after another do not each arm and disarm it.
+    /// by the first loan; disarmed by the thread the next time it reads
+    /// with nothing lent, which it does at once after a leader's call (its
+    /// land's `ack`), and else when the check fires. Not by the caller as
+    /// its loan ends: calls one after another then neither arm nor disarm
+    /// it, which would cost each of them two changes of a kernel timer
+    /// (BENCHMARKS.md, "Calls now and then").
     check: OwnedFd,
     armed: bool,
     arrivals: bool,
@@ -350,15 +355,22 @@ impl Watch {
         })
     }
 
-    /// Takes the check's expirations, so that it is not ready until the
-    /// next; disarms it when nothing is lent.
+    /// Takes the check's expirations while it is armed, so that it is not
+    /// ready until the next.
     fn checked(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            let mut expirations = [0; 8];
+            let _ = rustix::io::read(&self.check, &mut expirations);
         }
-        let mut expirations = [0; 8];
-        if rustix::io::read(&self.check, &mut expirations).is_ok() && self.arrivals {
-            self.armed = self.arm(Duration::ZERO).is_err();
+    }
+
+    /// Disarms the check if nothing is lent any more: the thread is awake
+    /// and reading anyway, and a check left armed would wake it once more
+    /// after the last call of a burst. Disarming also drops expirations
+    /// not yet taken.
+    fn lent_no_more(&mut self) {
+        if self.arrivals && self.armed && self.arm(Duration::ZERO).is_ok() {
+            self.armed = false;
         }
     }
 
@@ -435,4 +447,42 @@ fn register<T: AsRawFd>(fd: T, interest: Interest) -> io::Result<AsyncFd<T>> {
     // deprecation of this safe constructor is about.
     #[allow(deprecated)]
     AsyncFd::with_interest(fd, interest)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    use std::task::Waker;
+
+    use super::*;
+
+    fn check_armed(wire: &SocketWire<UnixStream>) -> bool {
+        let set = rustix::time::timerfd_gettime(&wire.watch.check).expect("a timerfd");
+        (set.it_value.tv_sec, set.it_value.tv_nsec) != (0, 0)
+    }
+
+    /// §10.1: a loan arms the thread's check, and the caller's loan ending
+    /// leaves it armed (calls one after another do not change the timer);
+    /// the thread's next read with nothing lent, the land's `ack` after a
+    /// leader's call, disarms it, so that it does not wake the thread once
+    /// more after a call now and then.
+    #[tokio::test]
+    async fn the_thread_disarms_the_check_of_a_loan_when_it_reads_with_nothing_lent() {
+        let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let mut wire = SocketWire::new(ours).expect("a wire");
+        assert!(!check_armed(&wire), "nothing lent yet");
+        let lent = wire.lend().expect("a socket lends").expect("registered");
+        wire.watch_arrivals(false);
+        assert!(check_armed(&wire), "a loan arms the check");
+        wire.give_back(lent);
+        wire.watch_arrivals(true);
+        assert!(check_armed(&wire), "the loan's end leaves it to the thread");
+        theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
+        let mut buf = [0; 64];
+        let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
+        assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");
+        assert!(!check_armed(&wire), "the thread's read disarmed it");
+    }
 }
