@@ -90,30 +90,30 @@ pub fn now_and_then(calls: usize) -> Timed {
     runtime.block_on(async {
         let flights = SingleFlight::open(&dir).await.expect("open the directory");
         process::warm_up(&flights).await;
-        // One pause more than calls: the last call's after-effects count.
-        let idle = CpuMeter::start(None);
-        for _ in 0..=calls {
-            tokio::time::sleep(SPARSE_EVERY).await;
-        }
-        let (idle_cpu, idle_switches) = (idle.used(), idle.switches());
+        // The same pauses without calls, then with one after each but the
+        // last: one pause more than calls, so that the last call's
+        // after-effects count. What each spent: (CPU ns, wake-ups).
         let stamp = wall_nanos();
         let mut times = Vec::with_capacity(calls);
-        let busy = CpuMeter::start(None);
-        for n in 0..=calls {
-            tokio::time::sleep(SPARSE_EVERY).await;
-            if n == calls {
-                break;
+        let mut spent = [(0, 0); 2];
+        for calling in [false, true] {
+            let meter = CpuMeter::start(None);
+            for n in 0..=calls {
+                tokio::time::sleep(SPARSE_EVERY).await;
+                if calling && n < calls {
+                    let start = Instant::now();
+                    flights
+                        .run(&format!("sparse{stamp}-{n}"), |_token| async {
+                            Ok::<u8, std::io::Error>(0)
+                        })
+                        .await
+                        .expect("a call now and then succeeds");
+                    times.push(start.elapsed().as_nanos() as f64);
+                }
             }
-            let start = Instant::now();
-            flights
-                .run(&format!("sparse{stamp}-{n}"), |_token| async {
-                    Ok::<u8, std::io::Error>(0)
-                })
-                .await
-                .expect("a call now and then succeeds");
-            times.push(start.elapsed().as_nanos() as f64);
+            spent[usize::from(calling)] = (meter.used(), meter.switches());
         }
-        let (cpu, switches) = (busy.used(), busy.switches());
+        let [(idle_cpu, idle_switches), (cpu, switches)] = spent;
         flights.close().await;
         let per_call =
             |with: u64, without: u64| with.saturating_sub(without) as f64 / calls.max(1) as f64;
