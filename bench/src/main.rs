@@ -414,6 +414,10 @@ struct Figures {
     sparse: Vec<f64>,
     sparse_cpu: Vec<f64>,
     sparse_switches: Vec<f64>,
+    /// A coordinator process while nobody calls: CPU time (ns) and wake-ups
+    /// per second.
+    idle_coordinator_cpu: Vec<f64>,
+    idle_coordinator_switches: Vec<f64>,
     fanout: Vec<f64>,
     fanout_flock: Vec<f64>,
     fanout_in_floors: Vec<f64>,
@@ -604,7 +608,11 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         figures.uncontended_own_ratio.push(own / floor);
     }
     if config.runs("now-and-then") {
-        let sparse = uncontended::now_and_then(config.sparse_calls);
+        let (sparse, idle) = uncontended::now_and_then(config.sparse_calls);
+        figures.idle_coordinator_cpu.push(idle.cpu_per_second);
+        figures
+            .idle_coordinator_switches
+            .push(idle.switches_per_second);
         figures.sparse.push(sparse.median);
         figures.sparse_cpu.push(sparse.cpu);
         figures.sparse_switches.push(sparse.switches);
@@ -753,6 +761,18 @@ fn report(config: &Config, figures: &Figures) {
     row(
         "… times a thread of that process was given a CPU, beyond its idle pauses, per call",
         show(&figures.sparse_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "a coordinator process while nobody calls: times a thread was given a CPU, per second",
+        show(&figures.idle_coordinator_switches, 1.0, 1),
+        // Not a target of an issue: one per periodic check (100 ms,
+        // `CHECK_INTERVAL`) is what it takes.
+        "",
+    );
+    row(
+        "… its CPU time per second (µs)",
+        show(&figures.idle_coordinator_cpu, MICROS, 0),
         "",
     );
     row(

@@ -80,12 +80,14 @@ pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Opti
 /// calls' median time, and the CPU time and the times a thread was given a
 /// CPU that this process spent beyond its idle pauses, per call. The
 /// coordinator is another process (a `serve`): its periodic checks (§7.2)
-/// tick with the pauses, not with the calls, so neither side counts them.
-pub fn now_and_then(calls: usize) -> Timed {
+/// tick with the pauses, not with the calls, so neither side counts them;
+/// what they cost it while nobody calls is the [`Idle`] returned.
+pub fn now_and_then(calls: usize) -> (Timed, Idle) {
     let scratch = Scratch::new("now-and-then");
     let dir = scratch.join("flights");
     let dir_text = dir.to_str().expect("a UTF-8 temp dir").to_owned();
-    let _serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
+    let serve = Worker::spawn(&["serve", &dir_text, "500"]).ready();
+    let coordinator = serve.pid();
     let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(&dir).await.expect("open the directory");
@@ -96,8 +98,14 @@ pub fn now_and_then(calls: usize) -> Timed {
         let stamp = wall_nanos();
         let mut times = Vec::with_capacity(calls);
         let mut spent = [(0, 0); 2];
+        let mut idle = Idle::default();
         for calling in [false, true] {
             let meter = CpuMeter::start(None);
+            let began = (
+                Instant::now(),
+                process::thread_cpu_nanos(Some(coordinator)),
+                process::thread_switches(Some(coordinator)),
+            );
             for n in 0..=calls {
                 tokio::time::sleep(SPARSE_EVERY).await;
                 if calling && n < calls {
@@ -112,17 +120,39 @@ pub fn now_and_then(calls: usize) -> Timed {
                 }
             }
             spent[usize::from(calling)] = (meter.used(), meter.switches());
+            if !calling {
+                let seconds = began.0.elapsed().as_secs_f64();
+                let since = |now: u64, then: u64| now.saturating_sub(then) as f64 / seconds;
+                idle = Idle {
+                    cpu_per_second: since(process::thread_cpu_nanos(Some(coordinator)), began.1),
+                    switches_per_second: since(
+                        process::thread_switches(Some(coordinator)),
+                        began.2,
+                    ),
+                };
+            }
         }
         let [(idle_cpu, idle_switches), (cpu, switches)] = spent;
         flights.close().await;
         let per_call =
             |with: u64, without: u64| with.saturating_sub(without) as f64 / calls.max(1) as f64;
-        Timed {
+        let timed = Timed {
             median: median(&times),
             cpu: per_call(cpu, idle_cpu),
             switches: per_call(switches, idle_switches),
-        }
+        };
+        (timed, idle)
     })
+}
+
+/// What a coordinator process that nobody calls spends: its periodic
+/// checks (§7.2), and whatever else wakes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Idle {
+    /// CPU time per second, in nanoseconds.
+    pub cpu_per_second: f64,
+    /// The times a thread of it was given a CPU, per second.
+    pub switches_per_second: f64,
 }
 
 /// `worker serve DIR GRACE_MS`: holds the coordinator of `DIR` in the

@@ -32,6 +32,7 @@ impl Builder {
                 grace_window,
                 poll_interval,
                 seeded: super::mutant::Seeded::NONE,
+                clock: super::clock::Clock::System,
             },
         }
     }

@@ -31,6 +31,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tracing::{debug, warn};
 
+use super::clock::Clock;
 use super::error::Unavailable;
 use super::lines::Framer;
 use super::mutant::Seeded;
@@ -121,27 +122,6 @@ impl Commands {
     /// it has.
     pub(super) fn close(&self, done: oneshot::Sender<()>) -> Result<(), Stopped> {
         self.closes.send(done).map_err(|_| Stopped)
-    }
-}
-
-/// Which clock the machine's time is read from.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Clock {
-    /// The system's: the single-flight thread's runtime never pauses its
-    /// clock, and a caller's runtime may (a test with paused time), which
-    /// must not move the connector's deadlines.
-    System,
-    /// The current runtime's, when every caller runs on the driver's
-    /// runtime (the simulation's simulated time).
-    Runtime,
-}
-
-impl Clock {
-    fn now(self) -> tokio::time::Instant {
-        match self {
-            Clock::System => tokio::time::Instant::from_std(std::time::Instant::now()),
-            Clock::Runtime => tokio::time::Instant::now(),
-        }
     }
 }
 

@@ -5,6 +5,7 @@
 mod api;
 pub mod blocking;
 mod builder;
+mod clock;
 mod codec;
 mod driver;
 mod error;

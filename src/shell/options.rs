@@ -20,4 +20,7 @@ pub(crate) struct Options {
     /// The shell's seeded bug, if any (SPEC.md §12.7): none outside the
     /// simulation's build.
     pub(crate) seeded: super::mutant::Seeded,
+    /// Where the shell's time comes from: the system's, except in the
+    /// simulation.
+    pub(crate) clock: super::clock::Clock,
 }

@@ -14,6 +14,7 @@ use tokio::task::AbortHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
+use super::clock::Clock;
 use super::lines::{LineError, Lines};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
@@ -153,7 +154,8 @@ pub(super) fn start_for<T: Term, L: Listener>(
         timers: DelayQueue::new(),
         reuse_timer_of: BTreeMap::new(),
         ending: Ending::new(lifetime),
-        started: tokio::time::Instant::now(),
+        started: options.clock.now(),
+        clock: options.clock,
         seeded: options.seeded,
         effects: Vec::new(),
     };
@@ -184,6 +186,8 @@ struct Server<T, L> {
     /// machine; `started` is when the term began serving, for its time.
     ending: Ending,
     started: tokio::time::Instant,
+    /// What the periodic check ticks on (`super::clock`).
+    clock: Clock,
     /// The shell's seeded bug, if any (SPEC.md §12.7).
     seeded: Seeded,
     /// The coordinator's effects of the step in progress, one buffer for the
@@ -214,7 +218,7 @@ enum End {
 impl<T: Term, L: Listener> Server<T, L> {
     async fn serve(mut self, mut stopped: oneshot::Receiver<()>) {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
-        let mut checks = tokio::time::interval(CHECK_INTERVAL);
+        let mut checks = self.clock.every(CHECK_INTERVAL);
         if !self.step(Event::TermBegan) {
             return self.end(End::Lost).await;
         }
@@ -800,6 +804,7 @@ mod tests {
             grace_window: Duration::from_secs(1),
             poll_interval: Duration::from_millis(10),
             seeded: Seeded::NONE,
+            clock: Clock::System,
         };
         let term = Lapsing { asks: asks.clone() };
         let serving = start(term, Pipes(incoming), &options);

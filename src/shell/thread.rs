@@ -11,7 +11,8 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::driver::Driver;
-use super::hub::{Clock, Closes, Commands, Hub};
+use super::clock::Clock;
+use super::hub::{Closes, Commands, Hub};
 use super::error::OpenError;
 use super::mutant::Seeded;
 use super::options::Options;
@@ -159,8 +160,8 @@ pub(super) fn start_thread(
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (answer, opened) = oneshot::channel();
-    let seeded = options.seeded;
-    let shared = start(directory, Runs::OwnThread, seeded, move |inbox, hub, counters| {
+    let (seeded, clock) = (options.seeded, options.clock);
+    let shared = start(directory, Runs::OwnThread, seeded, clock, move |inbox, hub, counters| {
         place.with(Drive {
             options,
             counters,
@@ -173,21 +174,18 @@ pub(super) fn start_thread(
 }
 
 /// Starts `drive`, given the driver's inbox, the hub and the counters,
-/// where `runs` says.
+/// where `runs` says; the hub reads `clock`.
 fn start<F, D>(
     directory: Option<PathBuf>,
     runs: Runs,
     seeded: Seeded,
+    clock: Clock,
     drive: D,
 ) -> Result<Arc<Shared>, OpenError>
 where
     D: FnOnce(Closes, Arc<Hub>, Arc<Counters>) -> F + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let clock = match runs {
-        Runs::OwnThread => Clock::System,
-        Runs::On(_) => Clock::Runtime,
-    };
     let (commands, inbox, hub) = Commands::new(clock, seeded);
     let counters = Arc::new(Counters::default());
     let driver_counters = counters.clone();
@@ -257,6 +255,7 @@ where
         grace_window: settings.grace_window,
         poll_interval: settings.poll_interval.max(std::time::Duration::from_millis(1)),
         seeded: settings.seeded,
+        clock: Clock::Runtime,
     };
     let on_caller = options
         .seeded
@@ -268,7 +267,8 @@ where
         Box::pin(open)
     };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(None, runs, options.seeded, move |inbox, hub, counters| async move {
+    let (seeded, clock) = (options.seeded, options.clock);
+    let shared = start(None, runs, seeded, clock, move |inbox, hub, counters| async move {
         let (election, transport) = opened.await;
         Driver::new(election, transport, options, hub, counters)
             .run(inbox)

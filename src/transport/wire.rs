@@ -441,7 +441,7 @@ impl Lent {
 }
 
 /// Registers `fd` with the current runtime for `interest` alone.
-fn register<T: AsRawFd>(fd: T, interest: Interest) -> io::Result<AsyncFd<T>> {
+pub(crate) fn register<T: AsRawFd>(fd: T, interest: Interest) -> io::Result<AsyncFd<T>> {
     // Sound: every `T` here owns its descriptor, which stays open as long
     // as the registration, the I/O safety whose lack in general the
     // deprecation of this safe constructor is about.
