@@ -21,6 +21,7 @@
 pub mod client;
 pub mod coordinator;
 pub mod protocol;
+mod seeded;
 
 /// Entry points for the fuzz targets and the property tests: they call this
 /// crate's own code, never a copy of it.

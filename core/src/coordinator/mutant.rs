@@ -102,37 +102,24 @@ impl Mutant {
     ];
 }
 
-/// The seeded bug that a coordinator carries, if any: always none, and no
-/// bytes, in a build without `--cfg single_flight_mutants`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub(super) struct Seeded(#[cfg(single_flight_mutants)] Option<Mutant>);
+/// The seeded bug that a coordinator carries, if any.
+pub(super) type Seeded = crate::seeded::Seeded<Mutant>;
 
 #[cfg(single_flight_mutants)]
 impl Coordinator {
     /// This coordinator with one seeded bug (SPEC.md §12.3).
     pub fn with_mutant(mut self, mutant: Option<Mutant>) -> Coordinator {
-        self.seeded = Seeded(mutant);
+        self.seeded = Seeded::new(mutant);
         self
-    }
-
-    /// A hook of the seeded bugs: `shipped`, or `seeded` in a coordinator
-    /// that carries `bug`.
-    pub(super) fn hook<T>(&self, bug: Mutant, shipped: T, seeded: T) -> T {
-        if self.seeded.0 == Some(bug) {
-            seeded
-        } else {
-            shipped
-        }
     }
 }
 
-#[cfg(not(single_flight_mutants))]
 impl Coordinator {
-    /// A hook of the seeded bugs: `shipped`, as a shipped build carries
-    /// none.
+    /// A hook of the seeded bugs: `shipped`, or `seeded` in a coordinator
+    /// that carries `bug`.
     #[inline(always)]
-    pub(super) fn hook<T>(&self, _: Mutant, shipped: T, _: T) -> T {
-        shipped
+    pub(super) fn hook<T>(&self, bug: Mutant, shipped: T, seeded: T) -> T {
+        self.seeded.hook(bug, shipped, seeded)
     }
 }
 
