@@ -156,6 +156,14 @@ pub struct SocketWire<S> {
     /// The second descriptor of the socket that the last loan registered,
     /// to register again at the next.
     spare: Option<OwnedFd>,
+    /// The thread's last read found nothing, and its waker is registered
+    /// with the watch: it reads again once the watch says that something
+    /// came, not at every poll. The driver polls the connection after each
+    /// of its wake-ups, and a read that finds nothing is a system call for
+    /// nothing (two of them after every line the thread read). A change of
+    /// the watch's interest clears it, so that the thread's first read
+    /// after a loan looks for itself.
+    parked: bool,
 }
 
 impl<S: Socket> SocketWire<S> {
@@ -167,12 +175,14 @@ impl<S: Socket> SocketWire<S> {
             socket,
             watch,
             spare: None,
+            parked: false,
         })
     }
 
     /// `Pending` once the thread's watch is set to wake it when the socket
     /// takes bytes again; its `poll_read` registers its waker.
     fn wait_for_room(&mut self) -> Poll<io::Result<()>> {
+        self.parked = false;
         let arrivals = self.watch.arrivals;
         match self.watch.set(self.socket.as_fd(), arrivals, true) {
             Ok(()) => Poll::Pending,
@@ -182,6 +192,7 @@ impl<S: Socket> SocketWire<S> {
 
     /// The socket took everything: the thread need not hear of room.
     fn roomy(&mut self) -> io::Result<()> {
+        self.parked = false;
         let arrivals = self.watch.arrivals;
         self.watch.set(self.socket.as_fd(), arrivals, false)
     }
@@ -196,21 +207,24 @@ impl<S: Socket> Wire for SocketWire<S> {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         self.watch.lent_no_more();
         loop {
-            match self.socket.read(buf) {
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-                Err(error) if retry(&error) => continue,
-                done => return Poll::Ready(done),
-            }
-            // Cleared before the next read: whatever arrives after it sets
-            // the readiness again.
-            match self.watch.registered.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut ready)) => {
-                    ready.clear_ready();
-                    drop(ready);
-                    self.watch.checked();
+            if self.parked {
+                // Cleared before the next read: whatever arrives after it
+                // sets the readiness again.
+                match self.watch.registered.poll_read_ready(cx) {
+                    Poll::Ready(Ok(mut ready)) => {
+                        ready.clear_ready();
+                        drop(ready);
+                        self.watch.checked();
+                        self.parked = false;
+                    }
+                    Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
+                    Poll::Pending => return Poll::Pending,
                 }
-                Poll::Ready(Err(error)) => return Poll::Ready(Err(error)),
-                Poll::Pending => return Poll::Pending,
+            }
+            match self.socket.read(buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => self.parked = true,
+                Err(error) if retry(&error) => {}
+                done => return Poll::Ready(done),
             }
         }
     }
@@ -271,6 +285,7 @@ impl<S: Socket> Wire for SocketWire<S> {
     }
 
     fn watch_arrivals(&mut self, all: bool) {
+        self.parked = false;
         let writes = self.watch.writes;
         if let Err(error) = self.watch.set(self.socket.as_fd(), all, writes) {
             // Cannot happen on a valid epoll instance; if it did, the
@@ -484,5 +499,60 @@ mod tests {
         let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
         assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");
         assert!(!check_armed(&wire), "the thread's read disarmed it");
+    }
+
+    /// A socket that counts its reads.
+    struct Counted {
+        socket: UnixStream,
+        reads: usize,
+    }
+
+    impl AsFd for Counted {
+        fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            self.socket.as_fd()
+        }
+    }
+
+    impl Socket for Counted {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            io::Read::read(&mut self.socket, buf)
+        }
+
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            io::Write::write(&mut self.socket, buf)
+        }
+    }
+
+    /// The thread reads what arrives, and after a read that found nothing
+    /// it reads again only once something came: polled meanwhile (the
+    /// driver polls after every wake-up), it makes no system call.
+    #[tokio::test]
+    async fn the_thread_reads_again_only_once_something_came() {
+        let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let mut wire = SocketWire::new(Counted {
+            socket: ours,
+            reads: 0,
+        })
+        .expect("a wire");
+        let mut buf = [0; 64];
+        let poll = |wire: &mut SocketWire<Counted>, buf: &mut [u8]| {
+            wire.poll_read(&mut Context::from_waker(Waker::noop()), buf)
+        };
+        assert!(poll(&mut wire, &mut buf).is_pending(), "nothing came");
+        let found_nothing = wire.socket.reads;
+        assert!(poll(&mut wire, &mut buf).is_pending(), "still nothing");
+        assert!(poll(&mut wire, &mut buf).is_pending(), "still nothing");
+        assert_eq!(wire.socket.reads, found_nothing, "no read for nothing");
+        theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
+        let read = std::future::poll_fn(|cx| wire.poll_read(cx, &mut buf)).await;
+        assert!(matches!(read, Ok(13)), "{read:?}");
+        // A change of interest (a loan's end) reads first, whatever the
+        // watch says.
+        wire.watch_arrivals(true);
+        theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
+        let read = poll(&mut wire, &mut buf);
+        assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");
     }
 }
