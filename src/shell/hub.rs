@@ -383,10 +383,13 @@ impl Hub {
                 event = events.recv() => return event,
                 ready = lease.lent().readable() => {
                     let Ok(mut ready) = ready else { break };
-                    if !self.read_lent(&lease) {
-                        break;
+                    match self.read_lent(&lease) {
+                        None => break,
+                        Some(Drained::Yes) => ready.clear_ready(),
+                        // What is left sets no readiness anew: read it at
+                        // the next turn, unless the answer came.
+                        Some(Drained::No) => {}
                     }
-                    ready.clear_ready();
                 }
             }
         }
@@ -446,27 +449,49 @@ impl Hub {
         })
     }
 
-    /// Reads the connection for a call that holds `lease`: `false` when
-    /// the lease was taken back, or the connection is gone.
-    fn read_lent(&self, lease: &Lease<'_>) -> bool {
+    /// Reads the connection once for a call that holds `lease`, and steps
+    /// what came: `None` when the lease was taken back, or the connection
+    /// is gone. One read, not until the socket is empty: a call's answer
+    /// is one line, which one read brings, and a second read would most
+    /// often find nothing (a system call on the way of every answer;
+    /// BENCHMARKS.md, "Calls now and then").
+    fn read_lent(&self, lease: &Lease<'_>) -> Option<Drained> {
         let mut state = self.lock();
         let held = state
             .link
             .as_ref()
             .is_some_and(|link| link.number == lease.link && link.lender == Some(lease.lease));
         if !held {
-            return false;
+            return None;
         }
         let timer = state.connector.poll_timeout();
-        let stepped = self.read(&mut state, |wire, buf| match wire.try_read(buf) {
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
-            done => Poll::Ready(done),
+        let mut drained = Drained::No;
+        let mut reads = 0;
+        let stepped = self.read(&mut state, |wire, buf| {
+            if reads == 1 {
+                return Poll::Pending;
+            }
+            reads += 1;
+            match wire.try_read(buf) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    drained = Drained::Yes;
+                    Poll::Pending
+                }
+                done => Poll::Ready(done),
+            }
         });
         if stepped.is_ready() {
             self.after_step(state, timer);
         }
-        true
+        Some(drained)
     }
+}
+
+/// Whether a caller's read found the socket empty, so that its
+/// registration is ready again only once more arrives.
+enum Drained {
+    Yes,
+    No,
 }
 
 /// A call's loan of the connection (§10.1); the thread reads again when it
