@@ -12,6 +12,7 @@
 
 #[cfg(feature = "cluster")]
 pub mod tcp;
+mod halves;
 pub mod unix;
 pub mod wire;
 
@@ -118,8 +119,8 @@ pub enum PeerRefused {
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Certificate { peer: String, problem: String },
     /// The connection could not be set up for another reason (a TLS
-    /// handshake that failed or took too long).
+    /// handshake that failed or took too long, a socket the runtime could
+    /// not register).
     #[error("cannot set up the connection with {peer}: {reason}")]
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Setup { peer: String, reason: String },
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
+use super::halves::{self, Reader, Writer};
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 
 /// [`Transport`] over the flight directory's Unix socket.
@@ -35,12 +35,18 @@ impl UnixTransport {
 fn same_user(
     stream: UnixStream,
     own: u32,
-) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
+) -> Result<Connection<Reader, Writer>, PeerRefused> {
     let uid = stream.peer_cred().map_err(PeerRefused::Unknown)?.uid();
     if !peer_allowed(uid, own) {
         return Err(PeerRefused::OtherUser { uid });
     }
-    let (reader, writer) = stream.into_split();
+    // Watched for arrivals alone (`super::halves`): tokio's own halves
+    // would wake this side whenever the peer reads.
+    let setup = |error: io::Error| PeerRefused::Setup {
+        peer: "the peer on the flight directory's socket".to_owned(),
+        reason: error.to_string(),
+    };
+    let (reader, writer) = halves::split(stream.into_std().map_err(setup)?).map_err(setup)?;
     Ok(Connection { reader, writer })
 }
 
@@ -48,14 +54,14 @@ impl Transport for UnixTransport {
     /// The socket of the flight directory, which the transport knows: a
     /// local coordinator has no address to name.
     type Address = ();
-    type Reader = OwnedReadHalf;
-    type Writer = OwnedWriteHalf;
+    type Reader = Reader;
+    type Writer = Writer;
     type Listener = UnixSocketListener;
 
     async fn connect(
         &self,
         _: &(),
-    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, ConnectError> {
+    ) -> Result<Connection<Reader, Writer>, ConnectError> {
         let stream = UnixStream::connect(self.sockets.socket())
             .await
             .map_err(ConnectError::Unreachable)?;
@@ -64,13 +70,9 @@ impl Transport for UnixTransport {
 
     /// The socket itself, which lends (§10.1).
     fn wire(
-        connection: Connection<OwnedReadHalf, OwnedWriteHalf>,
+        connection: Connection<Reader, Writer>,
     ) -> io::Result<Box<dyn super::wire::Wire>> {
-        let stream = connection
-            .reader
-            .reunite(connection.writer)
-            .map_err(io::Error::other)?
-            .into_std()?;
+        let stream = halves::reunite(connection.reader, connection.writer)?;
         Ok(Box::new(super::wire::SocketWire::new(stream)?))
     }
 
@@ -107,8 +109,8 @@ pub struct UnixSocketListener {
 }
 
 impl Listener for UnixSocketListener {
-    type Reader = OwnedReadHalf;
-    type Writer = OwnedWriteHalf;
+    type Reader = Reader;
+    type Writer = Writer;
     type Incoming = (UnixStream, u32);
 
     async fn accept(&mut self) -> io::Result<(UnixStream, u32)> {
@@ -118,7 +120,7 @@ impl Listener for UnixSocketListener {
 
     async fn establish(
         (stream, uid): (UnixStream, u32),
-    ) -> Result<Connection<OwnedReadHalf, OwnedWriteHalf>, PeerRefused> {
+    ) -> Result<Connection<Reader, Writer>, PeerRefused> {
         same_user(stream, uid)
     }
 
