@@ -418,6 +418,10 @@ struct Figures {
     /// per second.
     idle_coordinator_cpu: Vec<f64>,
     idle_coordinator_switches: Vec<f64>,
+    /// What a call now and then adds to the coordinator's process: CPU
+    /// time (ns) and wake-ups.
+    sparse_coordinator_cpu: Vec<f64>,
+    sparse_coordinator_switches: Vec<f64>,
     fanout: Vec<f64>,
     fanout_flock: Vec<f64>,
     fanout_in_floors: Vec<f64>,
@@ -613,6 +617,10 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
         figures
             .idle_coordinator_switches
             .push(idle.switches_per_second);
+        figures.sparse_coordinator_cpu.push(idle.cpu_per_call);
+        figures
+            .sparse_coordinator_switches
+            .push(idle.switches_per_call);
         figures.sparse.push(sparse.median);
         figures.sparse_cpu.push(sparse.cpu);
         figures.sparse_switches.push(sparse.switches);
@@ -761,6 +769,16 @@ fn report(config: &Config, figures: &Figures) {
     row(
         "… times a thread of that process was given a CPU, beyond its idle pauses, per call",
         show(&figures.sparse_switches, 1.0, 2),
+        "",
+    );
+    row(
+        "… CPU time it adds to the coordinator's process (a `serve`), per call (µs)",
+        show(&figures.sparse_coordinator_cpu, MICROS, 1),
+        "",
+    );
+    row(
+        "… times a thread of the coordinator's process was given a CPU, beyond its idle pauses, per call",
+        show(&figures.sparse_coordinator_switches, 1.0, 2),
         "",
     );
     row(

@@ -98,7 +98,8 @@ pub fn now_and_then(calls: usize) -> (Timed, Idle) {
         let stamp = wall_nanos();
         let mut times = Vec::with_capacity(calls);
         let mut spent = [(0, 0); 2];
-        let mut idle = Idle::default();
+        // The coordinator's, the same way: (CPU ns, wake-ups, seconds).
+        let mut theirs = [(0, 0, 0.0); 2];
         for calling in [false, true] {
             let meter = CpuMeter::start(None);
             let began = (
@@ -120,22 +121,26 @@ pub fn now_and_then(calls: usize) -> (Timed, Idle) {
                 }
             }
             spent[usize::from(calling)] = (meter.used(), meter.switches());
-            if !calling {
-                let seconds = began.0.elapsed().as_secs_f64();
-                let since = |now: u64, then: u64| now.saturating_sub(then) as f64 / seconds;
-                idle = Idle {
-                    cpu_per_second: since(process::thread_cpu_nanos(Some(coordinator)), began.1),
-                    switches_per_second: since(
-                        process::thread_switches(Some(coordinator)),
-                        began.2,
-                    ),
-                };
-            }
+            theirs[usize::from(calling)] = (
+                process::thread_cpu_nanos(Some(coordinator)).saturating_sub(began.1),
+                process::thread_switches(Some(coordinator)).saturating_sub(began.2),
+                began.0.elapsed().as_secs_f64(),
+            );
         }
         let [(idle_cpu, idle_switches), (cpu, switches)] = spent;
         flights.close().await;
         let per_call =
             |with: u64, without: u64| with.saturating_sub(without) as f64 / calls.max(1) as f64;
+        let [
+            (quiet_cpu, quiet_switches, quiet),
+            (busy_cpu, busy_switches, _),
+        ] = theirs;
+        let idle = Idle {
+            cpu_per_second: quiet_cpu as f64 / quiet,
+            switches_per_second: quiet_switches as f64 / quiet,
+            cpu_per_call: per_call(busy_cpu, quiet_cpu),
+            switches_per_call: per_call(busy_switches, quiet_switches),
+        };
         let timed = Timed {
             median: median(&times),
             cpu: per_call(cpu, idle_cpu),
@@ -145,14 +150,19 @@ pub fn now_and_then(calls: usize) -> (Timed, Idle) {
     })
 }
 
-/// What a coordinator process that nobody calls spends: its periodic
-/// checks (§7.2), and whatever else wakes it.
+/// What the coordinator's process spends while nobody calls (its periodic
+/// checks, §7.2, and whatever else wakes it), and what each call now and
+/// then adds to that.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Idle {
     /// CPU time per second, in nanoseconds.
     pub cpu_per_second: f64,
     /// The times a thread of it was given a CPU, per second.
     pub switches_per_second: f64,
+    /// CPU time a call adds, in nanoseconds.
+    pub cpu_per_call: f64,
+    /// The times a thread of it was given a CPU that a call adds.
+    pub switches_per_call: f64,
 }
 
 /// `worker serve DIR GRACE_MS`: holds the coordinator of `DIR` in the
