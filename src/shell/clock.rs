@@ -59,6 +59,7 @@ impl Clock {
             Some(timer) => Ticks::Kernel {
                 timer,
                 first: true,
+                period,
             },
             None => Ticks::Runtime(tokio::time::interval(period)),
         }
@@ -71,6 +72,8 @@ pub(super) enum Ticks {
         timer: AsyncFd<Timer>,
         /// The first tick is due at once, as tokio's interval's is.
         first: bool,
+        /// For tokio's interval, should the timer fail.
+        period: Duration,
     },
     Runtime(tokio::time::Interval),
 }
@@ -80,33 +83,52 @@ impl Ticks {
     /// run (stopped, or a busy thread) come as one: what each does is
     /// looking at the present, which once is enough.
     pub(super) async fn tick(&mut self) -> Instant {
-        match self {
-            Ticks::Kernel { timer, first } => {
-                if std::mem::take(first) {
-                    return Clock::System.now();
-                }
-                loop {
-                    let Ok(mut ready) = timer.readable().await else {
-                        // The runtime is shutting down: nothing ticks any
-                        // more.
-                        return std::future::pending().await;
-                    };
-                    let mut expirations = [0; 8];
-                    match rustix::io::read(&ready.get_inner().0, &mut expirations) {
-                        Ok(_) => {
-                            // One read takes every expiration: the timer is
-                            // not ready until the next, which the kernel
-                            // reports anew (a read to learn it would be a
-                            // system call per tick for nothing).
-                            ready.clear_ready();
-                            return Clock::System.now();
-                        }
-                        Err(rustix::io::Errno::AGAIN) => ready.clear_ready(),
-                        Err(_) => return std::future::pending().await,
+        loop {
+            match self {
+                Ticks::Runtime(interval) => return interval.tick().await,
+                Ticks::Kernel {
+                    timer,
+                    first,
+                    period,
+                } => {
+                    if std::mem::take(first) {
+                        return Clock::System.now();
                     }
+                    let Err(error) = kernel_tick(timer).await else {
+                        return Clock::System.now();
+                    };
+                    // Never seen: a timerfd's read fails only for a wrong
+                    // buffer or a realtime clock that was set. The checks
+                    // must go on whatever happens to the timer.
+                    tracing::warn!(%error, "the kernel timer of a periodic check failed; it ticks on the runtime's timer from now on");
+                    let period = *period;
+                    *self = Ticks::Runtime(tokio::time::interval_at(Instant::now() + period, period));
                 }
             }
-            Ticks::Runtime(interval) => interval.tick().await,
+        }
+    }
+}
+
+/// Waits for the kernel timer's next expiration, and takes every one that
+/// has passed.
+async fn kernel_tick(timer: &AsyncFd<Timer>) -> io::Result<()> {
+    loop {
+        let Ok(mut ready) = timer.readable().await else {
+            // The runtime is shutting down: nothing ticks any more (its
+            // own timers would not either).
+            return std::future::pending().await;
+        };
+        let mut expirations = [0; 8];
+        match rustix::io::read(&ready.get_inner().0, &mut expirations) {
+            Ok(_) => {
+                // One read takes every expiration: the timer is not ready
+                // until the next, which the kernel reports anew (a read to
+                // learn it would be a system call per tick for nothing).
+                ready.clear_ready();
+                return Ok(());
+            }
+            Err(rustix::io::Errno::AGAIN) => ready.clear_ready(),
+            Err(error) => return Err(error.into()),
         }
     }
 }
