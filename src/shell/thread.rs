@@ -160,8 +160,7 @@ pub(super) fn start_thread(
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (answer, opened) = oneshot::channel();
-    let (seeded, clock) = (options.seeded, options.clock);
-    let shared = start(directory, Runs::OwnThread, seeded, clock, move |inbox, hub, counters| {
+    let shared = start(directory, Runs::OwnThread, options.seeded, options.clock, move |inbox, hub, counters| {
         place.with(Drive {
             options,
             counters,
@@ -267,8 +266,7 @@ where
         Box::pin(open)
     };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let (seeded, clock) = (options.seeded, options.clock);
-    let shared = start(None, runs, seeded, clock, move |inbox, hub, counters| async move {
+    let shared = start(None, runs, options.seeded, options.clock, move |inbox, hub, counters| async move {
         let (election, transport) = opened.await;
         Driver::new(election, transport, options, hub, counters)
             .run(inbox)

@@ -5,10 +5,9 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use std::os::unix::net::{UnixListener, UnixStream};
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -84,7 +83,7 @@ impl Transport for UnixTransport {
         self.sockets.remove_stale_temporaries();
         let (listener, inode) = self.sockets.bind(0)?;
         Ok(UnixSocketListener {
-            listener: tokio_listener(listener)?,
+            listener: registered_listener(listener)?,
             inode,
             binds: 1,
             sockets: self.sockets.clone(),
@@ -97,7 +96,7 @@ impl Transport for UnixTransport {
 /// which would register every accepted socket as tokio does (for arrivals
 /// and room), only for [`halves`] to register it again: a registration
 /// per connection more in the runtime's table, 0.4 KiB per idle client.
-fn tokio_listener(listener: UnixListener) -> io::Result<AsyncFd<UnixListener>> {
+fn registered_listener(listener: UnixListener) -> io::Result<AsyncFd<UnixListener>> {
     listener.set_nonblocking(true)?;
     super::wire::register(listener, Interest::READABLE)
 }
@@ -145,7 +144,7 @@ impl Listener for UnixSocketListener {
         tracing::warn!("the socket was removed or replaced; binding it again (SPEC.md §11.1)");
         let (listener, inode) = self.sockets.bind(self.binds)?;
         self.binds += 1;
-        self.listener = tokio_listener(listener)?;
+        self.listener = registered_listener(listener)?;
         self.inode = inode;
         Ok(())
     }
