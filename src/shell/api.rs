@@ -357,6 +357,12 @@ impl<'a> Started<'a> {
         self.shared.commands.wait(self.call, &mut self.events).await
     }
 
+    /// Waits for the call's first event on this thread, which the
+    /// single-flight thread reads for it (the blocking API, §9.7).
+    pub(super) fn wait_blocking(&mut self) -> Option<CallEvent> {
+        self.shared.commands.wait_blocking(&mut self.events)
+    }
+
     /// What `event` (`None`: the thread stopped) means for the call.
     pub(super) fn answer<T, E, C: Codec<T>>(
         mut self,

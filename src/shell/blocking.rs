@@ -292,7 +292,7 @@ impl<'a, C> Call<'a, C> {
             key: call.key.clone(),
             deadline: expiry.deadline,
         };
-        let event = started.events.blocking_recv();
+        let event = started.wait_blocking();
         if let Some(expiry) = &expiry
             && event.is_none()
             && expiry.passed()

@@ -39,7 +39,7 @@ use crate::client::connector::{self, Connector};
 use crate::client::{CallId, CallOptions, Effect, Resolution, StopReason};
 use crate::coordinator::MAX_OPEN_REQUESTS_PER_CONNECTION;
 use crate::protocol::{FencingToken, Key, Outcome, decode_response, encode};
-use crate::transport::wire::{Lent, Wire};
+use crate::transport::wire::{Lent, Reader, Wire};
 
 /// What a call asks of the process.
 pub(super) enum Command {
@@ -115,6 +115,17 @@ impl Commands {
         events: &mut mpsc::UnboundedReceiver<CallEvent>,
     ) -> Option<CallEvent> {
         self.hub.wait(call, events).await
+    }
+
+    /// Waits for the first event of a call on this thread, blocking it; the
+    /// single-flight thread reads for the call.
+    pub(super) fn wait_blocking(
+        &self,
+        events: &mut mpsc::UnboundedReceiver<CallEvent>,
+    ) -> Option<CallEvent> {
+        // Its start left the reading to its wait (`Hub::step`).
+        self.hub.lock().choose_reader(true);
+        events.blocking_recv()
     }
 
     /// Asks the single-flight thread to finish the lands in progress, end
@@ -207,14 +218,19 @@ impl Hub {
         Some(at.and_then(|at| self.origin.checked_add(at)))
     }
 
-    /// Feeds `event` to the connector with `state` locked, and carries out
-    /// the effects that are not the thread's.
+    /// Feeds `event` to the connector with `state` locked, carries out
+    /// the effects that are not the thread's, and sets who reads what
+    /// arrives next (`State::choose_reader`). A call that starts does not
+    /// make the thread read: its own wait borrows the connection, or hands
+    /// the reading to the thread (`Hub::lend`).
     pub(super) fn step(&self, state: &mut State, event: connector::Event) {
         let now = self.now();
+        let started = matches!(event, connector::Event::CallStarted { .. });
         for effect in state.connector.step(now, event) {
             state.apply(effect);
         }
         state.failure = None;
+        state.choose_reader(!started);
     }
 
     /// A caller's command, stepped here; wakes the thread when the step
@@ -225,6 +241,7 @@ impl Hub {
             return Err(Stopped);
         }
         let timer = state.connector.poll_timeout();
+        let unread = state.reader() == Some(Reader::Nobody);
         match command {
             Command::Start {
                 call,
@@ -271,18 +288,25 @@ impl Hub {
                 }
             }
         }
-        self.after_step(state, timer);
+        // A caller's step that makes the thread read again (a panicked
+        // leader waits for its `ack`, a detached leader for `stop`) wakes
+        // it: what came while nobody read, a TLS session may hold already
+        // decrypted, where the watch does not see it.
+        let promoted = unread && state.reader() == Some(Reader::Thread);
+        self.after_step(state, timer, promoted);
         Ok(())
     }
 
     /// Wakes the thread if the steps made since the connector's timer was
-    /// `timer` left it work, bytes to write, or an earlier timer.
-    fn after_step(&self, mut state: MutexGuard<'_, State>, timer: Option<Duration>) {
+    /// `timer` left it work, bytes to write, or an earlier timer, or if
+    /// `read` says it must read.
+    fn after_step(&self, mut state: MutexGuard<'_, State>, timer: Option<Duration>, read: bool) {
         let earlier = match (state.connector.poll_timeout(), timer) {
             (Some(now), Some(before)) => now < before,
             (now, before) => now.is_some() && before.is_none(),
         };
-        let wake = earlier || !state.work.is_empty() || std::mem::take(&mut state.behind);
+        let wake =
+            read || earlier || !state.work.is_empty() || std::mem::take(&mut state.behind);
         drop(state);
         if wake {
             self.thread.notify_one();
@@ -399,13 +423,23 @@ impl Hub {
     }
 
     /// The connection lent to `call`, if it is the process's only call
-    /// that waits and the transport lends.
+    /// that waits and the transport lends; otherwise the thread reads for
+    /// it.
     fn lend(&self, call: CallId) -> Option<Lease<'_>> {
+        let mut state = self.lock();
+        let lease = self.lend_locked(&mut state, call);
+        if lease.is_none() {
+            // Its start left the reading to this wait (`Hub::step`).
+            state.choose_reader(true);
+        }
+        lease
+    }
+
+    fn lend_locked(&self, state: &mut State, call: CallId) -> Option<Lease<'_>> {
         static UNLENDABLE: AtomicBool = AtomicBool::new(false);
         if UNLENDABLE.load(Ordering::Relaxed) || tokio::runtime::Handle::try_current().is_err() {
             return None;
         }
-        let mut state = self.lock();
         // Another call that waits, on another runtime maybe, would wait for
         // this caller's reads; a leader that has returned (its receiver
         // dropped, its land's `ack` still to come) waits for nothing.
@@ -440,7 +474,7 @@ impl Hub {
         link.loans += 1;
         let lease = link.loans;
         link.lender = Some(lease);
-        link.wire.watch_arrivals(false);
+        link.set_reader(Reader::Caller);
         Some(Lease {
             hub: self,
             link: link.number,
@@ -481,7 +515,7 @@ impl Hub {
             }
         });
         if stepped.is_ready() {
-            self.after_step(state, timer);
+            self.after_step(state, timer, false);
         }
         Some(drained)
     }
@@ -517,14 +551,14 @@ impl Drop for Lease<'_> {
         if let Some(link) = &mut state.link
             && link.number == self.link
         {
+            link.wire.give_back(lent);
             if link.lender == Some(self.lease) {
                 link.lender = None;
                 // What arrived since the caller's last read wakes the
-                // thread now: the watch reports a socket that is readable
-                // when its interest changes.
-                link.wire.watch_arrivals(true);
+                // thread now if it is to read: the watch reports a socket
+                // that is readable when its interest changes.
+                state.choose_reader(true);
             }
-            link.wire.give_back(lent);
         }
     }
 }
@@ -552,6 +586,7 @@ impl State {
             behind: false,
             broken: false,
             flush,
+            reader: Reader::Thread,
         });
     }
 
@@ -573,8 +608,35 @@ impl State {
         if let Some(link) = &mut self.link
             && link.lender.take().is_some()
         {
-            link.wire.watch_arrivals(true);
+            self.choose_reader(true);
         }
+    }
+
+    /// Sets who reads what arrives on a connection that no call borrows
+    /// (SPEC.md §10.1): the thread while anyone waits for an answer (a
+    /// call, a close, a drain, a leader whose work panicked), nobody
+    /// otherwise, so that a land's `ack` after a call now and then wakes
+    /// no thread; it waits in the socket until the connection is read
+    /// next. With `promote` false, a connection that nobody reads stays so
+    /// (a call that starts leaves it to its wait).
+    fn choose_reader(&mut self, promote: bool) {
+        let Some(link) = &self.link else {
+            return;
+        };
+        if link.lender.is_some() || (!promote && link.reader == Reader::Nobody) {
+            return;
+        }
+        self.panicked.retain(|_, waiter| !waiter.is_closed());
+        let awaits = self.connector.awaits_answers() || !self.panicked.is_empty();
+        let reader = if awaits { Reader::Thread } else { Reader::Nobody };
+        if let Some(link) = &mut self.link {
+            link.set_reader(reader);
+        }
+    }
+
+    /// Who reads what arrives on the connection, if there is one.
+    fn reader(&self) -> Option<Reader> {
+        self.link.as_ref().map(|link| link.reader)
     }
 
     fn apply(&mut self, effect: connector::Effect) {
@@ -677,9 +739,18 @@ struct Link {
     /// flushed (a Unix socket's flush does nothing). `false` only for a
     /// seeded bug (SPEC.md §12.7).
     flush: bool,
+    /// Who reads what arrives, as last told to the wire.
+    reader: Reader,
 }
 
 impl Link {
+    fn set_reader(&mut self, reader: Reader) {
+        if self.reader != reader {
+            self.reader = reader;
+            self.wire.set_reader(reader);
+        }
+    }
+
     /// Writes `line` now if the socket takes it; otherwise leaves the rest
     /// to the thread, and says so.
     fn send(&mut self, line: &[u8]) -> bool {
@@ -723,5 +794,125 @@ impl Link {
             }
         }
         Poll::Ready(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::sync::atomic::AtomicBool;
+    use std::task::Wake;
+
+    use super::*;
+    use crate::client::connector::Attempted;
+    use crate::transport::wire::SocketWire;
+
+    /// A waker that remembers being woken: the single-flight thread's.
+    #[derive(Default)]
+    struct Woken(AtomicBool);
+
+    impl Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The coordinator's end of a connection, read line by line.
+    struct Coordinator {
+        lines: BufReader<UnixStream>,
+        socket: UnixStream,
+    }
+
+    impl Coordinator {
+        fn reads(&mut self, op: &str) -> String {
+            let mut line = String::new();
+            self.lines.read_line(&mut line).expect("a line");
+            assert!(line.contains(&format!("\"op\":\"{op}\"")), "{line}");
+            line
+        }
+
+        fn writes(&mut self, line: &str) {
+            self.socket.write_all(line.as_bytes()).expect("written");
+        }
+    }
+
+    /// A hub connected over a socket pair, as the driver connects one.
+    fn connected() -> (Arc<Hub>, Coordinator) {
+        let (ours, theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let (_, _, hub) = Commands::new(Clock::System, Seeded::NONE);
+        let mut state = hub.lock();
+        hub.step(&mut state, connector::Event::TimerFired { received: 0 });
+        assert_eq!(state.take_work(), vec![Work::StartAttempt]);
+        let wire = SocketWire::new(ours).expect("a wire");
+        state.connect(Box::new(wire), Framer::new(), true);
+        let attempt = Attempted::Connected;
+        hub.step(&mut state, connector::Event::AttemptEnded { attempt });
+        drop(state);
+        let coordinator = Coordinator {
+            lines: BufReader::new(theirs.try_clone().expect("a clone")),
+            socket: theirs,
+        };
+        (hub, coordinator)
+    }
+
+    /// Whether the thread, parked on the connection with `woken`, has
+    /// been woken once the runtime has turned (a sleep parks it in
+    /// `epoll_wait`, which hands over what the kernel has noted already).
+    async fn thread_woken(woken: &Arc<Woken>) -> bool {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        woken.0.swap(false, Ordering::SeqCst)
+    }
+
+    /// §10.1: after a call now and then, a leader's, nobody waits for
+    /// what comes: its land's `ack` wakes no thread, and waits in the
+    /// socket until someone must read. A close must (§10.4): it reads the
+    /// `ack` at once, and stops.
+    #[tokio::test]
+    async fn a_lands_ack_wakes_nobody_until_a_close_waits_for_it() {
+        let (hub, mut coordinator) = connected();
+        let (events, mut received) = mpsc::unbounded_channel();
+        let call = CallId(1);
+        let key = Key::new("k").expect("a key");
+        let options = CallOptions::default();
+        let start = Command::Start {
+            call,
+            key,
+            options,
+            events,
+        };
+        hub.command(start).expect("started");
+        coordinator.reads("run");
+        coordinator.writes("{\"op\":\"lead\",\"id\":\"1\",\"token\":\"4294967297\"}\n");
+        let lead = hub.wait(call, &mut received).await;
+        assert!(matches!(lead, Some(CallEvent::Lead(_))), "the call leads");
+        let woken = Arc::new(Woken::default());
+        let waker = Waker::from(woken.clone());
+        let polled = hub.poll_link(&mut Context::from_waker(&waker));
+        assert!(polled.is_pending(), "nothing to read");
+        let outcome = Outcome::Value("v".into());
+        let finished = Command::WorkFinished {
+            call,
+            outcome,
+            settled: None,
+        };
+        hub.command(finished).expect("landed");
+        drop(received);
+        coordinator.reads("land");
+        coordinator.writes("{\"op\":\"ack\",\"id\":\"1\"}\n");
+        assert!(!thread_woken(&woken).await, "the ack woke the thread");
+        assert!(
+            !hub.lock().connector.client().is_idle(),
+            "the land waits for its ack"
+        );
+        {
+            let mut state = hub.lock();
+            hub.step(&mut state, connector::Event::CloseRequested);
+            assert!(state.take_work().is_empty(), "the close waits for the ack");
+        }
+        assert!(thread_woken(&woken).await, "the close has the thread read");
+        assert!(hub.poll_link(&mut Context::from_waker(&waker)).is_ready());
+        assert_eq!(hub.lock().take_work(), vec![Work::Stop], "acknowledged");
     }
 }

@@ -63,11 +63,9 @@ pub trait Wire: Send + 'static {
     /// reading, to lend it again without a new descriptor.
     fn give_back(&mut self, _lent: Lent) {}
 
-    /// Whether the single-flight thread is woken by every arrival (`true`,
-    /// what a new connection starts with) or only by the connection's end
-    /// and every [`LEASE_CHECK`], while a caller reads it through a
-    /// [`Lent`] registration.
-    fn watch_arrivals(&mut self, _all: bool) {}
+    /// Who reads what arrives, and so what wakes the single-flight thread
+    /// ([`Reader`]); a new connection starts with [`Reader::Thread`].
+    fn set_reader(&mut self, _reader: Reader) {}
 
     /// Reads what has arrived without registering anybody, for a caller
     /// whose [`Lent`] registration said it is readable: `WouldBlock` when
@@ -75,6 +73,20 @@ pub trait Wire: Send + 'static {
     fn try_read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
         Err(io::ErrorKind::Unsupported.into())
     }
+}
+
+/// Who reads a connection's arrivals (§10.1). The thread is always woken by
+/// the connection's end, and while a write waits for room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// The single-flight thread, woken by every arrival.
+    Thread,
+    /// A waiting call, through a [`Lent`] registration; the thread is also
+    /// woken every [`LEASE_CHECK`], to read what the call leaves unread.
+    Caller,
+    /// Nobody waits for what may come (a land's `ack`): it stays in the
+    /// socket until the connection is read next, and wakes nobody.
+    Nobody,
 }
 
 /// Any reader and writer as a [`Wire`] that the single-flight thread alone
@@ -183,8 +195,8 @@ impl<S: Socket> SocketWire<S> {
     /// takes bytes again; its `poll_read` registers its waker.
     fn wait_for_room(&mut self) -> Poll<io::Result<()>> {
         self.parked = false;
-        let arrivals = self.watch.arrivals;
-        match self.watch.set(self.socket.as_fd(), arrivals, true) {
+        let reader = self.watch.reader;
+        match self.watch.set(self.socket.as_fd(), reader, true) {
             Ok(()) => Poll::Pending,
             Err(error) => Poll::Ready(Err(error)),
         }
@@ -193,8 +205,8 @@ impl<S: Socket> SocketWire<S> {
     /// The socket took everything: the thread need not hear of room.
     fn roomy(&mut self) -> io::Result<()> {
         self.parked = false;
-        let arrivals = self.watch.arrivals;
-        self.watch.set(self.socket.as_fd(), arrivals, false)
+        let reader = self.watch.reader;
+        self.watch.set(self.socket.as_fd(), reader, false)
     }
 }
 
@@ -284,14 +296,14 @@ impl<S: Socket> Wire for SocketWire<S> {
         self.spare = Some(lent.0.into_inner());
     }
 
-    fn watch_arrivals(&mut self, all: bool) {
+    fn set_reader(&mut self, reader: Reader) {
         self.parked = false;
         let writes = self.watch.writes;
-        if let Err(error) = self.watch.set(self.socket.as_fd(), all, writes) {
-            // Cannot happen on a valid epoll instance; if it did, the
-            // thread would keep its previous interest: with arrivals, it
-            // reads as it always may; without, the caller reads, and the
-            // thread at every check.
+        if let Err(error) = self.watch.set(self.socket.as_fd(), reader, writes) {
+            // Cannot happen on a valid epoll instance or timer; if it did,
+            // the thread would keep its previous interest: with arrivals,
+            // it reads as it always may; without, the caller reads, and the
+            // thread at every check or its next wake-up.
             tracing::warn!(%error, "cannot change what wakes the single-flight thread");
         }
     }
@@ -309,7 +321,7 @@ impl<S: Socket> Wire for SocketWire<S> {
 /// The single-flight thread's watch of one socket: an epoll instance of
 /// its own with only that socket in it, itself registered with the
 /// thread's runtime. Its interest is what this process's arrangement
-/// needs: arrivals (`EPOLLIN`) unless a caller reads them, the socket
+/// needs: arrivals (`EPOLLIN`) while the thread reads them ([`Reader`]), the socket
 /// taking bytes again (`EPOLLOUT`) only while a write waits for it, and
 /// always the end (`EPOLLRDHUP`; hang-ups and errors are reported
 /// whatever the interest). A registration of the socket itself with the
@@ -321,15 +333,17 @@ struct Watch {
     registered: AsyncFd<Instance>,
     /// Fires every [`LEASE_CHECK`] while the connection is lent (a
     /// `timerfd` in the instance, so that arming it wakes nobody). Armed
-    /// by the first loan; disarmed by the thread the next time it reads
-    /// with nothing lent, which it does at once after a leader's call (its
-    /// land's `ack`), and else when the check fires. Not by the caller as
-    /// its loan ends: calls one after another then neither arm nor disarm
-    /// it, which would cost each of them two changes of a kernel timer
-    /// (BENCHMARKS.md, "Calls now and then").
+    /// by a loan, unless still armed; disarmed when nobody is to read
+    /// ([`Reader::Nobody`], after most calls: a leader's land waits for
+    /// its `ack`), and else by the thread the next time it reads with
+    /// nothing lent. Calls one after another by one caller arm it at each
+    /// loan and disarm it as the loan ends; what that costs, two changes
+    /// of a kernel timer, is what the thread's interest in arrivals cost
+    /// to change twice when it read between the calls (BENCHMARKS.md,
+    /// "Calls now and then").
     check: OwnedFd,
     armed: bool,
-    arrivals: bool,
+    reader: Reader,
     writes: bool,
 }
 
@@ -349,7 +363,7 @@ impl Watch {
             &instance,
             socket,
             epoll::EventData::new_u64(0),
-            interest(true, false),
+            interest(Reader::Thread, false),
         )?;
         let check = timerfd_create(
             TimerfdClockId::Monotonic,
@@ -365,7 +379,7 @@ impl Watch {
             registered: register(Instance(instance), Interest::READABLE)?,
             check,
             armed: false,
-            arrivals: true,
+            reader: Reader::Thread,
             writes: false,
         })
     }
@@ -384,7 +398,13 @@ impl Watch {
     /// after the last call of a burst. Disarming also drops expirations
     /// not yet taken.
     fn lent_no_more(&mut self) {
-        if self.arrivals && self.armed && self.arm(Duration::ZERO).is_ok() {
+        if self.reader != Reader::Caller {
+            self.disarm();
+        }
+    }
+
+    fn disarm(&mut self) {
+        if self.armed && self.arm(Duration::ZERO).is_ok() {
             self.armed = false;
         }
     }
@@ -407,31 +427,40 @@ impl Watch {
     fn set(
         &mut self,
         socket: std::os::fd::BorrowedFd<'_>,
-        arrivals: bool,
+        reader: Reader,
         writes: bool,
     ) -> io::Result<()> {
-        if (arrivals, writes) == (self.arrivals, self.writes) {
-            return Ok(());
+        let instance = &self.registered.get_ref().0;
+        let data = epoll::EventData::new_u64(0);
+        if reader == Reader::Thread && self.reader != Reader::Thread {
+            // Registered anew, not modified: the instance may still list
+            // the socket as ready from an arrival the thread has read
+            // since (nobody waits on this instance, which would drop the
+            // entry), and a modification reports a socket that is ready
+            // only when it is not listed. What came while the thread did
+            // not read would then wake it with the next arrival alone.
+            epoll::delete(instance, socket)?;
+            epoll::add(instance, socket, data, interest(reader, writes))?;
+        } else if interest(reader, writes) != interest(self.reader, self.writes) {
+            epoll::modify(instance, socket, data, interest(reader, writes))?;
         }
-        epoll::modify(
-            &self.registered.get_ref().0,
-            socket,
-            epoll::EventData::new_u64(0),
-            interest(arrivals, writes),
-        )?;
-        if !arrivals && !self.armed {
-            self.arm(LEASE_CHECK)?;
-            self.armed = true;
+        match reader {
+            Reader::Caller if !self.armed => {
+                self.arm(LEASE_CHECK)?;
+                self.armed = true;
+            }
+            Reader::Nobody => self.disarm(),
+            Reader::Caller | Reader::Thread => {}
         }
-        self.arrivals = arrivals;
+        self.reader = reader;
         self.writes = writes;
         Ok(())
     }
 }
 
-fn interest(arrivals: bool, writes: bool) -> epoll::EventFlags {
+fn interest(reader: Reader, writes: bool) -> epoll::EventFlags {
     let mut flags = epoll::EventFlags::RDHUP;
-    if arrivals {
+    if reader == Reader::Thread {
         flags |= epoll::EventFlags::IN;
     }
     if writes {
@@ -477,11 +506,10 @@ mod tests {
         (set.it_value.tv_sec, set.it_value.tv_nsec) != (0, 0)
     }
 
-    /// §10.1: a loan arms the thread's check, and the caller's loan ending
-    /// leaves it armed (calls one after another do not change the timer);
-    /// the thread's next read with nothing lent, the land's `ack` after a
-    /// leader's call, disarms it, so that it does not wake the thread once
-    /// more after a call now and then.
+    /// §10.1: a loan arms the thread's check, and a loan that ends with
+    /// the thread to read leaves it armed; the thread's next read with
+    /// nothing lent disarms it, so that it does not wake the thread once
+    /// more after the call.
     #[tokio::test]
     async fn the_thread_disarms_the_check_of_a_loan_when_it_reads_with_nothing_lent() {
         let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
@@ -489,16 +517,92 @@ mod tests {
         let mut wire = SocketWire::new(ours).expect("a wire");
         assert!(!check_armed(&wire), "nothing lent yet");
         let lent = wire.lend().expect("a socket lends").expect("registered");
-        wire.watch_arrivals(false);
+        wire.set_reader(Reader::Caller);
         assert!(check_armed(&wire), "a loan arms the check");
         wire.give_back(lent);
-        wire.watch_arrivals(true);
+        wire.set_reader(Reader::Thread);
         assert!(check_armed(&wire), "the loan's end leaves it to the thread");
         theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
         let mut buf = [0; 64];
         let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
         assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");
         assert!(!check_armed(&wire), "the thread's read disarmed it");
+    }
+
+    /// Whether the thread's watch would wake it now, once the runtime has
+    /// turned: what has happened to the socket is in the kernel's epoll
+    /// instance at once, and the turn (a sleep parks the runtime in
+    /// `epoll_wait`) hands it to the registration.
+    async fn wakes_the_thread<S: Socket>(wire: &mut SocketWire<S>) -> bool {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut cx = Context::from_waker(Waker::noop());
+        match wire.watch.registered.poll_read_ready(&mut cx) {
+            Poll::Ready(ready) => {
+                ready.expect("a watch").clear_ready();
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    /// §10.1: when nobody waits for what comes (a leader's land waits for
+    /// its `ack`), a loan's end disarms the check, and an arrival wakes
+    /// nobody; it is read when someone must read again, whose interest
+    /// makes the watch report it.
+    #[tokio::test]
+    async fn an_arrival_that_nobody_waits_for_wakes_nobody() {
+        let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+        ours.set_nonblocking(true).expect("non-blocking");
+        let mut wire = SocketWire::new(ours).expect("a wire");
+        let mut buf = [0; 64];
+        let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
+        assert!(read.is_pending(), "nothing came");
+        assert!(!wakes_the_thread(&mut wire).await, "nothing came");
+        let lent = wire.lend().expect("a socket lends").expect("registered");
+        wire.set_reader(Reader::Caller);
+        assert!(check_armed(&wire), "a loan arms the check");
+        wire.give_back(lent);
+        wire.set_reader(Reader::Nobody);
+        assert!(!check_armed(&wire), "nobody to read: no check");
+        theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
+        assert!(!wakes_the_thread(&mut wire).await, "the ack wakes nobody");
+        let lent = wire.lend().expect("a socket lends").expect("registered");
+        wire.set_reader(Reader::Caller);
+        assert!(!wakes_the_thread(&mut wire).await, "a caller reads it");
+        wire.give_back(lent);
+        wire.set_reader(Reader::Thread);
+        assert!(wakes_the_thread(&mut wire).await, "the thread reads it");
+        let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
+        assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");
+    }
+
+    /// §10.1: what came while the thread did not read (nobody did, or a
+    /// call that left it unread) wakes the thread once it is to read, even
+    /// when the watch's instance still lists the socket as ready from an
+    /// earlier arrival that the thread has read since (an epoll instance
+    /// that nobody waits on keeps such an entry, and a change of interest
+    /// alone reports nothing for a listed socket).
+    #[tokio::test]
+    async fn what_came_while_the_thread_did_not_read_wakes_it_when_it_is_to() {
+        for meanwhile in [Reader::Nobody, Reader::Caller] {
+            let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+            ours.set_nonblocking(true).expect("non-blocking");
+            let mut wire = SocketWire::new(ours).expect("a wire");
+            let mut buf = [0; 64];
+            let mut poll = |wire: &mut SocketWire<UnixStream>| {
+                wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf)
+            };
+            theirs.write_all(b"{\"op\":\"lead\"}\n").expect("written");
+            assert!(wakes_the_thread(&mut wire).await, "the thread reads");
+            assert!(matches!(poll(&mut wire), Poll::Ready(Ok(14))));
+            assert!(poll(&mut wire).is_pending(), "all read");
+            wire.set_reader(meanwhile);
+            theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
+            assert!(!wakes_the_thread(&mut wire).await, "{meanwhile:?}");
+            wire.set_reader(Reader::Thread);
+            assert!(wakes_the_thread(&mut wire).await, "{meanwhile:?}");
+            assert!(matches!(poll(&mut wire), Poll::Ready(Ok(13))));
+        }
     }
 
     /// A socket that counts its reads.
@@ -550,7 +654,7 @@ mod tests {
         assert!(matches!(read, Ok(13)), "{read:?}");
         // A change of interest (a loan's end) reads first, whatever the
         // watch says.
-        wire.watch_arrivals(true);
+        wire.set_reader(Reader::Thread);
         theirs.write_all(b"{\"op\":\"ack\"}\n").expect("written");
         let read = poll(&mut wire, &mut buf);
         assert!(matches!(read, Poll::Ready(Ok(13))), "{read:?}");

@@ -193,6 +193,17 @@ impl Connector {
         self.stopped
     }
 
+    /// Whether arrivals must be read as they come (SPEC.md §10.1): a call
+    /// waits for its answer ([`Client::awaits_answers`]), a gone
+    /// coordinator is read out (§14.3: what it sent counts, not when), or a
+    /// close waits for its lands' `ack`s (§10.4). Otherwise what comes,
+    /// the `ack` of a land, may wait in the socket for the next read.
+    pub fn awaits_answers(&self) -> bool {
+        self.closing.is_some()
+            || matches!(self.link, Link::Draining { .. })
+            || self.client.awaits_answers()
+    }
+
     /// When the connector next needs [`Event::TimerFired`], if ever: the
     /// next attempt after a pause, the next look at a gone coordinator, a
     /// close's deadline.

@@ -236,7 +236,12 @@ fn a_gone_coordinator_is_read_while_bytes_come() {
 #[test]
 fn a_silent_gone_coordinator_is_left_after_the_drain() {
     let mut connector = connected();
+    assert!(!connector.awaits_answers(), "no call waits");
     connector.step(ms(10), Event::CoordinatorGone { received: 0 });
+    assert!(
+        connector.awaits_answers(),
+        "§10.1: a drain reads what comes as it comes"
+    );
     assert_eq!(timer(&mut connector, ms(509), 0), vec![]);
     assert_eq!(
         timer(&mut connector, ms(510), 0),
@@ -346,7 +351,12 @@ fn a_close_waits_for_lands_until_its_deadline() {
                 outcome: Outcome::Value("v".into()),
             },
         );
+        assert!(
+            !connector.awaits_answers(),
+            "§10.1: a land's ack may wait for the next read"
+        );
         assert_eq!(connector.step(ms(10), Event::CloseRequested), vec![]);
+        assert!(connector.awaits_answers(), "§10.4: a close waits for it");
         assert_eq!(connector.poll_timeout(), Some(ms(10) + CLOSE_TIMEOUT));
         if acknowledged {
             assert_eq!(

@@ -86,6 +86,22 @@ impl Client {
             .collect()
     }
 
+    /// Whether a call waits for an answer that someone must be told of at
+    /// once (SPEC.md §10.1): a call that asked or joined waits for its own,
+    /// and a detached leader for `stop`. A leader whose work runs, a land
+    /// that waits for its `ack` and a leader that lost its flight wait for
+    /// nothing anyone is waiting for: what they are told changes no
+    /// caller's result and may be read whenever the connection is read
+    /// next.
+    pub fn awaits_answers(&self) -> bool {
+        self.calls.values().any(|entry| {
+            matches!(
+                entry.state,
+                CallState::Asked | CallState::Joined { .. } | CallState::Detached { .. }
+            )
+        })
+    }
+
     /// Whether `call` is a detached call whose caller left while its work
     /// runs on (SPEC.md §15.3).
     pub fn is_detached(&self, call: CallId) -> bool {

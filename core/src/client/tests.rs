@@ -751,3 +751,46 @@ fn a_nested_call_carries_its_parent_and_resolves_a_cycle() {
         }]
     );
 }
+
+/// §10.1: only a call that asked, joined, or leads detached waits for an
+/// answer someone must be told of at once; a leader whose work runs, a land
+/// that waits for its `ack` and a leader that lost its flight do not.
+#[test]
+fn only_asked_joined_and_detached_calls_await_answers() {
+    let mut client = connected();
+    assert!(!client.awaits_answers(), "no call");
+    start(&mut client, 1);
+    assert!(client.awaits_answers(), "asked");
+    let lead = Response::Lead {
+        id: id(1),
+        token: token(1),
+    };
+    receive(&mut client, lead);
+    assert!(!client.awaits_answers(), "leading: the work runs");
+    client.step(Event::WorkFinished {
+        call: CallId(1),
+        outcome: value(),
+    });
+    assert!(
+        !client.awaits_answers(),
+        "landing: its ack changes no result"
+    );
+    start(&mut client, 2);
+    let joined = Response::Joined {
+        id: id(2),
+        flight: token(1),
+    };
+    receive(&mut client, joined);
+    assert!(client.awaits_answers(), "joined: waits for landed");
+    receive(&mut client, Response::Ack { id: id(1) });
+    assert!(client.awaits_answers(), "call 2 still waits");
+    client.step(Event::CallCancelled { call: CallId(2) });
+    assert!(!client.awaits_answers());
+
+    let mut client = detached_leader();
+    assert!(!client.awaits_answers(), "a detached call's caller is here");
+    cancelled(&mut client, 1);
+    assert!(client.awaits_answers(), "detached: waits for stop");
+
+    assert!(!orphaned(CallOptions::default()).awaits_answers());
+}
