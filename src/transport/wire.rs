@@ -337,9 +337,10 @@ struct Watch {
     /// ([`Reader::Nobody`], after most calls: a leader's land waits for
     /// its `ack`), and else by the thread the next time it reads with
     /// nothing lent. Calls one after another by one caller arm it at each
-    /// loan and disarm it as the loan ends; what that costs, two changes
-    /// of a kernel timer, is what the thread's interest in arrivals cost
-    /// to change twice when it read between the calls (BENCHMARKS.md,
+    /// loan and disarm it as the loan ends: two changes of a kernel timer
+    /// per call, about a microsecond here, where the thread's interest in
+    /// arrivals changed twice before, for half that; the price of a call
+    /// now and then that wakes no thread for its `ack` (BENCHMARKS.md,
     /// "Calls now and then").
     check: OwnedFd,
     armed: bool,
