@@ -224,13 +224,20 @@ impl Hub {
     /// make the thread read: its own wait borrows the connection, or hands
     /// the reading to the thread (`Hub::lend`).
     pub(super) fn step(&self, state: &mut State, event: connector::Event) {
-        let now = self.now();
         let started = matches!(event, connector::Event::CallStarted { .. });
+        self.feed(state, event);
+        state.choose_reader(!started);
+    }
+
+    /// Feeds `event` to the connector and carries out the effects that are
+    /// not the thread's, leaving who reads to the caller: once per batch
+    /// of lines read (`Hub::read`), not once per line.
+    fn feed(&self, state: &mut State, event: connector::Event) {
+        let now = self.now();
         for effect in state.connector.step(now, event) {
             state.apply(effect);
         }
         state.failure = None;
-        state.choose_reader(!started);
     }
 
     /// A caller's command, stepped here; wakes the thread when the step
@@ -380,15 +387,16 @@ impl Hub {
                     connector::Event::ConnectionLost
                 }
             };
-            self.step(state, event);
+            self.feed(state, event);
         }
         if let Some(error) = ended {
             debug!(%error, "lost the coordinator");
             // The connector leaves the connection (and the hub drops it);
             // what is left of it is never read again.
             state.link = None;
-            self.step(state, connector::Event::ConnectionLost);
+            self.feed(state, connector::Event::ConnectionLost);
         }
+        state.choose_reader(true);
         Poll::Ready(())
     }
 
@@ -516,7 +524,7 @@ impl Hub {
     }
 
     /// Reads the connection once, registering nobody, and steps what came.
-    /// A wire that the thread alone reads (`Polled`) is not read.
+    /// A wire that the thread alone reads (`Polled`) has nothing for it.
     fn read_once(&self, state: &mut State) -> (Poll<()>, Drained) {
         let mut drained = Drained::No;
         let mut reads = 0;
@@ -530,7 +538,6 @@ impl Hub {
                     drained = Drained::Yes;
                     Poll::Pending
                 }
-                Err(error) if error.kind() == io::ErrorKind::Unsupported => Poll::Pending,
                 done => Poll::Ready(done),
             }
         });
@@ -603,7 +610,6 @@ impl State {
             behind: false,
             broken: false,
             flush,
-            reader: Reader::Thread,
         });
     }
 
@@ -640,7 +646,7 @@ impl State {
         let Some(link) = &self.link else {
             return;
         };
-        if link.lender.is_some() || (!promote && link.reader == Reader::Nobody) {
+        if link.lender.is_some() || (!promote && link.wire.reader() == Reader::Nobody) {
             return;
         }
         self.panicked.retain(|_, waiter| !waiter.is_closed());
@@ -653,7 +659,7 @@ impl State {
 
     /// Who reads what arrives on the connection, if there is one.
     fn reader(&self) -> Option<Reader> {
-        self.link.as_ref().map(|link| link.reader)
+        self.link.as_ref().map(|link| link.wire.reader())
     }
 
     fn apply(&mut self, effect: connector::Effect) {
@@ -756,14 +762,11 @@ struct Link {
     /// flushed (a Unix socket's flush does nothing). `false` only for a
     /// seeded bug (SPEC.md §12.7).
     flush: bool,
-    /// Who reads what arrives, as last told to the wire.
-    reader: Reader,
 }
 
 impl Link {
     fn set_reader(&mut self, reader: Reader) {
-        if self.reader != reader {
-            self.reader = reader;
+        if self.wire.reader() != reader {
             self.wire.set_reader(reader);
         }
     }
@@ -842,11 +845,11 @@ mod tests {
     }
 
     impl Coordinator {
-        fn reads(&mut self, op: &str) -> String {
+        /// Reads the next line, which must be an `op` request.
+        fn reads(&mut self, op: &str) {
             let mut line = String::new();
             self.lines.read_line(&mut line).expect("a line");
             assert!(line.contains(&format!("\"op\":\"{op}\"")), "{line}");
-            line
         }
 
         fn writes(&mut self, line: &str) {
