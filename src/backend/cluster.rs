@@ -59,6 +59,19 @@ pub struct Cluster {
     security: Option<Security>,
 }
 
+/// What to call the cluster in messages: its name and its etcd endpoints,
+/// as `the cluster "default" at http://e1:2379,http://e2:2379`.
+impl std::fmt::Display for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the cluster {:?} at {}",
+            self.etcd.cluster,
+            self.etcd.endpoints.join(",")
+        )
+    }
+}
+
 /// Why cluster mode could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -239,11 +252,7 @@ impl Backend for Cluster {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "the cluster {:?} at {}",
-            self.etcd.cluster,
-            self.etcd.endpoints.join(",")
-        )
+        self.to_string()
     }
 
     fn serving_at(&self, transport: &TcpTransport) -> String {

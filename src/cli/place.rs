@@ -257,10 +257,13 @@ impl Place {
 
     /// What to call it in messages.
     pub fn describe(&self) -> String {
-        match (self.directory(), self.cluster()) {
-            (_, Some((name, etcd))) => format!("the cluster {name:?} at {}", etcd.join(",")),
-            (Some(directory), None) => directory.display().to_string(),
-            (None, None) => unreachable!("a place is a directory or a cluster"),
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.builder.cluster() {
+            return cluster.to_string();
+        }
+        match self.directory() {
+            Some(directory) => directory.display().to_string(),
+            None => unreachable!("a place is a directory or a cluster"),
         }
     }
 
