@@ -304,25 +304,21 @@ impl Hub {
                 }
             }
         }
-        // A caller's step that makes the thread read again (a panicked
-        // leader waits for its `ack`, a detached leader for `stop`) wakes
-        // it: what came while nobody read, a TLS session may hold already
-        // decrypted, where the watch does not see it.
-        let promoted = unread && state.reader() == Some(Reader::Thread);
-        self.after_step(state, timer, promoted);
+        // A step that makes the thread read again (a panicked leader waits
+        // for its `ack`, a detached leader for `stop`) needs no wake here:
+        // the wire wakes it for what came meanwhile (`Wire::set_reader`).
+        self.after_step(state, timer);
         Ok(())
     }
 
     /// Wakes the thread if the steps made since the connector's timer was
-    /// `timer` left it work, bytes to write, or an earlier timer, or if
-    /// `read` says it must read.
-    fn after_step(&self, mut state: MutexGuard<'_, State>, timer: Option<Duration>, read: bool) {
+    /// `timer` left it work, bytes to write, or an earlier timer.
+    fn after_step(&self, mut state: MutexGuard<'_, State>, timer: Option<Duration>) {
         let earlier = match (state.connector.poll_timeout(), timer) {
             (Some(now), Some(before)) => now < before,
             (now, before) => now.is_some() && before.is_none(),
         };
-        let wake =
-            read || earlier || !state.work.is_empty() || std::mem::take(&mut state.behind);
+        let wake = earlier || !state.work.is_empty() || std::mem::take(&mut state.behind);
         drop(state);
         if wake {
             self.thread.notify_one();
@@ -518,7 +514,7 @@ impl Hub {
         let timer = state.connector.poll_timeout();
         let (stepped, drained) = self.read_once(&mut state);
         if stepped.is_ready() {
-            self.after_step(state, timer, false);
+            self.after_step(state, timer);
         }
         Some(drained)
     }

@@ -144,6 +144,13 @@ pub trait Socket: AsFd + Send + 'static {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Whether `read` has something without the socket (a TLS session's
+    /// records, decrypted by an earlier read and not yet taken): no watch
+    /// of the socket sees it.
+    fn buffered(&mut self) -> bool {
+        false
+    }
 }
 
 impl Socket for std::os::unix::net::UnixStream {
@@ -307,7 +314,16 @@ impl<S: Socket> Wire for SocketWire<S> {
     fn set_reader(&mut self, reader: Reader) {
         self.parked = false;
         let writes = self.watch.writes;
-        if let Err(error) = self.watch.set(self.socket.as_fd(), reader, writes) {
+        let before = self.watch.reader;
+        let mut set = self.watch.set(self.socket.as_fd(), reader, writes);
+        if set.is_ok() && reader == Reader::Thread && before != Reader::Thread {
+            // What the socket holds wakes the thread (`Watch::set`); what
+            // an earlier read took from it and left unread does not.
+            if self.socket.buffered() {
+                set = self.watch.nudge();
+            }
+        }
+        if let Err(error) = set {
             // Cannot happen on a valid epoll instance or timer; if it did,
             // the thread would keep its previous interest: with arrivals,
             // it reads as it always may; without, the caller reads, and the
@@ -436,6 +452,28 @@ impl Watch {
         Ok(())
     }
 
+    /// Wakes the thread now, once, through the check: it fires at once
+    /// and not again. Armed as far as the thread can tell, so that its
+    /// next read takes the expiration and disarms it.
+    fn nudge(&mut self) -> io::Result<()> {
+        timerfd_settime(
+            &self.check,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 1,
+                },
+            },
+        )?;
+        self.armed = true;
+        Ok(())
+    }
+
     /// Sets the interest in `socket`, the one this watch was made for.
     fn set(
         &mut self,
@@ -514,7 +552,7 @@ mod tests {
 
     use super::*;
 
-    fn check_armed(wire: &SocketWire<UnixStream>) -> bool {
+    fn check_armed<S>(wire: &SocketWire<S>) -> bool {
         let set = rustix::time::timerfd_gettime(&wire.watch.check).expect("a timerfd");
         (set.it_value.tv_sec, set.it_value.tv_nsec) != (0, 0)
     }
@@ -614,6 +652,65 @@ mod tests {
             wire.set_reader(Reader::Thread);
             assert!(wakes_the_thread(&mut wire).await, "{meanwhile:?}");
             assert!(matches!(poll(&mut wire), Poll::Ready(Ok(13))));
+        }
+    }
+
+    /// A socket with bytes of its own beside the kernel's, as a TLS
+    /// session holds the records that a read decrypted and left.
+    struct Holding {
+        socket: UnixStream,
+        held: Vec<u8>,
+    }
+
+    impl AsFd for Holding {
+        fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+            self.socket.as_fd()
+        }
+    }
+
+    impl Socket for Holding {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.held.is_empty() {
+                return io::Read::read(&mut self.socket, buf);
+            }
+            let read = self.held.len().min(buf.len());
+            buf[..read].copy_from_slice(&self.held[..read]);
+            self.held.drain(..read);
+            Ok(read)
+        }
+
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            io::Write::write(&mut self.socket, buf)
+        }
+
+        fn buffered(&mut self) -> bool {
+            !self.held.is_empty()
+        }
+    }
+
+    /// §10.1: what an earlier read took from the socket and left unread (a
+    /// TLS session's decrypted records) wakes the thread once it is to read
+    /// again, though the socket holds nothing that its watch could see.
+    #[tokio::test]
+    async fn what_a_read_left_unread_wakes_the_thread_when_it_is_to() {
+        for meanwhile in [Reader::Nobody, Reader::Caller] {
+            let (ours, _theirs) = UnixStream::pair().expect("a socket pair");
+            ours.set_nonblocking(true).expect("non-blocking");
+            let mut wire = SocketWire::new(Holding {
+                socket: ours,
+                held: Vec::new(),
+            })
+            .expect("a wire");
+            wire.set_reader(meanwhile);
+            wire.socket.held.extend_from_slice(b"{\"op\":\"ack\"}\n");
+            assert!(!wakes_the_thread(&mut wire).await, "{meanwhile:?}");
+            wire.set_reader(Reader::Thread);
+            assert!(wakes_the_thread(&mut wire).await, "{meanwhile:?}");
+            let mut buf = [0; 64];
+            let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
+            assert!(matches!(read, Poll::Ready(Ok(13))), "{meanwhile:?}: {read:?}");
+            assert!(!check_armed(&wire), "{meanwhile:?}: the read disarmed it");
+            assert!(!wakes_the_thread(&mut wire).await, "{meanwhile:?}: once");
         }
     }
 

@@ -165,6 +165,16 @@ impl Socket for TlsSocket {
         io::Write::write(&mut self.session.writer(), buf)
     }
 
+    /// Records that a read decrypted beyond what it returned (it reads
+    /// all that the socket holds, up to rustls's buffer), or the end it
+    /// saw: anything but "nothing there".
+    fn buffered(&mut self) -> bool {
+        !matches!(
+            io::BufRead::fill_buf(&mut self.session.reader()),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock
+        )
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         while self.session.wants_write() {
             if self.session.write_tls(&mut self.tcp)? == 0 {
