@@ -5,10 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::Instant;
 
 use crate::fence::{BUSY_TIMEOUT, WriteRow, read_writes};
 use crate::records::{Ending, Record, Verdict, read_log};
-use crate::run::Paths;
+use crate::rows::{CLOCK_SLACK_US, Row, percentile};
+use crate::scene::{Paths, RunConfig};
 use crate::worker::DELIBERATE_PANIC;
 
 /// How much later than its deadline a call may end, not counting the time
@@ -24,18 +26,10 @@ fn late_bound_us(concurrency: usize) -> u64 {
     LATE_SLACK_US + concurrency as u64 * BUSY_TIMEOUT.as_micros() as u64
 }
 
-/// Slack when comparing times read in two processes: both read the same
-/// kernel clock, so this only covers the rounding of microseconds and NTP
-/// slewing over a second (at most 0.5 ms).
-pub const CLOCK_SLACK_US: u64 = 2_000;
-
 /// How long before a term change a worker's reopen may have started to end
 /// that term: its close waits up to 2 s for lands and 1 s to flush; the
 /// rest is slack for a loaded machine.
 const CLOSE_SPAN_US: u64 = 4_000_000;
-
-/// Examples shown per row.
-const EXAMPLES: usize = 5;
 
 pub struct Report {
     pub text: String,
@@ -68,40 +62,8 @@ struct DoneRecord {
 
 type CallId = (u32, u64);
 
-/// A row of the report that must be zero.
-pub struct Row {
-    name: &'static str,
-    count: usize,
-    examples: Vec<String>,
-}
-
-impl Row {
-    pub fn new(name: &'static str) -> Row {
-        Row {
-            name,
-            count: 0,
-            examples: Vec::new(),
-        }
-    }
-
-    pub fn hit(&mut self, example: impl FnOnce() -> String) {
-        self.count += 1;
-        if self.examples.len() < EXAMPLES {
-            self.examples.push(example());
-        }
-    }
-}
-
 fn epoch_of(token: u64) -> u64 {
     token >> 32
-}
-
-pub fn percentile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
 }
 
 /// The execution a value or failure message names: `v:<token>:<worker>:<call>`.
@@ -1046,4 +1008,32 @@ pub fn main(root: &Path) -> i32 {
     let report = check(&Paths::new(root));
     println!("{}", report.text);
     i32::from(report.failed)
+}
+
+/// Checks the run's logs, prints the report and the verdict, and removes
+/// the run's directory after a pass (unless `--keep`); the exit status.
+pub fn verdict(config: &RunConfig, paths: &Paths, passed: bool, started: Instant) -> i32 {
+    let root = &paths.root;
+    let report = check(paths);
+    println!("{}", report.text);
+    println!(
+        "chaos: {:.0} s of wall time",
+        started.elapsed().as_secs_f64()
+    );
+    if !passed || report.failed {
+        println!(
+            "chaos: FAILED with seed {}; the logs are kept in {}",
+            config.seed,
+            root.display()
+        );
+        1
+    } else {
+        if config.keep {
+            println!("chaos: logs kept in {}", root.display());
+        } else {
+            let _ = std::fs::remove_dir_all(root);
+        }
+        println!("chaos: passed with seed {}", config.seed);
+        0
+    }
 }

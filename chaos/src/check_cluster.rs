@@ -16,8 +16,8 @@ use std::path::Path;
 
 use single_flight::_internal::LOG_TARGET;
 
-use crate::check::{CLOCK_SLACK_US, Row, percentile};
 use crate::records::{Ending, Record};
+use crate::rows::{CLOCK_SLACK_US, Row, percentile};
 
 /// The library's answers as its server logs them (`trace_response`).
 const ANSWERS: [&str; 5] = ["lead", "joined", "landed", "interrupted", "rejected"];

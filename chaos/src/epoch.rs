@@ -10,7 +10,7 @@ use std::time::Duration;
 use single_flight::{Role, RunError, SingleFlight};
 
 use crate::records::Verdict;
-use crate::run::Shared;
+use crate::scene::Shared;
 
 /// The damages, each a way real files get broken: truncated by a crash of
 /// a tool that rewrote it in place, overwritten by a person, replaced.

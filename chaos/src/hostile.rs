@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::records::{Record, Verdict, now_us};
 use crate::rng::Rng;
-use crate::run::{Shared, fresh_status};
+use crate::scene::{Shared, fresh_status};
 use crate::schedule::{Hostile, Planned, hostile_name};
 #[cfg(feature = "cluster")]
 use crate::tls::{Identity, TlsClients};

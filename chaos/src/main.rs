@@ -36,7 +36,9 @@ mod hostile;
 mod nemesis;
 mod records;
 mod rng;
+mod rows;
 mod run;
+mod scene;
 mod schedule;
 #[cfg(feature = "cluster")]
 mod tls;
@@ -59,7 +61,7 @@ mod tools;
 
 use std::path::PathBuf;
 
-use run::RunConfig;
+use scene::RunConfig;
 use worker::WorkerConfig;
 
 /// The cluster form's lease: etcd's minimum (SPEC.md §14.2), so that a

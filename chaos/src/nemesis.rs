@@ -11,7 +11,7 @@ use single_flight::Status;
 use crate::epoch;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
-use crate::run::{Procs, Shared, fresh_status};
+use crate::scene::{Procs, Shared, fresh_status};
 use crate::schedule::{Fault, Planned, Schedule, fault_name};
 
 /// Faults name fake pids above Linux's largest (`pid_max` ≤ 2^22), so

@@ -11,8 +11,10 @@
 //!
 //! The shell above is generic over `Backend` and never asks which one
 //! runs: `open`, `serve` and `status` each hand a `Visit` to
-//! `Place::with`, the only `match` on the backends. A new backend is a
-//! module here, a variant of `Place` and an arm of `Place::with`.
+//! `Place::with`, the one `match` that runs a backend. `Place`'s other
+//! matches read its configuration (its defaults, its directory or cluster)
+//! and run nothing. A new backend is a module here, a variant of `Place`,
+//! an arm of `Place::with` and one of each of those readers.
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;

@@ -212,7 +212,7 @@ impl<S: Socket> SocketWire<S> {
         self.parked = false;
         let reader = self.watch.reader;
         match self.watch.set(self.socket.as_fd(), reader, true) {
-            Ok(()) => Poll::Pending,
+            Ok(_) => Poll::Pending,
             Err(error) => Poll::Ready(Err(error)),
         }
     }
@@ -221,7 +221,7 @@ impl<S: Socket> SocketWire<S> {
     fn roomy(&mut self) -> io::Result<()> {
         self.parked = false;
         let reader = self.watch.reader;
-        self.watch.set(self.socket.as_fd(), reader, false)
+        self.watch.set(self.socket.as_fd(), reader, false).map(drop)
     }
 }
 
@@ -314,15 +314,13 @@ impl<S: Socket> Wire for SocketWire<S> {
     fn set_reader(&mut self, reader: Reader) {
         self.parked = false;
         let writes = self.watch.writes;
-        let before = self.watch.reader;
-        let mut set = self.watch.set(self.socket.as_fd(), reader, writes);
-        if set.is_ok() && reader == Reader::Thread && before != Reader::Thread {
-            // What the socket holds wakes the thread (`Watch::set`); what
-            // an earlier read took from it and left unread does not.
-            if self.socket.buffered() {
-                set = self.watch.nudge();
-            }
-        }
+        let set = match self.watch.set(self.socket.as_fd(), reader, writes) {
+            // What the socket holds wakes the thread once it reads again
+            // (`Watch::set`); what an earlier read took from it and left
+            // unread does not.
+            Ok(Registered::Anew) if self.socket.buffered() => self.watch.nudge(),
+            set => set.map(drop),
+        };
         if let Err(error) = set {
             // Cannot happen on a valid epoll instance or timer; if it did,
             // the thread would keep its previous interest: with arrivals,
@@ -441,48 +439,51 @@ impl Watch {
     /// Sets the check to fire every `every`; zero disarms it.
     fn arm(&self, every: Duration) -> io::Result<()> {
         let every = Timespec::try_from(every).expect("a short period");
-        timerfd_settime(
-            &self.check,
-            TimerfdTimerFlags::empty(),
-            &Itimerspec {
-                it_interval: every,
-                it_value: every,
-            },
-        )?;
-        Ok(())
+        self.schedule(every, every)
     }
 
     /// Wakes the thread now, once, through the check: it fires at once
     /// and not again. Armed as far as the thread can tell, so that its
     /// next read takes the expiration and disarms it.
     fn nudge(&mut self) -> io::Result<()> {
-        timerfd_settime(
-            &self.check,
-            TimerfdTimerFlags::empty(),
-            &Itimerspec {
-                it_interval: Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                },
-                it_value: Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 1,
-                },
-            },
-        )?;
+        const NOW: Timespec = Timespec {
+            tv_sec: 0,
+            tv_nsec: 1,
+        };
+        const NEVER_AGAIN: Timespec = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        self.schedule(NOW, NEVER_AGAIN)?;
         self.armed = true;
         Ok(())
     }
 
-    /// Sets the interest in `socket`, the one this watch was made for.
+    /// Sets the check to fire `first` from now, then every `every` (zero:
+    /// once; both zero: never).
+    fn schedule(&self, first: Timespec, every: Timespec) -> io::Result<()> {
+        timerfd_settime(
+            &self.check,
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: every,
+                it_value: first,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Sets the interest in `socket`, the one this watch was made for, and
+    /// says how.
     fn set(
         &mut self,
         socket: std::os::fd::BorrowedFd<'_>,
         reader: Reader,
         writes: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<Registered> {
         let instance = &self.registered.get_ref().0;
         let data = epoll::EventData::new_u64(0);
+        let mut registered = Registered::AsBefore;
         if reader == Reader::Thread && self.reader != Reader::Thread {
             // Registered anew, not modified: the instance may still list
             // the socket as ready from an arrival the thread has read
@@ -492,6 +493,7 @@ impl Watch {
             // not read would then wake it with the next arrival alone.
             epoll::delete(instance, socket)?;
             epoll::add(instance, socket, data, interest(reader, writes))?;
+            registered = Registered::Anew;
         } else if interest(reader, writes) != interest(self.reader, self.writes) {
             epoll::modify(instance, socket, data, interest(reader, writes))?;
         }
@@ -505,8 +507,18 @@ impl Watch {
         }
         self.reader = reader;
         self.writes = writes;
-        Ok(())
+        Ok(registered)
     }
+}
+
+/// How [`Watch::set`] changed the socket's registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Registered {
+    /// Registered anew, for the thread to read again: what the socket
+    /// holds wakes it.
+    Anew,
+    /// Modified, or left as it was.
+    AsBefore,
 }
 
 fn interest(reader: Reader, writes: bool) -> epoll::EventFlags {
