@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::common::{Paths, RunConfig};
 use crate::fence::{BUSY_TIMEOUT, WriteRow, read_writes};
 use crate::records::{Ending, Record, Verdict, read_log};
 use crate::rows::{CLOCK_SLACK_US, Row, percentile};
-use crate::scene::{Paths, RunConfig};
 use crate::worker::DELIBERATE_PANIC;
 
 /// How much later than its deadline a call may end, not counting the time

@@ -29,13 +29,13 @@ use single_flight::_internal::election::etcd::client::{Client, describe};
 use single_flight::{Cluster, SingleFlight};
 
 use crate::certs_support;
+use crate::common::{self, Launch, Paths, RunConfig, Seen, Shared};
 use crate::etcd_support::{self, Etcd};
 use crate::hostile::{self, Target};
 use crate::hosts_support::Hosts;
 use crate::nemesis::Injected;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
-use crate::scene::{self, Launch, Paths, RunConfig, Seen, Shared};
 use crate::schedule::{ClusterFault, Hostile, Schedule, TLS_HOSTILES, cluster_fault_name};
 use crate::tls::TlsClients;
 
@@ -140,7 +140,7 @@ impl Scene {
             self.hosts.uncut(a, b);
         }
         for pid in std::mem::take(&mut *self.etcd_stopped.lock().expect("lock")) {
-            scene::signal(pid, Signal::CONT);
+            common::signal(pid, Signal::CONT);
         }
         let down = std::mem::take(&mut *self.etcd_down.lock().expect("lock"));
         let mut etcd = self.etcd.lock().expect("etcd lock");
@@ -168,7 +168,7 @@ pub fn main(config: RunConfig) -> i32 {
         std::process::id()
     ));
     let paths = Paths::new(&root);
-    if let Err(error) = scene::prepare(&paths) {
+    if let Err(error) = common::prepare(&paths) {
         eprintln!("chaos: cannot prepare {}: {error}", root.display());
         return 2;
     }
@@ -204,7 +204,7 @@ pub fn main(config: RunConfig) -> i32 {
     // harness's descriptors are counted once it is gone.
     drop(runtime);
     if let Record::Final { fds_after, .. } = &mut last {
-        *fds_after = scene::own_descriptors();
+        *fds_after = common::own_descriptors();
     }
     shared.log(last);
     // Every process on the hosts, etcd and the namespaces go before the
@@ -271,16 +271,16 @@ async fn orchestrate(
         margin_ms: STEP_DOWN_MARGIN_MS,
         unavailable_bound_ms: UNAVAILABLE_BOUND.as_millis() as u64,
     });
-    let fds_before = scene::own_descriptors();
+    let fds_before = common::own_descriptors();
     let watching = Arc::new(AtomicBool::new(true));
-    let tail = tokio::spawn(scene::tail_logs(shared.clone(), watching.clone()));
+    let tail = tokio::spawn(common::tail_logs(shared.clone(), watching.clone()));
     let poller = tokio::spawn(poll_coordinator(
         shared.clone(),
         scene.clone(),
         watching.clone(),
     ));
     let supervisors: Vec<_> = (0..config.workers)
-        .map(|slot| tokio::spawn(scene::supervise(shared.clone(), slot)))
+        .map(|slot| tokio::spawn(common::supervise(shared.clone(), slot)))
         .collect();
     let started = Instant::now();
     while scene.coordinator().is_none() {
@@ -324,7 +324,7 @@ async fn orchestrate(
     }
     // Whatever a fault left (a lane that ended early) is undone first.
     scene.heal_all();
-    tokio::time::sleep(scene::CALM_AFTER_FAULTS).await;
+    tokio::time::sleep(common::CALM_AFTER_FAULTS).await;
     // The calm phase: every hostile client once, with no other fault. A
     // failover that a fault of the lane started may still be under way:
     // an inconclusive client waits for one (TTL + grace window) and tries
@@ -341,11 +341,11 @@ async fn orchestrate(
     )
     .await;
 
-    let hung = scene::stop_workers(&shared, supervisors).await;
+    let hung = common::stop_workers(&shared, supervisors).await;
     // One call from the harness's own namespace after every worker has
     // gone: it must lead, in a term above every earlier one.
     let listen = SocketAddr::new(scene.hosts.bridge_address(), 0);
-    let probe = scene::final_probe(
+    let probe = common::final_probe(
         SingleFlight::cluster(scene.cluster(listen, Duration::from_millis(config.ttl_ms)))
             .grace_window(Duration::from_millis(config.grace_ms)),
         PROBE_DEADLINE,
@@ -354,7 +354,7 @@ async fn orchestrate(
     watching.store(false, Ordering::SeqCst);
     let _ = poller.await;
     let _ = tail.await;
-    let processes_alive = scene::processes_alive(&shared);
+    let processes_alive = common::processes_alive(&shared);
     let epoch_key = read_epoch_key(&scene)
         .await
         .unwrap_or_else(|error| format!("unreadable: {error}"));
@@ -430,7 +430,7 @@ async fn poll_coordinator(shared: Arc<Shared>, scene: Arc<Scene>, watching: Arc<
             .as_deref()
             .and_then(|a| a.rsplit(':').next())
             .and_then(|port| port.parse::<u16>().ok())
-            .and_then(|port| port.checked_sub(scene::WORKER_PORT_BASE))
+            .and_then(|port| port.checked_sub(common::WORKER_PORT_BASE))
             .map(u32::from);
         let now = match (address.is_some(), epoch, worker) {
             (true, Some(epoch), Some(worker)) => Some((epoch, worker)),
@@ -919,7 +919,7 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             for pid in scene.hosts.pids(host) {
                 if !victims.iter().any(|&(victim, _)| victim == pid) {
                     shared.procs.lock().expect("procs lock").killed.insert(pid);
-                    scene::signal(pid, Signal::KILL);
+                    common::signal(pid, Signal::KILL);
                 }
             }
             Ok((
@@ -982,11 +982,11 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
             log_global_outage(shared, t, t + span * 1000, "etcd's leader stopped");
             for &pid in &pids {
                 scene.etcd_stopped.lock().expect("lock").push(pid);
-                scene::signal(pid, Signal::STOP);
+                common::signal(pid, Signal::STOP);
             }
             sleep_ms(span).await;
             for &pid in &pids {
-                scene::signal(pid, Signal::CONT);
+                common::signal(pid, Signal::CONT);
             }
             scene
                 .etcd_stopped

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use single_flight::{Role, RunError, SingleFlight};
 
+use crate::common::Shared;
 use crate::records::Verdict;
-use crate::scene::Shared;
 
 /// The damages, each a way real files get broken: truncated by a crash of
 /// a tool that rewrote it in place, overwritten by a person, replaced.

@@ -16,9 +16,9 @@ use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::common::{Shared, fresh_status};
 use crate::records::{Record, Verdict, now_us};
 use crate::rng::Rng;
-use crate::scene::{Shared, fresh_status};
 use crate::schedule::{Hostile, Planned, hostile_name};
 #[cfg(feature = "cluster")]
 use crate::tls::{Identity, TlsClients};

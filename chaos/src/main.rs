@@ -30,6 +30,7 @@ mod check;
 mod check_cluster;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod common;
 mod epoch;
 mod fence;
 mod hostile;
@@ -38,7 +39,6 @@ mod records;
 mod rng;
 mod rows;
 mod run;
-mod scene;
 mod schedule;
 #[cfg(feature = "cluster")]
 mod tls;
@@ -61,7 +61,7 @@ mod tools;
 
 use std::path::PathBuf;
 
-use scene::RunConfig;
+use common::RunConfig;
 use worker::WorkerConfig;
 
 /// The cluster form's lease: etcd's minimum (SPEC.md §14.2), so that a

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use single_flight::Status;
 
+use crate::common::{Procs, Shared, fresh_status};
 use crate::epoch;
 use crate::records::{Record, now_us};
 use crate::rng::Rng;
-use crate::scene::{Procs, Shared, fresh_status};
 use crate::schedule::{Fault, Planned, Schedule, fault_name};
 
 /// Faults name fake pids above Linux's largest (`pid_max` ≤ 2^22), so

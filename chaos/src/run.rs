@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use single_flight::SingleFlight;
 
 use crate::check::verdict;
-use crate::records::{Record, now_us};
-use crate::scene::{
+use crate::common::{
     CALM_AFTER_FAULTS, PROBE_DEADLINE, Paths, RunConfig, Shared, final_probe, leftover_files,
     own_descriptors, poll_status, prepare, processes_alive, stop_workers, supervise, tail_logs,
 };
+use crate::records::{Record, now_us};
 use crate::schedule::{Hostile, Schedule};
 use crate::{hostile, nemesis};
 
