@@ -124,6 +124,8 @@ impl Scene {
                 self.certs.join("server.pem"),
                 self.certs.join("server.key"),
             )
+            // The workers' CRL (worker.rs), for the final probe alike.
+            .crl(self.certs.join("crl.pem"))
             .ttl(ttl)
     }
 

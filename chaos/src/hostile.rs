@@ -545,9 +545,11 @@ async fn attack(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numb
                 refused_hello(&mut connection, &what, false).await
             }
         }
-        Hostile::NoCertificate | Hostile::OtherCaCertificate | Hostile::WrongKey => {
-            refused_identity(shared, target, kind).await
-        }
+        Hostile::NoCertificate
+        | Hostile::OtherCaCertificate
+        | Hostile::WrongKey
+        | Hostile::RevokedCertificate
+        | Hostile::ExpiredCertificate => refused_identity(shared, target, kind).await,
         Hostile::PlainTcp | Hostile::SilentTcp => not_tls(shared, target, kind).await,
         Hostile::Flood => flood(shared, target, &mut rng).await,
         Hostile::NoRead => no_read(shared, target, &mut rng).await,
@@ -940,12 +942,26 @@ async fn refused_identity(shared: &Shared, target: &Target, kind: Hostile) -> At
             "a TLS client needs the cluster form".into(),
         ));
     };
-    let (identity, what) = match kind {
-        Hostile::NoCertificate => (Identity::Anonymous, "a client without a certificate"),
-        Hostile::OtherCaCertificate => (Identity::OtherCa, "a client of another CA"),
+    // What the coordinator's log must say of the refusal, beyond naming the
+    // client: for a certificate that verifies but for its revocation or
+    // its dates, the reason itself (SPEC.md §14.5).
+    let (identity, what, reason) = match kind {
+        Hostile::NoCertificate => (Identity::Anonymous, "a client without a certificate", ""),
+        Hostile::OtherCaCertificate => (Identity::OtherCa, "a client of another CA", ""),
+        Hostile::RevokedCertificate => (
+            Identity::Revoked,
+            "a client whose certificate is revoked",
+            "revoked",
+        ),
+        Hostile::ExpiredCertificate => (
+            Identity::Expired,
+            "a client whose certificate expired",
+            "expired",
+        ),
         _ => (
             Identity::WrongKey,
             "the cluster's certificate with another key",
+            "",
         ),
     };
     let (address, worker) = clients
@@ -985,6 +1001,11 @@ async fn refused_identity(shared: &Shared, target: &Target, kind: Hostile) -> At
             "{what}: {closed}, but the coordinator (worker {worker}) logged no refusal naming {local:?}"
         ))
     })?;
+    if !logged.contains(reason) {
+        return Err(Miss::Wrong(format!(
+            "{what}: {closed}; the coordinator logged {logged:?}, which does not say {reason:?}"
+        )));
+    }
     still_answers(
         shared,
         target,

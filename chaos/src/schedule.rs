@@ -99,6 +99,11 @@ pub enum Hostile {
     /// A TLS client that presents the cluster's certificate but signs the
     /// handshake with another key.
     WrongKey,
+    /// A TLS client whose certificate the cluster's CA signed and its CRL
+    /// revokes (`--tls-crl`, SPEC.md §14.5).
+    RevokedCertificate,
+    /// A TLS client whose certificate the cluster's CA signed, expired.
+    ExpiredCertificate,
     /// The protocol's hello in plain text to a TLS coordinator.
     PlainTcp,
     /// A TCP connection that never speaks TLS (`TLS_HANDSHAKE_TIMEOUT`).
@@ -152,7 +157,7 @@ const HOSTILES: [(Hostile, u64); 17] = [
 /// The cluster form's hostile clients, over TCP with TLS: every client of
 /// the local form, and those that the coordinator must refuse at the TLS
 /// handshake.
-pub const TLS_HOSTILES: [(Hostile, u64); 22] = [
+pub const TLS_HOSTILES: [(Hostile, u64); 24] = [
     (Hostile::OversizeLine, 4),
     (Hostile::OversizeHello, 2),
     (Hostile::NoNewline, 5),
@@ -173,6 +178,8 @@ pub const TLS_HOSTILES: [(Hostile, u64); 22] = [
     (Hostile::NoCertificate, 6),
     (Hostile::OtherCaCertificate, 6),
     (Hostile::WrongKey, 6),
+    (Hostile::RevokedCertificate, 6),
+    (Hostile::ExpiredCertificate, 6),
     (Hostile::PlainTcp, 3),
     (Hostile::SilentTcp, 3),
 ];

@@ -5,8 +5,9 @@
 //! client with a certificate of the cluster's CA, which speaks the wire
 //! protocol badly as the local form's clients do, there are clients the
 //! coordinator must refuse at the handshake (§11.4, §14.5): without a
-//! certificate, with one another CA signed, and with the cluster's
-//! certificate but another key (its handshake signature does not verify).
+//! certificate, with one another CA signed, with the cluster's
+//! certificate but another key (its handshake signature does not verify),
+//! with one the cluster's CRL revokes, and with one that expired.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,12 @@ pub enum Identity {
     /// The cluster's `client.pem`, but the handshake signed with another
     /// key (`other-client.key`): a stolen certificate without its key.
     WrongKey,
+    /// `revoked-client.pem`, signed by the cluster's CA and listed in its
+    /// CRL (`crl.pem`), which the workers are given.
+    Revoked,
+    /// `expired-server.pem`, signed by the cluster's CA, valid only on a
+    /// day long past.
+    Expired,
 }
 
 /// The clients' TLS configurations, and where the coordinator is.
@@ -47,6 +54,8 @@ pub struct TlsClients {
     anonymous: Arc<ClientConfig>,
     other_ca: Arc<ClientConfig>,
     wrong_key: Arc<ClientConfig>,
+    revoked: Arc<ClientConfig>,
+    expired: Arc<ClientConfig>,
     /// The coordinator key's address as the harness last read it, and the
     /// worker it names.
     coordinator: Arc<Mutex<Option<(String, u32)>>>,
@@ -117,6 +126,8 @@ impl TlsClients {
             wrong_key: Arc::new(
                 builder()?.with_client_cert_resolver(Arc::new(MismatchedKey(Arc::new(stolen)))),
             ),
+            revoked: with_pair("revoked-client")?,
+            expired: with_pair("expired-server")?,
             coordinator,
             stderr: stderr.to_owned(),
         })
@@ -182,6 +193,8 @@ impl TlsClients {
             Identity::Anonymous => &self.anonymous,
             Identity::OtherCa => &self.other_ca,
             Identity::WrongKey => &self.wrong_key,
+            Identity::Revoked => &self.revoked,
+            Identity::Expired => &self.expired,
         };
         let connector = TlsConnector::from(config.clone());
         match tokio::time::timeout(SETUP_BOUND, connector.connect(name, tcp)).await {

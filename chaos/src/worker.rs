@@ -77,7 +77,7 @@ pub struct ClusterWorker {
     /// with a port that names the worker (the harness maps the address in
     /// the coordinator key back to it).
     pub listen: std::net::SocketAddr,
-    /// The directory of `ca.pem`, `server.pem` and `server.key`.
+    /// The directory of `ca.pem`, `server.pem`, `server.key` and `crl.pem`.
     pub certs: PathBuf,
     pub ttl_ms: u64,
 }
@@ -135,6 +135,9 @@ fn builder(config: &WorkerConfig) -> single_flight::Builder {
                 certs.join("server.pem"),
                 certs.join("server.key"),
             )
+            // The CRL that revokes the hostile lane's revoked client
+            // (SPEC.md §14.5): a coordinator must refuse it.
+            .crl(certs.join("crl.pem"))
             .ttl(Duration::from_millis(cluster.ttl_ms));
         return SingleFlight::cluster(cluster).grace_window(grace);
     }
