@@ -104,6 +104,17 @@ fn json(place: &Place, status: Option<&Status>) -> String {
     struct Cluster<'a> {
         name: &'a str,
         etcd: &'a [String],
+        /// Only with TLS: this process's certificate (SPEC.md §13.5).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        certificate: Option<Certificate>,
+    }
+    #[derive(Serialize)]
+    struct Certificate {
+        file: String,
+        /// RFC 3339, or `null` when the file cannot be read (`error`).
+        not_after: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     }
     #[derive(Serialize)]
     struct Coordinator<'a> {
@@ -143,7 +154,17 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         directory: place
             .directory()
             .map(|directory| directory.to_string_lossy().into_owned()),
-        cluster: place.cluster().map(|(name, etcd)| Cluster { name, etcd }),
+        cluster: place.cluster().map(|(name, etcd)| Cluster {
+            name,
+            etcd,
+            certificate: place
+                .certificate_expiry()
+                .map(|(file, expiry)| Certificate {
+                    file: file.to_string_lossy().into_owned(),
+                    not_after: expiry.as_ref().ok().cloned(),
+                    error: expiry.err(),
+                }),
+        }),
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
             host: place.cluster().and(status.host.as_deref()),
@@ -184,6 +205,15 @@ fn text(place: &Place, status: &Status) -> String {
         None => format!("directory    {}\n", place.describe()),
         Some((name, etcd)) => format!("cluster      {name} (etcd {})\n", etcd.join(",")),
     };
+    // SPEC.md §13.5: when this process's own certificate expires.
+    match place.certificate_expiry() {
+        Some((file, Ok(not_after))) => text.push_str(&format!(
+            "certificate  {} expires at {not_after}\n",
+            file.display()
+        )),
+        Some((_, Err(error))) => text.push_str(&format!("certificate  {error}\n")),
+        None => {}
+    }
     let mut coordinator = format!("coordinator  pid {}", status.pid);
     // Locally the coordinator is on this host, so the line names no host.
     if let Some(host) = place.cluster().and(status.host.as_ref()) {
