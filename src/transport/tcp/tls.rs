@@ -972,3 +972,239 @@ pub(super) fn refuses_certificate(alert: AlertDescription) -> bool {
             | AlertDescription::AccessDenied
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Certificates made with `openssl ca -startdate/-enddate` (see
+    /// tests/support/make-certs.sh): a version 1 certificate whose
+    /// notAfter, 2036-02-29T12:34:56Z, is a UTCTime; one whose notAfter,
+    /// 2061-03-01T00:00:00Z, is a GeneralizedTime (from 2050 on, RFC 5280);
+    /// a version 3 one (with extensions) that expired on
+    /// 1999-12-31T23:59:59Z, a UTCTime of the 1900s.
+    const UTC_TIME: &str = "-----BEGIN CERTIFICATE-----
+MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
+A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAwMFoXDTM2
+MDIyOTEyMzQ1NlowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWnNY8fJ+nr
+JhmPDLAbabuA+oL3U/P3Q421Q1UwCgYIKoZIzj0EAwIDSQAwRgIhAMku18aBrKej
+DgR4mgc04xFkubpceTVCqcS9kKEWjgXaAiEAslCy+ZkpwZj6/36f+IFVlc7tbZi8
+jR5xw+5hGJdrwVc=
+-----END CERTIFICATE-----
+";
+    const GENERALIZED_TIME: &str = "-----BEGIN CERTIFICATE-----
+MIIBKTCBzwIUQLEHiIMh8PMHwpBFwZM9SOs8i/owCgYIKoZIzj0EAwIwIDEeMBwG
+A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMCAXDTI0MDEwMTAwMDAwMFoYDzIw
+NjEwMzAxMDAwMDAwWjAMMQowCAYDVQQDDAF0MFkwEwYHKoZIzj0CAQYIKoZIzj0D
+AQcDQgAEaf2JItfB+02P078EeQgQ0dsgmKsBGLEDluif9YdkYTMjv+eVFac1jx8n
+6esmGY8MsBtpu4D6gvdT8/dDjbVDVTAKBggqhkjOPQQDAgNJADBGAiEApou546mi
+h2unUWpg6hF5NSNKrVZtclOVshuq9OPEkpsCIQCnyX4vjDBYWJIntt1BnB1G8dtd
+mspOzYWLZNririZQOA==
+-----END CERTIFICATE-----
+";
+    const VERSION_3: &str = "-----BEGIN CERTIFICATE-----
+MIIBfTCCASSgAwIBAgIUK7GzUCDGKNXA1n6xLVNRwMVO5p8wCgYIKoZIzj0EAwIw
+IDEeMBwGA1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAw
+MFoXDTk5MTIzMTIzNTk1OVowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWn
+NY8fJ+nrJhmPDLAbabuA+oL3U/P3Q421Q1WjUDBOMAwGA1UdEwEB/wQCMAAwHQYD
+VR0OBBYEFHEoKOCmTJCgVExHhNc46yL75l6OMB8GA1UdIwQYMBaAFFHMKilkoln0
+NMq7NTe3fMiS0+mgMAoGCCqGSM49BAMCA0cAMEQCICJ/uM+a5MWU4YAjoNa3qeRy
+v0G5kWQYspPICQ+JDts1AiABkgbqNauuuvWzANd5OniLY3jql12J9zJUGX2/poYJ
+zw==
+-----END CERTIFICATE-----
+";
+
+    fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    fn expiry(pem: &str) -> Option<u64> {
+        not_after(&der(pem)).map(|time| time.as_secs())
+    }
+
+    /// §14.5: the notAfter of both time forms, with and without a version
+    /// field, as `date -u -d … +%s` gives them.
+    #[test]
+    fn a_certificates_expiry_is_read_from_its_validity() {
+        assert_eq!(expiry(UTC_TIME), Some(2_087_901_296));
+        assert_eq!(expiry(GENERALIZED_TIME), Some(2_876_860_800));
+        assert_eq!(expiry(VERSION_3), Some(946_684_799));
+    }
+
+    /// Bytes from a file never panic the walk: every truncation and every
+    /// single-byte change of a certificate gives a time or `None`.
+    #[test]
+    fn damaged_certificates_give_no_expiry_and_no_panic() {
+        let certificate = der(VERSION_3);
+        for length in 0..certificate.len() {
+            let _ = not_after(&certificate[..length]);
+        }
+        assert_eq!(not_after(&certificate[..40]), None);
+        for index in 0..certificate.len() {
+            for byte in [0x00, 0x1f, 0x30, 0x7f, 0x80, 0x84, 0x85, 0xff] {
+                let mut changed = certificate.clone();
+                changed[index] = byte;
+                let _ = not_after(&changed);
+            }
+        }
+        // An indefinite length (not DER) and a length past the end.
+        assert_eq!(not_after(&[0x30, 0x80, 0x00, 0x00]), None);
+        assert_eq!(not_after(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(not_after(&[]), None);
+    }
+
+    #[test]
+    fn times_are_checked_and_counted_from_the_epoch() {
+        assert_eq!(time_of(1970, b"0101000000Z"), Some(0));
+        assert_eq!(time_of(2000, b"0301000000Z"), Some(951_868_800));
+        assert_eq!(time_of(2000, b"0229235959Z"), Some(951_868_799));
+        assert_eq!(time_of(2024, b"1301000000Z"), None, "month 13");
+        assert_eq!(time_of(2024, b"0101000000"), None, "no Z");
+        assert_eq!(time_of(2024, b"0101000000+0100"), None, "not UTC");
+        assert_eq!(time_of(2024, b"01010000006Z"), None);
+        assert_eq!(time_of(1969, b"1231235959Z"), None, "before the epoch");
+        assert_eq!(digits(b"2x", 2), None);
+    }
+
+    #[test]
+    fn times_are_written_as_rfc_3339_in_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+        assert_eq!(rfc3339(2_087_901_296), "2036-02-29T12:34:56Z");
+        assert_eq!(rfc3339(2_876_860_800), "2061-03-01T00:00:00Z");
+        assert_eq!(rfc3339(946_684_799), "1999-12-31T23:59:59Z");
+        for seconds in (0..5_000_000_000u64).step_by(86_399 * 37) {
+            let text = rfc3339(seconds);
+            let (year, rest) = digits(text.as_bytes(), 4).unwrap();
+            let rest: Vec<u8> = rest.iter().copied().filter(u8::is_ascii_digit).collect();
+            let mut rest = rest;
+            rest.push(b'Z');
+            assert_eq!(time_of(year, &rest), Some(seconds), "{text}");
+        }
+    }
+
+    fn loads(read: &&str) -> Result<String, String> {
+        match read.strip_prefix("good ") {
+            Some(set) => Ok(set.to_owned()),
+            None => Err(format!("cannot load {read}")),
+        }
+    }
+
+    /// §14.5: a change that loads replaces the set once; one that does not
+    /// is reported once, however often it is read, and the set in use
+    /// stays; a pair read half renewed is reported and the next reading,
+    /// whole, loads; a return to the files in use is no change, and a
+    /// later return of the broken ones is reported again.
+    #[test]
+    fn a_reading_of_the_files_replaces_reports_or_keeps() {
+        let mut reload = Reload::new("good a");
+        assert_eq!(reload.decide("good a", loads), Decision::Unchanged);
+        assert_eq!(
+            reload.decide("good b", loads),
+            Decision::Replace("b".to_owned())
+        );
+        assert_eq!(reload.decide("good b", loads), Decision::Unchanged);
+
+        let half_renewed = "new certificate, old key";
+        assert_eq!(
+            reload.decide(half_renewed, loads),
+            Decision::Report(format!("cannot load {half_renewed}"))
+        );
+        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
+        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
+        assert_eq!(
+            reload.decide("good c", loads),
+            Decision::Replace("c".to_owned())
+        );
+
+        assert_eq!(
+            reload.decide("broken", loads),
+            Decision::Report("cannot load broken".to_owned())
+        );
+        assert_eq!(
+            reload.decide("also broken", loads),
+            Decision::Report("cannot load also broken".to_owned()),
+            "another broken reading is another change"
+        );
+        assert_eq!(reload.decide("good c", loads), Decision::Unchanged);
+        assert_eq!(
+            reload.decide("also broken", loads),
+            Decision::Report("cannot load also broken".to_owned()),
+            "broken again after the files in use came back"
+        );
+    }
+
+    /// The reading is only loaded when it is new.
+    #[test]
+    fn an_unchanged_reading_is_not_loaded_again() {
+        let mut reload = Reload::new(1);
+        let refuse = |_: &i32| -> Result<(), ()> { Err(()) };
+        assert_eq!(reload.decide(2, refuse), Decision::Report(()));
+        let unreachable = |_: &i32| -> Result<(), ()> { panic!("loaded again") };
+        assert_eq!(reload.decide(2, unreachable), Decision::Reported);
+        assert_eq!(reload.decide(1, unreachable), Decision::Unchanged);
+    }
+
+    /// §14.5: a warning once for each certificate, from 24 h before its
+    /// end, expired or not; none before.
+    #[test]
+    fn an_expiry_is_warned_of_once_per_certificate_within_a_day() {
+        let day = EXPIRY_WARNING.as_secs();
+        let mut warning = ExpiryWarning::new();
+        assert!(!warning.due(&"a", 10 * day, 8 * day));
+        assert!(!warning.due(&"a", 10 * day, 9 * day - 1));
+        assert!(warning.due(&"a", 10 * day, 9 * day));
+        assert!(!warning.due(&"a", 10 * day, 9 * day + 1));
+        assert!(!warning.due(&"a", 10 * day, 11 * day), "expired: warned");
+        assert!(!warning.due(&"b", 20 * day, 11 * day), "renewed in time");
+        assert!(warning.due(&"b", 20 * day, 19 * day));
+        assert!(warning.due(&"c", 5 * day, 19 * day), "loaded expired");
+    }
+
+    /// §14.5: the refusals say what was wrong with the certificate and
+    /// when, and name the file of this process's certificate.
+    #[test]
+    fn refusals_say_revoked_or_expired_and_when() {
+        let revoked = rustls::Error::InvalidCertificate(CertificateError::Revoked);
+        assert_eq!(
+            client_certificate_problem(&revoked).unwrap(),
+            "a revoked certificate: the cluster's CRL (--tls-crl) lists it"
+        );
+        assert_eq!(
+            coordinator_certificate_problem(&revoked, "10.0.0.1").unwrap(),
+            "a revoked certificate: the cluster's CRL (--tls-crl) lists it"
+        );
+        let time = |seconds| UnixTime::since_unix_epoch(Duration::from_secs(seconds));
+        let expired = rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
+            time: time(2_087_901_300),
+            not_after: time(2_087_901_296),
+        });
+        assert_eq!(
+            coordinator_certificate_problem(&expired, "10.0.0.1").unwrap(),
+            "an expired certificate: it expired at 2036-02-29T12:34:56Z (it is now 2036-02-29T12:35:00Z); its host must renew it"
+        );
+        let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        assert!(
+            coordinator_certificate_problem(&unknown, "10.0.0.1")
+                .unwrap()
+                .starts_with("a certificate that does not verify for host 10.0.0.1")
+        );
+        let file = Path::new("/etc/sf/host.pem");
+        assert_eq!(
+            refused_certificate(
+                "the coordinator at 10.0.0.1:7000",
+                AlertDescription::CertificateRevoked,
+                file
+            ),
+            "the coordinator at 10.0.0.1:7000 refused this process's certificate: this process's certificate (--tls-cert /etc/sf/host.pem) was revoked by the cluster's CRL (TLS alert CertificateRevoked); give --tls-cert and --tls-key a new certificate of the cluster's CA"
+        );
+        assert!(
+            refused_certificate("the coordinator at h:1", AlertDescription::CertificateExpired, file)
+                .contains("(--tls-cert /etc/sf/host.pem) has expired")
+        );
+    }
+}
