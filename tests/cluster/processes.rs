@@ -1109,7 +1109,7 @@ fn s14_5_a_serve_takes_up_renewed_certificates_in_the_same_term() {
         .spawn()
         .expect("serve starts");
     let pid = serve.id();
-    status_until(&world, "refused as expired", |status| {
+    let _ = status_until(&world, "refused as expired", |status| {
         refused_with(status, "expired at 2020-01-02T00:00:00Z")
     });
     let refused = world.command_run(0, "k", "echo ran").output().unwrap();
@@ -1125,7 +1125,7 @@ fn s14_5_a_serve_takes_up_renewed_certificates_in_the_same_term() {
         &certs.join("elsewhere-server"),
         &mounted.join("..first/server"),
     );
-    status_until(&world, "refused for its name", |status| {
+    let _ = status_until(&world, "refused for its name", |status| {
         refused_with(status, "elsewhere.invalid")
     });
 
@@ -1183,7 +1183,7 @@ fn s14_5_a_revoked_client_is_refused_with_the_reason() {
         .spawn()
         .expect("serve starts");
     let pid = serve.id();
-    status_until(&world, "served", |status| {
+    let _ = status_until(&world, "served", |status| {
         status.as_ref().is_ok_and(|status| status.pid == pid)
     });
     let refused = world
