@@ -218,7 +218,11 @@ impl TlsConfigs {
     /// (named in errors).
     fn parse(files: &TlsFiles, contents: &Contents) -> Result<TlsConfigs, TlsConfigError> {
         let roots = Arc::new(parse_roots(&files.ca, &contents.ca)?);
-        let chain = parse_certificates(TlsFile::Certificate, &files.certificate, &contents.certificate)?;
+        let chain = parse_certificates(
+            TlsFile::Certificate,
+            &files.certificate,
+            &contents.certificate,
+        )?;
         let private_key = parse_key(&files.key, &contents.key)?;
         let not_after = not_after(&chain[0]).ok_or_else(|| TlsConfigError::Validity {
             path: files.certificate.clone(),
@@ -644,11 +648,10 @@ fn warn_of_expiry(
     configs: &TlsConfigs,
     now: SystemTime,
 ) {
-    let now = UnixTime::since_unix_epoch(
-        now.duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default(),
-    )
-    .as_secs();
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
     let not_after = configs.not_after.as_secs();
     if expiry.due(&configs.leaf, not_after, now) {
         let when = if not_after < now { "expired" } else { "expires" };
