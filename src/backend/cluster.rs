@@ -11,7 +11,9 @@ use std::time::Duration;
 use super::{Backend, BackendError};
 use crate::election::Election;
 use crate::election::etcd::{EtcdElection, EtcdError, EtcdOptions, EtcdTls};
-use crate::transport::tcp::{Security, TcpConfigError, TcpOptions, TcpTransport};
+use crate::transport::tcp::{
+    Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
+};
 
 /// The grace window of a cluster's term that follows another (SPEC.md
 /// §14.4). A survivor reconnects across hosts: it learns of the old term's
@@ -57,6 +59,8 @@ pub struct Cluster {
     listen: SocketAddr,
     advertise: Option<String>,
     security: Option<Security>,
+    /// Files of the CA's revocation lists (SPEC.md §14.5).
+    crls: Vec<PathBuf>,
 }
 
 /// What to call the cluster in messages: its name and its etcd endpoints,
@@ -88,6 +92,10 @@ pub(crate) enum ClusterError {
         "no certificates were given for the cluster: give the CA, this process's certificate and its key (--tls-ca, --tls-cert, --tls-key), or, on loopback only, --insecure"
     )]
     NoSecurity,
+    #[error(
+        "a certificate revocation list (--tls-crl) was given without TLS: give --tls-ca, --tls-cert and --tls-key with it, or leave it out"
+    )]
+    CrlWithoutTls,
 }
 
 impl Cluster {
@@ -108,6 +116,7 @@ impl Cluster {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
             security: None,
+            crls: Vec::new(),
         }
     }
 
@@ -127,8 +136,10 @@ impl Cluster {
     }
 
     /// Mutual TLS (SPEC.md §14.5): the cluster's CA, and this process's
-    /// certificate and key, PEM files. etcd over `https://` uses them too
-    /// unless [`etcd_tls`](Self::etcd_tls) gives others.
+    /// certificate and key, PEM files, read again while the process runs:
+    /// new connections use renewed files, a file that does not load leaves
+    /// the last good set in use and is logged. etcd over `https://` uses
+    /// them too unless [`etcd_tls`](Self::etcd_tls) gives others.
     pub fn tls(
         mut self,
         ca: impl Into<PathBuf>,
@@ -139,8 +150,33 @@ impl Cluster {
             ca: ca.into(),
             certificate: certificate.into(),
             key: key.into(),
+            crls: Vec::new(),
         });
         self
+    }
+
+    /// A PEM file of certificate revocation lists (blocks `BEGIN X509 CRL`)
+    /// of the cluster's CA: a process whose certificate one lists is
+    /// refused at the handshake, as a client and as a coordinator (SPEC.md
+    /// §14.5). Give one call for each file; each is read again while the
+    /// process runs, as the [`tls`](Self::tls) files are. Needs `tls`.
+    pub fn crl(mut self, path: impl Into<PathBuf>) -> Cluster {
+        self.crls.push(path.into());
+        self
+    }
+
+    /// This process's certificate file, as [`tls`](Self::tls) names it, and
+    /// when the certificate in it expires (RFC 3339 in UTC,
+    /// `2026-03-01T12:00:00Z`), read from the file now; `None` without
+    /// `tls`.
+    pub fn certificate_expiry(&self) -> Option<(PathBuf, Result<String, BackendError>)> {
+        let Some(Security::Tls { certificate, .. }) = &self.security else {
+            return None;
+        };
+        let expiry = certificate_expiry(certificate)
+            .map(|not_after| rfc3339(not_after.as_secs()))
+            .map_err(BackendError::new);
+        Some((certificate.clone(), expiry))
     }
 
     /// Other certificates for etcd's `https://` endpoints.
@@ -199,7 +235,14 @@ impl Cluster {
     /// Loads the certificates, binds the listen port once to learn it, and
     /// connects to etcd.
     async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
-        let security = self.security.clone().ok_or(ClusterError::NoSecurity)?;
+        let mut security = self.security.clone().ok_or(ClusterError::NoSecurity)?;
+        match &mut security {
+            Security::Tls { crls, .. } => crls.clone_from(&self.crls),
+            Security::Insecure if !self.crls.is_empty() => {
+                return Err(ClusterError::CrlWithoutTls);
+            }
+            Security::Insecure => {}
+        }
         if self.advertise.is_none() && self.listen.ip().is_unspecified() {
             return Err(ClusterError::NothingToAdvertise {
                 listen: self.listen,
@@ -215,6 +258,7 @@ impl Cluster {
                 ca,
                 certificate,
                 key,
+                ..
             } => Some(EtcdTls {
                 ca,
                 cert: certificate,

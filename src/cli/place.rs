@@ -114,6 +114,18 @@ pub struct PlaceArgs {
     )]
     tls_key: Option<PathBuf>,
 
+    /// A PEM file of the CA's certificate revocation lists: a process whose
+    /// certificate one lists is refused (may be given more than once; read
+    /// again when it changes, as the other TLS files are).
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_TLS_CRL",
+        value_name = "FILE",
+        requires_all = ["etcd", "tls_ca", "tls_cert", "tls_key"],
+        help_heading = "Cluster mode"
+    )]
+    tls_crl: Vec<PathBuf>,
+
     /// Plain TCP without certificates, refused unless every address is
     /// loopback (one machine, for trying cluster mode out).
     #[arg(
@@ -194,6 +206,9 @@ impl PlaceArgs {
         {
             cluster = cluster.tls(ca, certificate, key);
         }
+        for crl in &self.tls_crl {
+            cluster = cluster.crl(crl);
+        }
         if self.insecure {
             cluster = cluster.insecure();
         }
@@ -244,6 +259,19 @@ impl Place {
     /// files through (SPEC.md §14.8).
     pub fn directory(&self) -> Option<&Path> {
         self.builder.directory()
+    }
+
+    /// This process's certificate file (`--tls-cert`) and when it expires
+    /// (RFC 3339), or why that cannot be read; `None` for a directory or a
+    /// cluster without TLS (SPEC.md §13.5).
+    pub fn certificate_expiry(&self) -> Option<(PathBuf, Result<String, String>)> {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.builder.cluster() {
+            return cluster
+                .certificate_expiry()
+                .map(|(file, expiry)| (file, expiry.map_err(|error| error.to_string())));
+        }
+        None
     }
 
     /// The cluster's name and etcd endpoints; `None` for a directory.
@@ -300,10 +328,15 @@ mod tests {
             &["--insecure"],
             &["--ttl", "5"],
             &["--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"],
+            &["--tls-crl", "d"],
         ] {
             assert!(parse(alone).is_err(), "{alone:?} without --etcd");
         }
         assert!(parse(&["--etcd", "http://e:2379", "--tls-ca", "a"]).is_err());
+        assert!(
+            parse(&["--etcd", "http://e:2379", "--tls-crl", "d"]).is_err(),
+            "a CRL needs the TLS files"
+        );
         assert!(
             parse(&["--etcd", "http://e:2379", "--insecure", "--tls-ca", "a"]).is_err(),
             "plain TCP or certificates, not both"

@@ -104,6 +104,17 @@ fn json(place: &Place, status: Option<&Status>) -> String {
     struct Cluster<'a> {
         name: &'a str,
         etcd: &'a [String],
+        /// Only with TLS: this process's certificate (SPEC.md §13.5).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        certificate: Option<Certificate>,
+    }
+    #[derive(Serialize)]
+    struct Certificate {
+        file: String,
+        /// RFC 3339, or `null` when the file cannot be read (`error`).
+        not_after: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     }
     #[derive(Serialize)]
     struct Coordinator<'a> {
@@ -143,7 +154,17 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         directory: place
             .directory()
             .map(|directory| directory.to_string_lossy().into_owned()),
-        cluster: place.cluster().map(|(name, etcd)| Cluster { name, etcd }),
+        cluster: place.cluster().map(|(name, etcd)| Cluster {
+            name,
+            etcd,
+            certificate: place
+                .certificate_expiry()
+                .map(|(file, expiry)| Certificate {
+                    file: file.to_string_lossy().into_owned(),
+                    not_after: expiry.as_ref().ok().cloned(),
+                    error: expiry.err(),
+                }),
+        }),
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
             host: place.cluster().and(status.host.as_deref()),
@@ -184,6 +205,15 @@ fn text(place: &Place, status: &Status) -> String {
         None => format!("directory    {}\n", place.describe()),
         Some((name, etcd)) => format!("cluster      {name} (etcd {})\n", etcd.join(",")),
     };
+    // SPEC.md §13.5: when this process's own certificate expires.
+    match place.certificate_expiry() {
+        Some((file, Ok(not_after))) => text.push_str(&format!(
+            "certificate  {} expires at {not_after}\n",
+            file.display()
+        )),
+        Some((_, Err(error))) => text.push_str(&format!("certificate  {error}\n")),
+        None => {}
+    }
     let mut coordinator = format!("coordinator  pid {}", status.pid);
     // Locally the coordinator is on this host, so the line names no host.
     if let Some(host) = place.cluster().and(status.host.as_ref()) {
@@ -369,6 +399,77 @@ mod tests {
             assert_eq!(report["coordinator"]["host"], "ci-7");
             assert_eq!(report["coordinator"]["address"], "10.0.0.1:7000");
         }
+    }
+
+    /// §13.5, §14.5: in a cluster with TLS both forms show when this
+    /// process's certificate expires, or why that cannot be read.
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn this_processs_certificate_expiry_is_reported_in_a_cluster() {
+        // A certificate whose notAfter is 2036-02-29T12:34:56Z.
+        const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----
+MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
+A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAwMFoXDTM2
+MDIyOTEyMzQ1NlowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWnNY8fJ+nr
+JhmPDLAbabuA+oL3U/P3Q421Q1UwCgYIKoZIzj0EAwIDSQAwRgIhAMku18aBrKej
+DgR4mgc04xFkubpceTVCqcS9kKEWjgXaAiEAslCy+ZkpwZj6/36f+IFVlc7tbZi8
+jR5xw+5hGJdrwVc=
+-----END CERTIFICATE-----
+";
+        let directory =
+            std::env::temp_dir().join(format!("sf-status-certificate-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let file = directory.join("host.pem");
+        std::fs::write(&file, CERTIFICATE).unwrap();
+        let place = |certificate: &std::path::Path| {
+            Place::from(single_flight::SingleFlight::cluster(
+                single_flight::Cluster::etcd(["http://e:2379"], "ci").tls(
+                    "ca.pem",
+                    certificate,
+                    "host.key",
+                ),
+            ))
+        };
+        let shown = text(&place(&file), &status(None));
+        assert!(
+            shown.contains(&format!(
+                "certificate  {} expires at 2036-02-29T12:34:56Z\n",
+                file.display()
+            )),
+            "{shown}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&json(&place(&file), Some(&status(None)))).unwrap();
+        assert_eq!(
+            report["cluster"]["certificate"],
+            serde_json::json!({"file": file.to_str().unwrap(), "not_after": "2036-02-29T12:34:56Z"})
+        );
+
+        let missing = directory.join("missing.pem");
+        let shown = text(&place(&missing), &status(None));
+        assert!(
+            shown.contains(&format!(
+                "certificate  cannot read the certificate file {}",
+                missing.display()
+            )),
+            "{shown}"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&json(&place(&missing), None)).unwrap();
+        assert_eq!(
+            report["cluster"]["certificate"]["not_after"],
+            serde_json::Value::Null
+        );
+        assert!(report["cluster"]["certificate"]["error"].is_string());
+
+        let insecure = Place::from(single_flight::SingleFlight::cluster(
+            single_flight::Cluster::etcd(["http://e:2379"], "ci").insecure(),
+        ));
+        assert!(!text(&insecure, &status(None)).contains("certificate"));
+        let report: serde_json::Value = serde_json::from_str(&json(&insecure, None)).unwrap();
+        assert!(report["cluster"].get("certificate").is_none());
+        std::fs::remove_dir_all(&directory).unwrap();
     }
 
     /// §13.5, §8.11: the text and JSON forms show the term's counters and

@@ -246,16 +246,22 @@ impl World {
 
     /// `single-flight SUBCOMMAND` on `host` with this cluster's flags.
     fn command(&self, host: usize, subcommand: &str) -> Command {
+        self.command_as(host, subcommand, &self.scratch.join("certs/server"))
+    }
+
+    /// `single-flight SUBCOMMAND` on `host` with this cluster's flags and
+    /// the certificate `pair`.pem with its key `pair`.key.
+    fn command_as(&self, host: usize, subcommand: &str, pair: &Path) -> Command {
         let hosts = self.hosts.as_ref().expect("command tests run on hosts");
-        let certs = self.scratch.join("certs");
         let mut command = hosts.command(host, BINARY);
         command.arg(subcommand);
-        certs::member_flags(
+        certs::member_flags_as(
             &mut command,
             &self.etcd.endpoints(),
             &self.cluster,
             &format!("{}:0", hosts.address(host)),
-            &certs,
+            &self.scratch.join("certs/ca.pem"),
+            pair,
         );
         command
             .current_dir(self.runs())
@@ -1014,3 +1020,232 @@ fn s14_3_after_a_failover_few_of_the_waiting_processes_campaign() {
 /// past the longest pause before a campaign (`LONGEST_SPREAD`, 4 s, §14.3).
 /// A longer wait would only count more.
 const SETTLE: Duration = Duration::from_secs(5);
+
+// ---------------------------------------------------------------- trust
+
+/// Ends `serve` with SIGTERM; its exit code and what it logged.
+fn stop_serve(serve: std::process::Child) -> (Option<i32>, String) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&serve),
+        rustix::process::Signal::TERM,
+    )
+    .expect("SIGTERM is sent");
+    let output = serve.wait_with_output().expect("serve ends");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Waits until the cluster's status, as a client with the cluster's
+/// certificate sees it, satisfies `done`; returns it.
+fn status_until(
+    world: &World,
+    what: &str,
+    done: impl Fn(&Result<single_flight::Status, single_flight::StatusError>) -> bool,
+) -> Result<single_flight::Status, single_flight::StatusError> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = world.status();
+        if done(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "never {what}: {status:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether a status failed with a message that contains `text`.
+fn refused_with(
+    status: &Result<single_flight::Status, single_flight::StatusError>,
+    text: &str,
+) -> bool {
+    status
+        .as_ref()
+        .is_err_and(|error| error.to_string().contains(text))
+}
+
+/// Copies the pair `from`.pem, `from`.key to `to`.pem, `to`.key, each by a
+/// rename over the old file, as renewal agents write.
+fn replace_pair(from: &Path, to: &Path) {
+    for extension in ["pem", "key"] {
+        let target = to.with_extension(extension);
+        let written = to.with_extension(format!("{extension}.new"));
+        std::fs::copy(from.with_extension(extension), &written).unwrap();
+        std::fs::rename(&written, &target).unwrap();
+    }
+}
+
+/// §14.5: a `serve` whose certificate expired is refused by its clients
+/// with the time it expired; its files are renewed while it serves, first
+/// by renaming new files over the old ones, then by swapping the symbolic
+/// link to their directory as Kubernetes does (`..data`), and each renewal
+/// takes effect for new clients without a restart: a client is served by
+/// the same process in the same term. Each step's certificate is one that
+/// clients refuse for a reason of its own (expired, then valid for another
+/// name), so no step can pass on an older certificate.
+#[test]
+fn s14_5_a_serve_takes_up_renewed_certificates_in_the_same_term() {
+    use std::os::unix::fs::symlink;
+    let Some(world) = World::hosts("rotation", 1) else {
+        return;
+    };
+    let certs = world.scratch.join("certs");
+    // The layout of a mounted Kubernetes secret: the files are links
+    // through `..data`, a link to the directory of the current version.
+    let mounted = world.scratch.join("mounted");
+    std::fs::create_dir_all(mounted.join("..first")).unwrap();
+    std::fs::create_dir_all(mounted.join("..second")).unwrap();
+    replace_pair(
+        &certs.join("expired-server"),
+        &mounted.join("..first/server"),
+    );
+    symlink("..first", mounted.join("..data")).unwrap();
+    symlink("..data/server.pem", mounted.join("server.pem")).unwrap();
+    symlink("..data/server.key", mounted.join("server.key")).unwrap();
+
+    let serve = world
+        .command_as(0, "serve", &mounted.join("server"))
+        .spawn()
+        .expect("serve starts");
+    let pid = serve.id();
+    let _ = status_until(&world, "refused as expired", |status| {
+        refused_with(status, "expired at 2020-01-02T00:00:00Z")
+    });
+    let refused = world.command_run(0, "k", "echo ran").output().unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("presented an expired certificate: it expired at 2020-01-02T00:00:00Z"),
+        "{stderr}"
+    );
+
+    // A renewal by rename, in the directory the links lead to.
+    replace_pair(
+        &certs.join("elsewhere-server"),
+        &mounted.join("..first/server"),
+    );
+    let _ = status_until(&world, "refused for its name", |status| {
+        refused_with(status, "elsewhere.invalid")
+    });
+
+    // A renewal by swapping the directory link.
+    replace_pair(&certs.join("server"), &mounted.join("..second/server"));
+    symlink("..second", mounted.join("..data.new")).unwrap();
+    std::fs::rename(mounted.join("..data.new"), mounted.join("..data")).unwrap();
+    let status = status_until(&world, "served", Result::is_ok).unwrap();
+    assert_eq!(status.pid, pid, "the same process coordinates");
+    assert_eq!(
+        status.epoch,
+        single_flight::Epoch::FIRST,
+        "in its first term"
+    );
+
+    let served = world.command_run(0, "k", "echo ran").output().unwrap();
+    let stderr = String::from_utf8_lossy(&served.stderr);
+    assert_eq!(served.status.code(), Some(0), "{stderr}");
+    assert_eq!(served.stdout, b"ran\n");
+    let status = world.status().expect("the coordinator answers");
+    assert_eq!(
+        (status.pid, status.epoch),
+        (pid, single_flight::Epoch::FIRST)
+    );
+
+    let (code, log) = stop_serve(serve);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains(&format!(
+            "this process's certificate {} (--tls-cert) expired at 2020-01-02T00:00:00Z",
+            mounted.join("server.pem").display()
+        )),
+        "the expiry is warned of: {log}"
+    );
+    assert_eq!(
+        log.matches("the TLS files changed").count(),
+        2,
+        "each renewal is taken up once: {log}"
+    );
+}
+
+/// §14.5: a client whose certificate the cluster's CRL lists is refused by
+/// the coordinator; the client's message says that its certificate was
+/// revoked, naming the file, and the coordinator logs who it refused.
+#[test]
+fn s14_5_a_revoked_client_is_refused_with_the_reason() {
+    let Some(world) = World::hosts("revoked-client", 1) else {
+        return;
+    };
+    let certs = world.scratch.join("certs");
+    let serve = world
+        .command(0, "serve")
+        .arg("--tls-crl")
+        .arg(certs.join("crl.pem"))
+        .spawn()
+        .expect("serve starts");
+    let pid = serve.id();
+    let _ = status_until(&world, "served", |status| {
+        status.as_ref().is_ok_and(|status| status.pid == pid)
+    });
+    let refused = world
+        .command_as(0, "run", &certs.join("revoked-client"))
+        .args(["--key", "k", "--", "echo", "ran"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(125), "{stderr}");
+    assert!(refused.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "this process's certificate (--tls-cert {}) was revoked by the cluster's CRL",
+            certs.join("revoked-client.pem").display()
+        )),
+        "{stderr}"
+    );
+    // A certificate the list does not name is still served.
+    assert_eq!(world.status().expect("served").pid, pid);
+
+    let (code, log) = stop_serve(serve);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("presented a revoked certificate: the cluster's CRL (--tls-crl) lists it"),
+        "{log}"
+    );
+}
+
+/// §14.5: a client whose CRL lists the coordinator's certificate refuses
+/// it, naming the coordinator and the reason.
+#[test]
+fn s14_5_a_revoked_coordinator_is_refused_by_its_client() {
+    let Some(world) = World::hosts("revoked-coordinator", 1) else {
+        return;
+    };
+    let certs = world.scratch.join("certs");
+    let serve = world
+        .command_as(0, "serve", &certs.join("revoked-server"))
+        .spawn()
+        .expect("serve starts");
+    let pid = serve.id();
+    let status = status_until(&world, "served", |status| {
+        status.as_ref().is_ok_and(|status| status.pid == pid)
+    })
+    .unwrap();
+    let address = status.address.expect("a cluster's status has the address");
+    let refusing = world
+        .command(0, "run")
+        .arg("--tls-crl")
+        .arg(certs.join("crl.pem"))
+        .args(["--key", "k", "--", "echo", "ran"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refusing.stderr);
+    assert_eq!(refusing.status.code(), Some(125), "{stderr}");
+    assert!(refusing.stdout.is_empty(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the coordinator at {address} presented a revoked certificate"
+        )),
+        "{stderr}"
+    );
+    let (code, log) = stop_serve(serve);
+    assert_eq!(code, Some(0), "{log}");
+}

@@ -50,6 +50,7 @@ impl Certificates {
             ca: self.path(&format!("{ca}.pem")),
             certificate: self.path(&format!("{name}.pem")),
             key: self.path(&format!("{name}.key")),
+            crls: Vec::new(),
         }
     }
 }
@@ -537,6 +538,7 @@ fn unusable_tls_files_name_the_file() {
         ca: ca.to_owned(),
         certificate: certificate.to_owned(),
         key: key.to_owned(),
+        crls: Vec::new(),
     };
     let (ca, certificate, key) = (path("ca.pem"), path("server.pem"), path("server.key"));
     let missing = path("missing.pem");

@@ -42,15 +42,35 @@ pub fn member_flags(
     listen: &str,
     certs: &Path,
 ) {
+    member_flags_as(
+        command,
+        endpoints,
+        cluster,
+        listen,
+        &certs.join("ca.pem"),
+        &certs.join("server"),
+    );
+}
+
+/// [`member_flags`] with the CA file `ca` and the pair `pair`.pem,
+/// `pair`.key.
+pub fn member_flags_as(
+    command: &mut Command,
+    endpoints: &[String],
+    cluster: &str,
+    listen: &str,
+    ca: &Path,
+    pair: &Path,
+) {
     command
         .arg("--etcd")
         .arg(endpoints.join(","))
         .args(["--cluster", cluster, "--listen", listen])
         .arg("--tls-ca")
-        .arg(certs.join("ca.pem"))
+        .arg(ca)
         .arg("--tls-cert")
-        .arg(certs.join("server.pem"))
+        .arg(pair.with_extension("pem"))
         .arg("--tls-key")
-        .arg(certs.join("server.key"))
+        .arg(pair.with_extension("key"))
         .args(["--ttl", "5"]);
 }

@@ -33,6 +33,7 @@ mod tls;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
@@ -42,11 +43,13 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use stream::PeerStream;
-pub use tls::TlsConfigError;
+pub use tls::{TlsConfigError, TlsFiles, certificate_expiry, rfc3339};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use tls::{MAX_PEM_FILE_BYTES, TlsConfigs, TlsFile};
+pub use tls::{EXPIRY_WARNING, TLS_RELOAD_INTERVAL};
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use tls::{MAX_PEM_FILE_BYTES, Reloader, TlsConfigs, TlsFile};
 #[cfg(not(feature = "_internal"))]
-use tls::TlsConfigs;
+use tls::Reloader;
 use super::wire::Wire;
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
@@ -110,11 +113,14 @@ const LISTEN_BACKLOG: u32 = 1024;
 pub enum Security {
     /// Mutual TLS 1.3: each process holds a certificate signed by the
     /// cluster's CA and valid for the host it advertises, and checks the
-    /// other end's against that CA. All three are PEM files.
+    /// other end's against that CA and the CA's revocation lists `crls`.
+    /// All are PEM files, read again while the process runs (SPEC.md
+    /// §14.5).
     Tls {
         ca: PathBuf,
         certificate: PathBuf,
         key: PathBuf,
+        crls: Vec<PathBuf>,
     },
     /// Plain TCP, on loopback only. Without TLS nothing authenticates
     /// either end: anyone who can reach the port could take leadership of
@@ -162,17 +168,9 @@ pub struct TcpTransport {
     tls: Option<Tls>,
 }
 
-#[derive(Clone)]
-struct Tls {
-    connector: TlsConnector,
-    acceptor: TlsAcceptor,
-}
-
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tls")
-    }
-}
+/// The TLS files as this process uses them: every handshake takes the set
+/// in use when it starts (SPEC.md §14.5).
+type Tls = Arc<Reloader>;
 
 impl TcpTransport {
     /// Loads the TLS files and binds the listen address once, to learn its
@@ -193,13 +191,13 @@ impl TcpTransport {
                 ca,
                 certificate,
                 key,
-            } => {
-                let configs = TlsConfigs::load(ca, certificate, key)?;
-                Some(Tls {
-                    connector: TlsConnector::from(configs.client),
-                    acceptor: TlsAcceptor::from(configs.server),
-                })
-            }
+                crls,
+            } => Some(Reloader::new(TlsFiles {
+                ca: ca.clone(),
+                certificate: certificate.clone(),
+                key: key.clone(),
+                crls: crls.clone(),
+            })?),
         };
         let bind_error = |error| TcpConfigError::Bind {
             address: options.listen,
@@ -378,15 +376,20 @@ impl Transport for TcpTransport {
                     peer_address.ip()
                 )));
             }
-            return Ok(split(PeerStream::plain(stream, peer, true)));
+            return Ok(split(PeerStream::plain(stream, peer)));
         };
+        let connector = TlsConnector::from(tls.current().client.clone());
         let handshake = tokio::time::timeout(
             TLS_HANDSHAKE_TIMEOUT,
-            tls.connector.connect(server_name, stream),
+            connector.connect(server_name, stream),
         )
         .await;
         match handshake {
-            Ok(Ok(stream)) => Ok(split(PeerStream::tls(stream.into(), peer, true))),
+            Ok(Ok(stream)) => Ok(split(PeerStream::tls(
+                stream.into(),
+                peer,
+                Some(tls.certificate_file().to_owned()),
+            ))),
             Ok(Err(error)) => Err(match rustls_error(&error) {
                 Some(tls_error) => match coordinator_certificate_problem(tls_error, target.host) {
                     Some(problem) => PeerRefused::Certificate { peer, problem }.into(),
@@ -414,7 +417,7 @@ impl Transport for TcpTransport {
         let listener = bind(self.listen)?.listen(LISTEN_BACKLOG)?;
         Ok(TcpSocketListener {
             listener,
-            acceptor: self.tls.as_ref().map(|tls| tls.acceptor.clone()),
+            tls: self.tls.clone(),
         })
     }
 }
@@ -423,7 +426,7 @@ impl Transport for TcpTransport {
 pub struct TcpSocketListener {
     listener: tokio::net::TcpListener,
     /// `None` when insecure.
-    acceptor: Option<TlsAcceptor>,
+    tls: Option<Tls>,
 }
 
 /// A connection accepted but not yet checked: the TLS handshake runs in
@@ -441,10 +444,15 @@ impl Listener for TcpSocketListener {
 
     async fn accept(&mut self) -> io::Result<TcpIncoming> {
         let (stream, peer) = self.listener.accept().await?;
+        // The set in use now: a rotation takes effect at the next
+        // connection, and the connections made before keep theirs.
         Ok(TcpIncoming {
             stream,
             peer,
-            acceptor: self.acceptor.clone(),
+            acceptor: self
+                .tls
+                .as_ref()
+                .map(|tls| TlsAcceptor::from(tls.current().server.clone())),
         })
     }
 
@@ -464,10 +472,10 @@ impl Listener for TcpSocketListener {
             });
         }
         let Some(acceptor) = acceptor else {
-            return Ok(split(PeerStream::plain(stream, peer, false)));
+            return Ok(split(PeerStream::plain(stream, peer)));
         };
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-            Ok(Ok(stream)) => Ok(split(PeerStream::tls(stream.into(), peer, false))),
+            Ok(Ok(stream)) => Ok(split(PeerStream::tls(stream.into(), peer, None))),
             Ok(Err(error)) => Err(match rustls_error(&error) {
                 Some(tls_error) => match client_certificate_problem(tls_error) {
                     Some(problem) => PeerRefused::Certificate { peer, problem },

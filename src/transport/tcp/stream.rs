@@ -2,6 +2,7 @@
 //! words that a log can show.
 
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -10,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsStream;
 use tokio_rustls::rustls;
 
-use super::tls::{refuses_certificate, rustls_error};
+use super::tls::{refused_certificate, refuses_certificate, rustls_error};
 use crate::transport::wire::{Socket, SocketWire, Wire};
 
 /// The stream of one connection, which the transport splits into its
@@ -29,9 +30,10 @@ pub struct PeerStream {
     /// Who is at the other end, for messages ("the coordinator at
     /// 10.0.0.1:7000").
     peer: String,
-    /// Whether this end is the client: only a client learns after the
-    /// handshake that its certificate was refused.
-    client: bool,
+    /// A TLS client's own certificate file (`--tls-cert`), which a refusal
+    /// names: only a client learns after the handshake that its
+    /// certificate was refused. `None` on the coordinator's end.
+    certificate: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -42,19 +44,25 @@ enum Inner {
 }
 
 impl PeerStream {
-    pub(super) fn plain(stream: TcpStream, peer: String, client: bool) -> PeerStream {
+    pub(super) fn plain(stream: TcpStream, peer: String) -> PeerStream {
         PeerStream {
             inner: Inner::Plain(stream),
             peer,
-            client,
+            certificate: None,
         }
     }
 
-    pub(super) fn tls(stream: TlsStream<TcpStream>, peer: String, client: bool) -> PeerStream {
+    /// A TLS connection; `certificate` is this process's certificate file
+    /// on a client's end, `None` on the coordinator's.
+    pub(super) fn tls(
+        stream: TlsStream<TcpStream>,
+        peer: String,
+        certificate: Option<PathBuf>,
+    ) -> PeerStream {
         PeerStream {
             inner: Inner::Tls(Box::new(stream)),
             peer,
-            client,
+            certificate,
         }
     }
 
@@ -77,16 +85,14 @@ impl PeerStream {
             return Ok(());
         }
         let message = match rustls_error(&error) {
-            Some(rustls::Error::AlertReceived(alert))
-                if self.client && refuses_certificate(*alert) =>
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{} refused this process's certificate (TLS alert {alert:?}); give --tls-cert and --tls-key a certificate signed by the cluster's CA, the one the coordinator has in --tls-ca",
-                        self.peer
-                    ),
-                ));
+            Some(rustls::Error::AlertReceived(alert)) if refuses_certificate(*alert) => {
+                if let Some(certificate) = &self.certificate {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        refused_certificate(&self.peer, *alert, certificate),
+                    ));
+                }
+                format!("TLS with {}: alert {alert:?}", self.peer)
             }
             Some(tls) => format!("TLS with {}: {tls}", self.peer),
             None => return Err(error),

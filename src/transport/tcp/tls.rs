@@ -14,25 +14,54 @@
 //! The cryptography is rustls' ring provider, passed to
 //! each configuration: nothing installs a process-wide default, so an
 //! embedder's own rustls setup is neither needed nor disturbed.
+//!
+//! The files are read again while the process runs (SPEC.md §14.5): a
+//! [`Reloader`] holds the set in use, reads every file through its path
+//! each [`TLS_RELOAD_INTERVAL`] (so that a file replaced by a rename, or a
+//! symbolic link to a directory that is swapped, is seen as a reader of the
+//! path sees it), and replaces the set only by a whole set that loads. What
+//! to do with what it read is decided by [`Reload`], and when to warn of
+//! this process's certificate's expiry by [`ExpiryWarning`]: plain values,
+//! with the files' bytes and the time passed in.
 
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::pki_types::{
+    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, UnixTime,
+};
 use tokio_rustls::rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
 use tokio_rustls::rustls::{
     self, AlertDescription, CertificateError, ClientConfig, RootCertStore, ServerConfig,
 };
+use tracing::{error, info, warn};
 
 /// The largest PEM file read. A CA bundle of a few hundred certificates is
 /// well under this; the bound keeps a wrong path (a log, `/dev/zero`) from
 /// filling memory.
 pub const MAX_PEM_FILE_BYTES: u64 = 1024 * 1024;
+
+/// How often the TLS files are read again (SPEC.md §14.5). Renewal agents
+/// replace a certificate hours or days before the old one expires, so a
+/// few seconds of delay cost nothing, and reading four small files every
+/// few seconds costs nothing either; 5 s keeps a rotation in effect well
+/// within the 10 s that operators are promised.
+pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long before this process's certificate expires it warns (SPEC.md
+/// §14.5): a day is long enough for someone to notice a renewal agent that
+/// stopped and fix it before the cluster's handshakes fail, and short
+/// enough not to warn of certificates that are merely short-lived (renewal
+/// agents renew at two thirds of a lifetime, so a certificate of three days
+/// or more is renewed before this).
+pub const EXPIRY_WARNING: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The only protocol version offered or accepted. Both ends are this
 /// program, so there is no older peer to serve, and TLS 1.3 has no weak
@@ -48,6 +77,8 @@ pub enum TlsFile {
     Certificate,
     /// The private key of that certificate (`--tls-key`).
     Key,
+    /// A file of certificate revocation lists (`--tls-crl`).
+    Crl,
 }
 
 impl TlsFile {
@@ -59,6 +90,9 @@ impl TlsFile {
                 "give --tls-cert a PEM file with this process's certificate, signed by the cluster's CA"
             }
             TlsFile::Key => "give --tls-key the PEM file with the private key of --tls-cert",
+            TlsFile::Crl => {
+                "give --tls-crl a PEM file with certificate revocation lists (\"BEGIN X509 CRL\") of the cluster's CA"
+            }
         }
     }
 }
@@ -69,6 +103,7 @@ impl fmt::Display for TlsFile {
             TlsFile::Ca => "CA file",
             TlsFile::Certificate => "certificate file",
             TlsFile::Key => "key file",
+            TlsFile::Crl => "CRL file",
         })
     }
 }
@@ -113,6 +148,24 @@ pub enum TlsConfigError {
         TlsFile::Ca.advice()
     )]
     Ca { path: PathBuf, reason: String },
+    #[error(
+        "the CRL file {} holds no certificate revocation list (a PEM block \"BEGIN X509 CRL\"); {}",
+        path.display(),
+        TlsFile::Crl.advice()
+    )]
+    NoCrl { path: PathBuf },
+    #[error(
+        "the CRL file {} holds a revocation list that cannot be read: {reason}; {}",
+        path.display(),
+        TlsFile::Crl.advice()
+    )]
+    Crl { path: PathBuf, reason: String },
+    #[error(
+        "the certificate file {} holds a certificate whose validity cannot be read; {}",
+        path.display(),
+        TlsFile::Certificate.advice()
+    )]
+    Validity { path: PathBuf },
     /// The key is of a kind rustls cannot use, or is not the certificate's.
     #[error(
         "the key file {} cannot be used with the certificate file {}: {error}; give --tls-key the private key that belongs to --tls-cert (ECDSA P-256/P-384, Ed25519 or RSA)",
@@ -126,35 +179,101 @@ pub enum TlsConfigError {
     },
 }
 
+/// Where the TLS files are: the cluster's CA, this process's certificate
+/// and key, and any files of revocation lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+    pub crls: Vec<PathBuf>,
+}
+
 /// The loaded files, ready for either side of a connection.
 #[derive(Clone, Debug)]
 pub struct TlsConfigs {
     pub server: Arc<ServerConfig>,
     pub client: Arc<ClientConfig>,
+    /// When this process's certificate (the first of `--tls-cert`) expires.
+    pub not_after: UnixTime,
+    /// That certificate, which tells one loaded certificate from another.
+    leaf: CertificateDer<'static>,
 }
 
 impl TlsConfigs {
+    /// Reads and loads the CA, the certificate and the key, without
+    /// revocation lists (for the benchmarks).
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
     pub fn load(ca: &Path, certificate: &Path, key: &Path) -> Result<TlsConfigs, TlsConfigError> {
-        let roots = Arc::new(load_roots(ca)?);
-        let chain = load_certificates(TlsFile::Certificate, certificate)?;
-        let private_key = load_key(key)?;
-        let provider = Arc::new(ring::default_provider());
-        let key_error = |error| TlsConfigError::Key {
+        let files = TlsFiles {
+            ca: ca.to_owned(),
             certificate: certificate.to_owned(),
             key: key.to_owned(),
+            crls: Vec::new(),
+        };
+        TlsConfigs::parse(&files, &Contents::read(&files))
+    }
+
+    /// The configurations of what `contents` holds, read from `files`
+    /// (named in errors).
+    fn parse(files: &TlsFiles, contents: &Contents) -> Result<TlsConfigs, TlsConfigError> {
+        let roots = Arc::new(parse_roots(&files.ca, &contents.ca)?);
+        let chain = parse_certificates(
+            TlsFile::Certificate,
+            &files.certificate,
+            &contents.certificate,
+        )?;
+        let private_key = parse_key(&files.key, &contents.key)?;
+        let not_after = not_after(&chain[0]).ok_or_else(|| TlsConfigError::Validity {
+            path: files.certificate.clone(),
+        })?;
+        let provider = Arc::new(ring::default_provider());
+        let mut crls = Vec::new();
+        for (path, read) in files.crls.iter().zip(&contents.crls) {
+            let listed = parse_crls(path, read)?;
+            // The verifier reads the lists when it is built; building one
+            // for each file alone tells which file holds a list it cannot
+            // read.
+            WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .with_crls(listed.iter().cloned())
+                .build()
+                .map_err(|error| TlsConfigError::Crl {
+                    path: path.clone(),
+                    reason: error.to_string(),
+                })?;
+            crls.extend(listed);
+        }
+        let key_error = |error| TlsConfigError::Key {
+            certificate: files.certificate.clone(),
+            key: files.key.clone(),
             error,
         };
+        let ca_error = |error: rustls::server::VerifierBuilderError| TlsConfigError::Ca {
+            path: files.ca.clone(),
+            reason: error.to_string(),
+        };
 
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        // Only the certificates of hosts are checked for revocation, not the
+        // CAs above them: the lists are the cluster's CA's (§14.5), and a
+        // chain with an intermediate CA would otherwise need the root's list
+        // too. A host's certificate that no list is authoritative for is
+        // refused (rustls' default): a list of another CA revokes nothing,
+        // and refusing says so at once instead of letting every host in.
+        let client_verifier =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .with_crls(crls.iter().cloned())
+                .only_check_end_entity_revocation()
+                .build()
+                .map_err(ca_error)?;
+        let server_verifier = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+            .with_crls(crls)
+            .only_check_end_entity_revocation()
             .build()
-            .map_err(|error| TlsConfigError::Ca {
-                path: ca.to_owned(),
-                reason: error.to_string(),
-            })?;
+            .map_err(ca_error)?;
         let mut server = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(PROTOCOL_VERSIONS)
             .expect("the ring provider supports TLS 1.3")
-            .with_client_cert_verifier(verifier)
+            .with_client_cert_verifier(client_verifier)
             .with_single_cert(chain.clone(), private_key.clone_key())
             .map_err(key_error)?;
         // No resumption: a connection lives as long as its process, so
@@ -163,10 +282,11 @@ impl TlsConfigs {
         server.session_storage = Arc::new(NoServerSessionStorage {});
         server.send_tls13_tickets = 0;
 
+        let leaf = chain[0].clone();
         let mut client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(PROTOCOL_VERSIONS)
             .expect("the ring provider supports TLS 1.3")
-            .with_root_certificates(roots)
+            .with_webpki_verifier(server_verifier)
             .with_client_auth_cert(chain, private_key)
             .map_err(key_error)?;
         client.resumption = rustls::client::Resumption::disabled();
@@ -174,36 +294,96 @@ impl TlsConfigs {
         Ok(TlsConfigs {
             server: Arc::new(server),
             client: Arc::new(client),
+            not_after,
+            leaf,
         })
     }
 }
 
-/// The file's bytes, at most [`MAX_PEM_FILE_BYTES`].
-fn read_pem_file(file: TlsFile, path: &Path) -> Result<Vec<u8>, TlsConfigError> {
-    let read_error = |error| TlsConfigError::Read {
-        file,
+/// When the certificate in the file at `path` expires: the first one of
+/// the file, which is this process's own when the file is `--tls-cert`.
+pub fn certificate_expiry(path: &Path) -> Result<UnixTime, TlsConfigError> {
+    let read = FileRead::read(path);
+    let chain = parse_certificates(TlsFile::Certificate, path, &read)?;
+    not_after(&chain[0]).ok_or_else(|| TlsConfigError::Validity {
         path: path.to_owned(),
-        error,
-    };
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|opened| opened.take(MAX_PEM_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_PEM_FILE_BYTES {
-        return Err(TlsConfigError::TooLarge {
-            file,
-            path: path.to_owned(),
-        });
-    }
-    Ok(bytes)
+    })
 }
 
-fn load_certificates(
+/// What one reading of a file found. Plain data, compared with the last
+/// reading to tell whether the file changed: a failure is kept in words, so
+/// that the same failure twice is one change, reported once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum FileRead {
+    Bytes(Vec<u8>),
+    Failed { kind: io::ErrorKind, error: String },
+    TooLarge,
+}
+
+impl FileRead {
+    /// The file's bytes, at most [`MAX_PEM_FILE_BYTES`], read through its
+    /// path (a symbolic link is followed at each reading).
+    fn read(path: &Path) -> FileRead {
+        let mut bytes = Vec::new();
+        match File::open(path)
+            .and_then(|opened| opened.take(MAX_PEM_FILE_BYTES + 1).read_to_end(&mut bytes))
+        {
+            Err(error) => FileRead::Failed {
+                kind: error.kind(),
+                error: error.to_string(),
+            },
+            Ok(_) if bytes.len() as u64 > MAX_PEM_FILE_BYTES => FileRead::TooLarge,
+            Ok(_) => FileRead::Bytes(bytes),
+        }
+    }
+
+    fn bytes(&self, file: TlsFile, path: &Path) -> Result<&[u8], TlsConfigError> {
+        match self {
+            FileRead::Bytes(bytes) => Ok(bytes),
+            FileRead::Failed { kind, error } => Err(TlsConfigError::Read {
+                file,
+                path: path.to_owned(),
+                error: io::Error::new(*kind, error.clone()),
+            }),
+            FileRead::TooLarge => Err(TlsConfigError::TooLarge {
+                file,
+                path: path.to_owned(),
+            }),
+        }
+    }
+}
+
+/// What one reading of every file of a [`TlsFiles`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Contents {
+    ca: FileRead,
+    certificate: FileRead,
+    key: FileRead,
+    crls: Vec<FileRead>,
+}
+
+impl Contents {
+    fn read(files: &TlsFiles) -> Contents {
+        Contents {
+            ca: FileRead::read(&files.ca),
+            certificate: FileRead::read(&files.certificate),
+            key: FileRead::read(&files.key),
+            crls: files
+                .crls
+                .iter()
+                .map(|path| FileRead::read(path))
+                .collect(),
+        }
+    }
+}
+
+fn parse_certificates(
     file: TlsFile,
     path: &Path,
+    read: &FileRead,
 ) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
-    let bytes = read_pem_file(file, path)?;
-    let certificates = CertificateDer::pem_slice_iter(&bytes)
+    let bytes = read.bytes(file, path)?;
+    let certificates = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| TlsConfigError::Pem {
             file,
@@ -219,9 +399,9 @@ fn load_certificates(
     Ok(certificates)
 }
 
-fn load_roots(path: &Path) -> Result<RootCertStore, TlsConfigError> {
+fn parse_roots(path: &Path, read: &FileRead) -> Result<RootCertStore, TlsConfigError> {
     let mut roots = RootCertStore::empty();
-    for certificate in load_certificates(TlsFile::Ca, path)? {
+    for certificate in parse_certificates(TlsFile::Ca, path, read)? {
         roots.add(certificate).map_err(|error| TlsConfigError::Ca {
             path: path.to_owned(),
             reason: error.to_string(),
@@ -230,9 +410,9 @@ fn load_roots(path: &Path) -> Result<RootCertStore, TlsConfigError> {
     Ok(roots)
 }
 
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
-    let bytes = read_pem_file(TlsFile::Key, path)?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|error| match error {
+fn parse_key(path: &Path, read: &FileRead) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
+    let bytes = read.bytes(TlsFile::Key, path)?;
+    PrivateKeyDer::from_pem_slice(bytes).map_err(|error| match error {
         pem::Error::NoItemsFound => TlsConfigError::NoKey {
             path: path.to_owned(),
         },
@@ -242,6 +422,423 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
             error,
         },
     })
+}
+
+/// Every revocation list of a file: at least one.
+fn parse_crls(
+    path: &Path,
+    read: &FileRead,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsConfigError> {
+    let bytes = read.bytes(TlsFile::Crl, path)?;
+    let crls = CertificateRevocationListDer::pem_slice_iter(bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| TlsConfigError::Pem {
+            file: TlsFile::Crl,
+            path: path.to_owned(),
+            error,
+        })?;
+    if crls.is_empty() {
+        return Err(TlsConfigError::NoCrl {
+            path: path.to_owned(),
+        });
+    }
+    Ok(crls)
+}
+
+/// What a reading of the files means for the set in use (SPEC.md §14.5).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Decision<T, E> {
+    /// The files hold what is in use.
+    Unchanged,
+    /// The files changed and load: use this set from now on.
+    Replace(T),
+    /// The files changed and do not load: keep the set in use, and report
+    /// this error, which is new.
+    Report(E),
+    /// The files hold what was reported already: keep the set in use,
+    /// quietly.
+    Reported,
+}
+
+/// Which readings of the files were used and which refused: the memory
+/// that makes a rotation take effect once and a broken file be reported
+/// once per change, not once per reading.
+#[derive(Debug)]
+pub(super) struct Reload<C> {
+    /// What the set in use was loaded from.
+    in_use: C,
+    /// What was read last and did not load, if anything has not loaded
+    /// since the set in use was read again.
+    refused: Option<C>,
+}
+
+impl<C: PartialEq> Reload<C> {
+    pub(super) fn new(in_use: C) -> Reload<C> {
+        Reload {
+            in_use,
+            refused: None,
+        }
+    }
+
+    /// Decides what `read` means; `load` makes a set of it, called only
+    /// when `read` is new. A pair read mid-renewal (a new certificate with
+    /// the old key) does not load and is reported; the reading after the
+    /// key is replaced too differs, and loads.
+    pub(super) fn decide<T, E>(
+        &mut self,
+        read: C,
+        load: impl FnOnce(&C) -> Result<T, E>,
+    ) -> Decision<T, E> {
+        if read == self.in_use {
+            // Back to the files in use: a later return of the refused ones
+            // is a change again, reported again.
+            self.refused = None;
+            return Decision::Unchanged;
+        }
+        if self.refused.as_ref() == Some(&read) {
+            return Decision::Reported;
+        }
+        match load(&read) {
+            Ok(set) => {
+                self.in_use = read;
+                self.refused = None;
+                Decision::Replace(set)
+            }
+            Err(error) => {
+                self.refused = Some(read);
+                Decision::Report(error)
+            }
+        }
+    }
+}
+
+/// When to warn that this process's certificate expires soon: once for each
+/// certificate loaded, at the first look within [`EXPIRY_WARNING`] of its
+/// end (SPEC.md §14.5).
+#[derive(Debug)]
+pub(super) struct ExpiryWarning<C> {
+    /// The certificate warned of last.
+    warned: Option<C>,
+}
+
+impl<C: PartialEq + Clone> ExpiryWarning<C> {
+    pub(super) fn new() -> ExpiryWarning<C> {
+        ExpiryWarning { warned: None }
+    }
+
+    /// Whether to warn now of `certificate`, which expires at `not_after`
+    /// (seconds since the epoch), at `now`.
+    pub(super) fn due(&mut self, certificate: &C, not_after: u64, now: u64) -> bool {
+        if now.saturating_add(EXPIRY_WARNING.as_secs()) < not_after
+            || self.warned.as_ref() == Some(certificate)
+        {
+            return false;
+        }
+        self.warned = Some(certificate.clone());
+        true
+    }
+}
+
+/// The TLS files as the process uses them: the set in use, read again
+/// each [`TLS_RELOAD_INTERVAL`] (SPEC.md §14.5).
+#[derive(Debug)]
+pub struct Reloader {
+    files: TlsFiles,
+    state: Mutex<ReloadState>,
+}
+
+#[derive(Debug)]
+struct ReloadState {
+    configs: Arc<TlsConfigs>,
+    reload: Reload<Contents>,
+    expiry: ExpiryWarning<CertificateDer<'static>>,
+    /// When the files were read last.
+    read_at: Instant,
+}
+
+impl Reloader {
+    /// Loads the files; an error names the file that cannot be used. When
+    /// called within a tokio runtime, a task of that runtime reads the
+    /// files again while the reloader lives; whether or not it runs, a
+    /// handshake that finds them unread for an interval reads them first.
+    pub fn new(files: TlsFiles) -> Result<Arc<Reloader>, TlsConfigError> {
+        let contents = Contents::read(&files);
+        let configs = TlsConfigs::parse(&files, &contents)?;
+        let mut expiry = ExpiryWarning::new();
+        warn_of_expiry(&mut expiry, &files, &configs, SystemTime::now());
+        let reloader = Arc::new(Reloader {
+            state: Mutex::new(ReloadState {
+                configs: Arc::new(configs),
+                reload: Reload::new(contents),
+                expiry,
+                read_at: Instant::now(),
+            }),
+            files,
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(reload_while_used(Arc::downgrade(&reloader)));
+        }
+        Ok(reloader)
+    }
+
+    /// The set for a new handshake.
+    pub fn current(&self) -> Arc<TlsConfigs> {
+        let mut state = self.lock();
+        self.read_if_due(&mut state, Instant::now(), SystemTime::now());
+        state.configs.clone()
+    }
+
+    /// This process's certificate file and when the certificate in use
+    /// expires: for a report of a running process (the `status` of a
+    /// process reads its files itself, [`certificate_expiry`]).
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
+    pub fn certificate_expiry(&self) -> (PathBuf, UnixTime) {
+        (self.files.certificate.clone(), self.lock().configs.not_after)
+    }
+
+    /// This process's certificate file (`--tls-cert`).
+    pub fn certificate_file(&self) -> &Path {
+        &self.files.certificate
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReloadState> {
+        // A panic while the lock was held cannot leave the state half
+        // changed: each field is replaced whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads the files again when the last reading is an interval old, and
+    /// replaces the set in use, reports a file that cannot be used, or warns
+    /// of an expiry, as decided.
+    fn read_if_due(&self, state: &mut ReloadState, now: Instant, wall: SystemTime) {
+        if now.saturating_duration_since(state.read_at) < TLS_RELOAD_INTERVAL {
+            return;
+        }
+        state.read_at = now;
+        let files = &self.files;
+        match state
+            .reload
+            .decide(Contents::read(files), |read| TlsConfigs::parse(files, read))
+        {
+            Decision::Replace(configs) => {
+                info!(
+                    certificate = %files.certificate.display(),
+                    "the TLS files changed; new connections use them (SPEC.md §14.5)"
+                );
+                state.configs = Arc::new(configs);
+            }
+            Decision::Report(error) => {
+                error!(
+                    "{error}. The TLS files in use before stay in use until the files load (SPEC.md §14.5)"
+                );
+            }
+            Decision::Unchanged | Decision::Reported => {}
+        }
+        warn_of_expiry(&mut state.expiry, files, &state.configs, wall);
+    }
+}
+
+/// Logs a warning when the certificate in use expires within
+/// [`EXPIRY_WARNING`] and none was logged for it.
+fn warn_of_expiry(
+    expiry: &mut ExpiryWarning<CertificateDer<'static>>,
+    files: &TlsFiles,
+    configs: &TlsConfigs,
+    now: SystemTime,
+) {
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let not_after = configs.not_after.as_secs();
+    if expiry.due(&configs.leaf, not_after, now) {
+        let when = if not_after < now { "expired" } else { "expires" };
+        warn!(
+            "this process's certificate {} (--tls-cert) {when} at {}; renew it: the file is read again within {TLS_RELOAD_INTERVAL:?} of a change (SPEC.md §14.5)",
+            files.certificate.display(),
+            rfc3339(not_after)
+        );
+    }
+}
+
+/// Reads the files each interval for as long as the reloader lives. Holding
+/// it weakly lets the task end within an interval of the transport's end;
+/// it ends with its runtime too, and [`Reloader::current`] then reads the
+/// files itself.
+async fn reload_while_used(reloader: Weak<Reloader>) {
+    let mut ticks = tokio::time::interval(TLS_RELOAD_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(reloader) = reloader.upgrade() else {
+            return;
+        };
+        let mut state = reloader.lock();
+        reloader.read_if_due(&mut state, Instant::now(), SystemTime::now());
+    }
+}
+
+/// One DER element at the start of `input`: its tag, its contents and what
+/// follows it; `None` when the bytes are not DER of a kind a certificate's
+/// path to its validity uses (a tag of one byte, a definite length of at
+/// most four bytes).
+fn der_element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    if tag & 0x1f == 0x1f {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (length, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let count = usize::from(first & 0x7f);
+        if count == 0 || count > 4 || rest.len() < count {
+            return None;
+        }
+        let (length, rest) = rest.split_at(count);
+        let length = length
+            .iter()
+            .fold(0u64, |length, byte| (length << 8) | u64::from(*byte));
+        (usize::try_from(length).ok()?, rest)
+    };
+    if rest.len() < length {
+        return None;
+    }
+    let (contents, after) = rest.split_at(length);
+    Some((tag, contents, after))
+}
+
+const DER_SEQUENCE: u8 = 0x30;
+const DER_INTEGER: u8 = 0x02;
+const DER_VERSION: u8 = 0xa0;
+const DER_UTC_TIME: u8 = 0x17;
+const DER_GENERALIZED_TIME: u8 = 0x18;
+
+/// When a certificate expires: its notAfter (RFC 5280 §4.1.2.5).
+///
+/// A walk of a few DER elements (Certificate → TBSCertificate → version,
+/// serialNumber, signature, issuer → validity → notAfter) rather than a
+/// crate: no crate in the build exposes it (rustls-webpki reads it but
+/// keeps it to itself), and a general X.509 parser would add several crates
+/// for one date. Every step checks its bounds and gives up with `None` on
+/// anything unexpected, so no bytes can make it panic.
+pub(super) fn not_after(certificate: &[u8]) -> Option<UnixTime> {
+    let (DER_SEQUENCE, certificate, _) = der_element(certificate)? else {
+        return None;
+    };
+    let (DER_SEQUENCE, mut fields, _) = der_element(certificate)? else {
+        return None;
+    };
+    if let (DER_VERSION, _, after) = der_element(fields)? {
+        fields = after;
+    }
+    for expected in [DER_INTEGER, DER_SEQUENCE, DER_SEQUENCE] {
+        let (tag, _, after) = der_element(fields)?;
+        if tag != expected {
+            return None;
+        }
+        fields = after;
+    }
+    let (DER_SEQUENCE, validity, _) = der_element(fields)? else {
+        return None;
+    };
+    let (_, _, after_not_before) = der_element(validity)?;
+    let seconds = match der_element(after_not_before)? {
+        (DER_UTC_TIME, time, _) => {
+            // RFC 5280 §4.1.2.5.1: YYMMDDHHMMSSZ, years 50–99 are 19YY.
+            let (year, rest) = digits(time, 2)?;
+            let year = if year >= 50 { 1900 + year } else { 2000 + year };
+            time_of(year, rest)?
+        }
+        (DER_GENERALIZED_TIME, time, _) => {
+            let (year, rest) = digits(time, 4)?;
+            time_of(year, rest)?
+        }
+        _ => return None,
+    };
+    Some(UnixTime::since_unix_epoch(Duration::from_secs(seconds)))
+}
+
+/// The number written in the first `count` ASCII digits of `text`, and the
+/// rest.
+fn digits(text: &[u8], count: usize) -> Option<(u64, &[u8])> {
+    if text.len() < count {
+        return None;
+    }
+    let (number, rest) = text.split_at(count);
+    let mut value = 0;
+    for digit in number {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + u64::from(digit - b'0');
+    }
+    Some((value, rest))
+}
+
+/// Seconds since the epoch of `year` and the rest of a time,
+/// MMDDHHMMSSZ, as RFC 5280 writes both forms (in UTC, with seconds).
+fn time_of(year: u64, rest: &[u8]) -> Option<u64> {
+    let (month, rest) = digits(rest, 2)?;
+    let (day, rest) = digits(rest, 2)?;
+    let (hour, rest) = digits(rest, 2)?;
+    let (minute, rest) = digits(rest, 2)?;
+    let (second, rest) = digits(rest, 2)?;
+    if rest != b"Z"
+        || year < 1970
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+}
+
+/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar, from
+/// 1970 on (Howard Hinnant's `days_from_civil`, for unsigned years).
+fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year / 400;
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// A time in seconds since the epoch as RFC 3339 in UTC
+/// (`2026-03-01T12:00:00Z`), for messages: small enough to write rather
+/// than to take a date crate for (Hinnant's `civil_from_days`).
+pub fn rfc3339(seconds: u64) -> String {
+    let days = seconds / 86_400;
+    let second_of_day = seconds % 86_400;
+    let shifted = days + 719_468;
+    let era = shifted / 146_097;
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        second_of_day / 3_600,
+        second_of_day % 3_600 / 60,
+        second_of_day % 60
+    )
 }
 
 /// The rustls error inside an I/O error from tokio-rustls, if there is one:
@@ -258,10 +855,14 @@ pub(super) fn client_certificate_problem(error: &rustls::Error) -> Option<String
         rustls::Error::NoCertificatesPresented => Some(
             "no certificate; give every process of the cluster --tls-cert and --tls-key with a certificate signed by the cluster's CA".to_owned(),
         ),
-        rustls::Error::InvalidCertificate(problem) => Some(format!(
-            "a certificate that does not verify against the cluster's CA: {}",
-            certificate_problem(problem)
-        )),
+        rustls::Error::InvalidCertificate(problem) => Some(match common_problem(problem) {
+            Some(problem) => problem,
+            None => format!(
+                "a certificate that does not verify against the cluster's CA: {}",
+                certificate_problem(problem)
+            ),
+        }),
+        rustls::Error::InvalidCertRevocationList(problem) => Some(unusable_crl(problem)),
         _ => None,
     }
 }
@@ -271,11 +872,64 @@ pub(super) fn client_certificate_problem(error: &rustls::Error) -> Option<String
 pub(super) fn coordinator_certificate_problem(error: &rustls::Error, host: &str) -> Option<String> {
     match error {
         rustls::Error::NoCertificatesPresented => Some("no certificate".to_owned()),
-        rustls::Error::InvalidCertificate(problem) => Some(format!(
-            "a certificate that does not verify for host {host} against the cluster's CA: {}",
-            certificate_problem(problem)
-        )),
+        rustls::Error::InvalidCertificate(problem) => Some(match common_problem(problem) {
+            Some(problem) => problem,
+            None => format!(
+                "a certificate that does not verify for host {host} against the cluster's CA: {}",
+                certificate_problem(problem)
+            ),
+        }),
+        rustls::Error::InvalidCertRevocationList(problem) => Some(unusable_crl(problem)),
         _ => None,
+    }
+}
+
+/// A revoked or expired certificate, in words that say so first, whichever
+/// side refused it (SPEC.md §14.5).
+fn common_problem(problem: &CertificateError) -> Option<String> {
+    Some(match problem {
+        CertificateError::Revoked => {
+            "a revoked certificate: the cluster's CRL (--tls-crl) lists it".to_owned()
+        }
+        CertificateError::ExpiredContext { time, not_after } => format!(
+            "an expired certificate: it expired at {} (it is now {}); its host must renew it",
+            rfc3339(not_after.as_secs()),
+            rfc3339(time.as_secs())
+        ),
+        CertificateError::Expired => {
+            "an expired certificate; its host must renew it".to_owned()
+        }
+        CertificateError::UnknownRevocationStatus => "a certificate whose revocation cannot be checked: no CRL in --tls-crl is of the CA that signed it; give --tls-crl a CRL of each CA in --tls-ca".to_owned(),
+        _ => return None,
+    })
+}
+
+/// A revocation list that could not be used during a handshake.
+fn unusable_crl(problem: &rustls::CertRevocationListError) -> String {
+    format!(
+        "a certificate whose revocation cannot be checked: a CRL in --tls-crl cannot be used ({problem:?}); give --tls-crl CRLs signed by the cluster's CA"
+    )
+}
+
+/// What the coordinator said of this process's certificate with `alert`
+/// (received on the first read, SPEC.md §11.4), in words that name the
+/// file: `certificate` is this process's `--tls-cert`.
+pub(super) fn refused_certificate(
+    peer: &str,
+    alert: AlertDescription,
+    certificate: &Path,
+) -> String {
+    let file = certificate.display();
+    match alert {
+        AlertDescription::CertificateRevoked => format!(
+            "{peer} refused this process's certificate: this process's certificate (--tls-cert {file}) was revoked by the cluster's CRL (TLS alert {alert:?}); give --tls-cert and --tls-key a new certificate of the cluster's CA"
+        ),
+        AlertDescription::CertificateExpired => format!(
+            "{peer} refused this process's certificate: this process's certificate (--tls-cert {file}) has expired or is not valid yet (TLS alert {alert:?}); give --tls-cert and --tls-key a renewed certificate, or check this host's clock"
+        ),
+        alert => format!(
+            "{peer} refused this process's certificate (--tls-cert {file}, TLS alert {alert:?}); give --tls-cert and --tls-key a certificate signed by the cluster's CA, the one the coordinator has in --tls-ca"
+        ),
     }
 }
 
@@ -296,6 +950,11 @@ fn certificate_problem(problem: &CertificateError) -> String {
         CertificateError::UnknownIssuer => {
             "UnknownIssuer (it is not signed by the CA in this process's --tls-ca)".to_owned()
         }
+        CertificateError::NotValidYetContext { time, not_before } => format!(
+            "not valid before {} (it is now {}); is a clock wrong?",
+            rfc3339(not_before.as_secs()),
+            rfc3339(time.as_secs())
+        ),
         problem => problem.to_string(),
     }
 }
@@ -315,4 +974,240 @@ pub(super) fn refuses_certificate(alert: AlertDescription) -> bool {
             | AlertDescription::CertificateRequired
             | AlertDescription::AccessDenied
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Certificates made with `openssl ca -startdate/-enddate` (see
+    /// tests/support/make-certs.sh): a version 1 certificate whose
+    /// notAfter, 2036-02-29T12:34:56Z, is a UTCTime; one whose notAfter,
+    /// 2061-03-01T00:00:00Z, is a GeneralizedTime (from 2050 on, RFC 5280);
+    /// a version 3 one (with extensions) that expired on
+    /// 1999-12-31T23:59:59Z, a UTCTime of the 1900s.
+    const UTC_TIME: &str = "-----BEGIN CERTIFICATE-----
+MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
+A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAwMFoXDTM2
+MDIyOTEyMzQ1NlowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEH
+A0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWnNY8fJ+nr
+JhmPDLAbabuA+oL3U/P3Q421Q1UwCgYIKoZIzj0EAwIDSQAwRgIhAMku18aBrKej
+DgR4mgc04xFkubpceTVCqcS9kKEWjgXaAiEAslCy+ZkpwZj6/36f+IFVlc7tbZi8
+jR5xw+5hGJdrwVc=
+-----END CERTIFICATE-----
+";
+    const GENERALIZED_TIME: &str = "-----BEGIN CERTIFICATE-----
+MIIBKTCBzwIUQLEHiIMh8PMHwpBFwZM9SOs8i/owCgYIKoZIzj0EAwIwIDEeMBwG
+A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMCAXDTI0MDEwMTAwMDAwMFoYDzIw
+NjEwMzAxMDAwMDAwWjAMMQowCAYDVQQDDAF0MFkwEwYHKoZIzj0CAQYIKoZIzj0D
+AQcDQgAEaf2JItfB+02P078EeQgQ0dsgmKsBGLEDluif9YdkYTMjv+eVFac1jx8n
+6esmGY8MsBtpu4D6gvdT8/dDjbVDVTAKBggqhkjOPQQDAgNJADBGAiEApou546mi
+h2unUWpg6hF5NSNKrVZtclOVshuq9OPEkpsCIQCnyX4vjDBYWJIntt1BnB1G8dtd
+mspOzYWLZNririZQOA==
+-----END CERTIFICATE-----
+";
+    const VERSION_3: &str = "-----BEGIN CERTIFICATE-----
+MIIBfTCCASSgAwIBAgIUK7GzUCDGKNXA1n6xLVNRwMVO5p8wCgYIKoZIzj0EAwIw
+IDEeMBwGA1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAw
+MFoXDTk5MTIzMTIzNTk1OVowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWn
+NY8fJ+nrJhmPDLAbabuA+oL3U/P3Q421Q1WjUDBOMAwGA1UdEwEB/wQCMAAwHQYD
+VR0OBBYEFHEoKOCmTJCgVExHhNc46yL75l6OMB8GA1UdIwQYMBaAFFHMKilkoln0
+NMq7NTe3fMiS0+mgMAoGCCqGSM49BAMCA0cAMEQCICJ/uM+a5MWU4YAjoNa3qeRy
+v0G5kWQYspPICQ+JDts1AiABkgbqNauuuvWzANd5OniLY3jql12J9zJUGX2/poYJ
+zw==
+-----END CERTIFICATE-----
+";
+
+    fn der(pem: &str) -> Vec<u8> {
+        CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec()
+    }
+
+    fn expiry(pem: &str) -> Option<u64> {
+        not_after(&der(pem)).map(|time| time.as_secs())
+    }
+
+    /// §14.5: the notAfter of both time forms, with and without a version
+    /// field, as `date -u -d … +%s` gives them.
+    #[test]
+    fn a_certificates_expiry_is_read_from_its_validity() {
+        assert_eq!(expiry(UTC_TIME), Some(2_087_901_296));
+        assert_eq!(expiry(GENERALIZED_TIME), Some(2_876_860_800));
+        assert_eq!(expiry(VERSION_3), Some(946_684_799));
+    }
+
+    /// Bytes from a file never panic the walk: every truncation and every
+    /// single-byte change of a certificate gives a time or `None`.
+    #[test]
+    fn damaged_certificates_give_no_expiry_and_no_panic() {
+        let certificate = der(VERSION_3);
+        for length in 0..certificate.len() {
+            let _ = not_after(&certificate[..length]);
+        }
+        assert_eq!(not_after(&certificate[..40]), None);
+        for index in 0..certificate.len() {
+            for byte in [0x00, 0x1f, 0x30, 0x7f, 0x80, 0x84, 0x85, 0xff] {
+                let mut changed = certificate.clone();
+                changed[index] = byte;
+                let _ = not_after(&changed);
+            }
+        }
+        // An indefinite length (not DER) and a length past the end.
+        assert_eq!(not_after(&[0x30, 0x80, 0x00, 0x00]), None);
+        assert_eq!(not_after(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+        assert_eq!(not_after(&[]), None);
+    }
+
+    #[test]
+    fn times_are_checked_and_counted_from_the_epoch() {
+        assert_eq!(time_of(1970, b"0101000000Z"), Some(0));
+        assert_eq!(time_of(2000, b"0301000000Z"), Some(951_868_800));
+        assert_eq!(time_of(2000, b"0229235959Z"), Some(951_868_799));
+        assert_eq!(time_of(2024, b"1301000000Z"), None, "month 13");
+        assert_eq!(time_of(2024, b"0101000000"), None, "no Z");
+        assert_eq!(time_of(2024, b"0101000000+0100"), None, "not UTC");
+        assert_eq!(time_of(2024, b"01010000006Z"), None);
+        assert_eq!(time_of(1969, b"1231235959Z"), None, "before the epoch");
+        assert_eq!(digits(b"2x", 2), None);
+    }
+
+    #[test]
+    fn times_are_written_as_rfc_3339_in_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_868_799), "2000-02-29T23:59:59Z");
+        assert_eq!(rfc3339(2_087_901_296), "2036-02-29T12:34:56Z");
+        assert_eq!(rfc3339(2_876_860_800), "2061-03-01T00:00:00Z");
+        assert_eq!(rfc3339(946_684_799), "1999-12-31T23:59:59Z");
+        for seconds in (0..5_000_000_000u64).step_by(86_399 * 37) {
+            let text = rfc3339(seconds);
+            let (year, rest) = digits(text.as_bytes(), 4).unwrap();
+            let rest: Vec<u8> = rest.iter().copied().filter(u8::is_ascii_digit).collect();
+            let mut rest = rest;
+            rest.push(b'Z');
+            assert_eq!(time_of(year, &rest), Some(seconds), "{text}");
+        }
+    }
+
+    fn loads(read: &&str) -> Result<String, String> {
+        match read.strip_prefix("good ") {
+            Some(set) => Ok(set.to_owned()),
+            None => Err(format!("cannot load {read}")),
+        }
+    }
+
+    /// §14.5: a change that loads replaces the set once; one that does not
+    /// is reported once, however often it is read, and the set in use
+    /// stays; a pair read half renewed is reported and the next reading,
+    /// whole, loads; a return to the files in use is no change, and a
+    /// later return of the broken ones is reported again.
+    #[test]
+    fn a_reading_of_the_files_replaces_reports_or_keeps() {
+        let mut reload = Reload::new("good a");
+        assert_eq!(reload.decide("good a", loads), Decision::Unchanged);
+        assert_eq!(
+            reload.decide("good b", loads),
+            Decision::Replace("b".to_owned())
+        );
+        assert_eq!(reload.decide("good b", loads), Decision::Unchanged);
+
+        let half_renewed = "new certificate, old key";
+        assert_eq!(
+            reload.decide(half_renewed, loads),
+            Decision::Report(format!("cannot load {half_renewed}"))
+        );
+        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
+        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
+        assert_eq!(
+            reload.decide("good c", loads),
+            Decision::Replace("c".to_owned())
+        );
+
+        assert_eq!(
+            reload.decide("broken", loads),
+            Decision::Report("cannot load broken".to_owned())
+        );
+        assert_eq!(
+            reload.decide("also broken", loads),
+            Decision::Report("cannot load also broken".to_owned()),
+            "another broken reading is another change"
+        );
+        assert_eq!(reload.decide("good c", loads), Decision::Unchanged);
+        assert_eq!(
+            reload.decide("also broken", loads),
+            Decision::Report("cannot load also broken".to_owned()),
+            "broken again after the files in use came back"
+        );
+    }
+
+    /// The reading is only loaded when it is new.
+    #[test]
+    fn an_unchanged_reading_is_not_loaded_again() {
+        let mut reload = Reload::new(1);
+        let refuse = |_: &i32| -> Result<(), ()> { Err(()) };
+        assert_eq!(reload.decide(2, refuse), Decision::Report(()));
+        let unreachable = |_: &i32| -> Result<(), ()> { panic!("loaded again") };
+        assert_eq!(reload.decide(2, unreachable), Decision::Reported);
+        assert_eq!(reload.decide(1, unreachable), Decision::Unchanged);
+    }
+
+    /// §14.5: a warning once for each certificate, from 24 h before its
+    /// end, expired or not; none before.
+    #[test]
+    fn an_expiry_is_warned_of_once_per_certificate_within_a_day() {
+        let day = EXPIRY_WARNING.as_secs();
+        let mut warning = ExpiryWarning::new();
+        assert!(!warning.due(&"a", 10 * day, 8 * day));
+        assert!(!warning.due(&"a", 10 * day, 9 * day - 1));
+        assert!(warning.due(&"a", 10 * day, 9 * day));
+        assert!(!warning.due(&"a", 10 * day, 9 * day + 1));
+        assert!(!warning.due(&"a", 10 * day, 11 * day), "expired: warned");
+        assert!(!warning.due(&"b", 20 * day, 11 * day), "renewed in time");
+        assert!(warning.due(&"b", 20 * day, 19 * day));
+        assert!(warning.due(&"c", 5 * day, 19 * day), "loaded expired");
+    }
+
+    /// §14.5: the refusals say what was wrong with the certificate and
+    /// when, and name the file of this process's certificate.
+    #[test]
+    fn refusals_say_revoked_or_expired_and_when() {
+        let revoked = rustls::Error::InvalidCertificate(CertificateError::Revoked);
+        assert_eq!(
+            client_certificate_problem(&revoked).unwrap(),
+            "a revoked certificate: the cluster's CRL (--tls-crl) lists it"
+        );
+        assert_eq!(
+            coordinator_certificate_problem(&revoked, "10.0.0.1").unwrap(),
+            "a revoked certificate: the cluster's CRL (--tls-crl) lists it"
+        );
+        let time = |seconds| UnixTime::since_unix_epoch(Duration::from_secs(seconds));
+        let expired = rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
+            time: time(2_087_901_300),
+            not_after: time(2_087_901_296),
+        });
+        assert_eq!(
+            coordinator_certificate_problem(&expired, "10.0.0.1").unwrap(),
+            "an expired certificate: it expired at 2036-02-29T12:34:56Z (it is now 2036-02-29T12:35:00Z); its host must renew it"
+        );
+        let unknown = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        assert!(
+            coordinator_certificate_problem(&unknown, "10.0.0.1")
+                .unwrap()
+                .starts_with("a certificate that does not verify for host 10.0.0.1")
+        );
+        let file = Path::new("/etc/sf/host.pem");
+        assert_eq!(
+            refused_certificate(
+                "the coordinator at 10.0.0.1:7000",
+                AlertDescription::CertificateRevoked,
+                file
+            ),
+            "the coordinator at 10.0.0.1:7000 refused this process's certificate: this process's certificate (--tls-cert /etc/sf/host.pem) was revoked by the cluster's CRL (TLS alert CertificateRevoked); give --tls-cert and --tls-key a new certificate of the cluster's CA"
+        );
+        assert!(
+            refused_certificate("the coordinator at h:1", AlertDescription::CertificateExpired, file)
+                .contains("(--tls-cert /etc/sf/host.pem) has expired")
+        );
+    }
 }
