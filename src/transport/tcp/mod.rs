@@ -158,6 +158,9 @@ pub enum TcpConfigError {
 pub struct TcpTransport {
     /// The listen address with its real port.
     listen: SocketAddr,
+    /// False for a transport made by [`TcpTransport::client`], which
+    /// never listens.
+    listens: bool,
     /// `None` when insecure.
     tls: Option<Tls>,
 }
@@ -214,7 +217,36 @@ impl TcpTransport {
             }
             Err(error) => return Err(bind_error(error)),
         };
-        Ok(TcpTransport { listen, tls })
+        Ok(TcpTransport {
+            listen,
+            listens: true,
+            tls,
+        })
+    }
+
+    /// A transport that only connects: it loads the TLS files and binds
+    /// nothing, for a process that asks the coordinator and never
+    /// coordinates (`status`, SPEC.md §13.5). Its `listen` fails.
+    pub fn client(security: &Security) -> Result<TcpTransport, TcpConfigError> {
+        let tls = match security {
+            Security::Insecure => None,
+            Security::Tls {
+                ca,
+                certificate,
+                key,
+            } => {
+                let configs = TlsConfigs::load(ca, certificate, key)?;
+                Some(Tls {
+                    connector: TlsConnector::from(configs.client),
+                    acceptor: TlsAcceptor::from(configs.server),
+                })
+            }
+        };
+        Ok(TcpTransport {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listens: false,
+            tls,
+        })
     }
 
     /// The address this process listens on when it coordinates, with the
@@ -411,6 +443,11 @@ impl Transport for TcpTransport {
     }
 
     fn listen(&self) -> io::Result<TcpSocketListener> {
+        if !self.listens {
+            return Err(io::Error::other(
+                "a transport made to ask the coordinator does not listen",
+            ));
+        }
         let listener = bind(self.listen)?.listen(LISTEN_BACKLOG)?;
         Ok(TcpSocketListener {
             listener,
