@@ -127,7 +127,8 @@ impl Cluster {
 
     /// Mutual TLS (SPEC.md §14.5): the cluster's CA, and this process's
     /// certificate and key, PEM files. etcd over `https://` uses them too
-    /// unless [`etcd_tls`](Self::etcd_tls) gives others.
+    /// unless [`etcd_tls`](Self::etcd_tls) or [`etcd_ca`](Self::etcd_ca)
+    /// gives others.
     pub fn tls(
         mut self,
         ca: impl Into<PathBuf>,

@@ -34,7 +34,7 @@ pub enum EtcdError {
     },
     /// `https://` endpoints without certificates.
     #[error(
-        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
+        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key, or etcd's own: --etcd-ca, with --etcd-cert and --etcd-key or with --etcd-user (SPEC.md §14.9)"
     )]
     EtcdTlsMissing { endpoints: String },
     #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
