@@ -7,6 +7,8 @@
 
 mod support;
 
+#[path = "cluster/access.rs"]
+mod access;
 #[path = "cluster/election.rs"]
 mod election;
 #[path = "cluster/processes.rs"]

@@ -9,8 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Backend, BackendError};
-use crate::election::Election;
-use crate::election::etcd::{EtcdElection, EtcdError, EtcdOptions, EtcdTls};
+use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
 };
@@ -139,7 +138,8 @@ impl Cluster {
     /// certificate and key, PEM files, read again while the process runs:
     /// new connections use renewed files, a file that does not load leaves
     /// the last good set in use and is logged. etcd over `https://` uses
-    /// them too unless [`etcd_tls`](Self::etcd_tls) gives others.
+    /// them too unless [`etcd_tls`](Self::etcd_tls) or
+    /// [`etcd_ca`](Self::etcd_ca) gives others.
     pub fn tls(
         mut self,
         ca: impl Into<PathBuf>,
@@ -179,7 +179,10 @@ impl Cluster {
         Some((certificate.clone(), expiry))
     }
 
-    /// Other certificates for etcd's `https://` endpoints.
+    /// Other certificates for etcd's `https://` endpoints: the CA that
+    /// signed the members', and the certificate and key this process
+    /// presents to them (whose common name etcd takes for its user when
+    /// its authentication is on, SPEC.md §14.9).
     pub fn etcd_tls(
         mut self,
         ca: impl Into<PathBuf>,
@@ -188,8 +191,40 @@ impl Cluster {
     ) -> Cluster {
         self.etcd_tls = Some(EtcdTls {
             ca: ca.into(),
-            cert: certificate.into(),
-            key: key.into(),
+            identity: Some((certificate.into(), key.into())),
+        });
+        self
+    }
+
+    /// The CA that signed the certificates of etcd's `https://` members,
+    /// and no certificate of this process for them: for an etcd that
+    /// checks its clients by user and password
+    /// ([`etcd_user`](Self::etcd_user)) instead (SPEC.md §14.9). Replaces
+    /// [`etcd_tls`](Self::etcd_tls).
+    pub fn etcd_ca(mut self, ca: impl Into<PathBuf>) -> Cluster {
+        self.etcd_tls = Some(EtcdTls {
+            ca: ca.into(),
+            identity: None,
+        });
+        self
+    }
+
+    /// The etcd user this process authenticates as, when etcd has
+    /// authentication on (SPEC.md §14.9), and the file that holds its
+    /// password (without one trailing newline). The file is read when the
+    /// cluster is opened, which fails naming it when it cannot be read or
+    /// is empty, and fails naming the user when etcd refuses the password.
+    ///
+    /// A file rather than the password: a password in the program's
+    /// configuration ends up in its logs and its `Debug` output (this
+    /// `Cluster` derives it), and the command line takes the same file
+    /// (`--etcd-password-file`) because `ps` shows every argument. A
+    /// program that holds the password in memory writes it to a file of
+    /// mode 0600, or to a memory file system.
+    pub fn etcd_user(mut self, name: impl Into<String>, password_file: impl Into<PathBuf>) -> Cluster {
+        self.etcd.user = Some(EtcdUser {
+            name: name.into(),
+            password_file: password_file.into(),
         });
         self
     }
@@ -232,9 +267,27 @@ impl Cluster {
         }
     }
 
-    /// Loads the certificates, binds the listen port once to learn it, and
-    /// connects to etcd.
-    async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
+    /// The etcd options with etcd's TLS files: those given for etcd, or
+    /// else the cluster's own.
+    fn etcd_options(&self, security: &Security) -> EtcdOptions {
+        let mut etcd = self.etcd.clone();
+        etcd.tls = self.etcd_tls.clone().or(match security {
+            Security::Tls {
+                ca,
+                certificate,
+                key,
+                ..
+            } => Some(EtcdTls {
+                ca: ca.clone(),
+                identity: Some((certificate.clone(), key.clone())),
+            }),
+            Security::Insecure => None,
+        });
+        etcd
+    }
+
+    /// The TLS files with the revocation lists, or plain TCP.
+    fn security(&self) -> Result<Security, ClusterError> {
         let mut security = self.security.clone().ok_or(ClusterError::NoSecurity)?;
         match &mut security {
             Security::Tls { crls, .. } => crls.clone_from(&self.crls),
@@ -243,6 +296,13 @@ impl Cluster {
             }
             Security::Insecure => {}
         }
+        Ok(security)
+    }
+
+    /// Loads the certificates, binds the listen port once to learn it, and
+    /// connects to etcd.
+    async fn connect(&self) -> Result<(EtcdElection, TcpTransport), ClusterError> {
+        let security = self.security()?;
         if self.advertise.is_none() && self.listen.ip().is_unspecified() {
             return Err(ClusterError::NothingToAdvertise {
                 listen: self.listen,
@@ -252,20 +312,7 @@ impl Cluster {
             listen: self.listen,
             security: security.clone(),
         })?;
-        let mut etcd = self.etcd.clone();
-        etcd.tls = self.etcd_tls.clone().or(match security {
-            Security::Tls {
-                ca,
-                certificate,
-                key,
-                ..
-            } => Some(EtcdTls {
-                ca,
-                cert: certificate,
-                key,
-            }),
-            Security::Insecure => None,
-        });
+        let etcd = self.etcd_options(&security);
         let election = EtcdElection::connect(&etcd, self.advertised(&transport)).await?;
         Ok((election, transport))
     }
@@ -284,10 +331,16 @@ impl Backend for Cluster {
         self.connect().await.map_err(BackendError::new)
     }
 
-    /// The coordinator that the cluster's key names (SPEC.md §14.3).
+    /// The coordinator that the cluster's key names (SPEC.md §14.3), read
+    /// by a client of etcd that only reads, and a transport that binds
+    /// nothing (§13.5): `status` takes no lease and no port.
     async fn find(&self) -> Result<Option<(TcpTransport, String)>, BackendError> {
-        let (mut election, transport) = self.connect().await.map_err(BackendError::new)?;
-        let address = election.coordinator().await.map_err(BackendError::new)?;
+        let security = self.security().map_err(BackendError::new)?;
+        let transport = TcpTransport::client(&security)
+            .map_err(|error| BackendError::new(ClusterError::from(error)))?;
+        let address = etcd::read_coordinator(&self.etcd_options(&security))
+            .await
+            .map_err(BackendError::new)?;
         Ok(address.map(|address| (transport, address)))
     }
 

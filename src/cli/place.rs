@@ -126,6 +126,63 @@ pub struct PlaceArgs {
     )]
     tls_crl: Vec<PathBuf>,
 
+    /// The CA that signed etcd's certificates, when it is not --tls-ca
+    /// (PEM). Alone, this process presents no certificate to etcd, which
+    /// then knows it by --etcd-user [default: --tls-ca].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD_CA",
+        value_name = "FILE",
+        requires = "etcd",
+        help_heading = "Cluster mode"
+    )]
+    etcd_ca: Option<PathBuf>,
+
+    /// The certificate this process presents to etcd, when it is not
+    /// --tls-cert (PEM); with authentication on, etcd takes its common
+    /// name for the user [default: --tls-cert].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD_CERT",
+        value_name = "FILE",
+        requires_all = ["etcd", "etcd_ca", "etcd_key"],
+        help_heading = "Cluster mode"
+    )]
+    etcd_cert: Option<PathBuf>,
+
+    /// The key of --etcd-cert (PEM) [default: --tls-key].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD_KEY",
+        value_name = "FILE",
+        requires_all = ["etcd", "etcd_ca", "etcd_cert"],
+        help_heading = "Cluster mode"
+    )]
+    etcd_key: Option<PathBuf>,
+
+    /// The etcd user to authenticate as, when etcd has authentication on
+    /// (SPEC.md §14.9); its password is read from --etcd-password-file.
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD_USER",
+        value_name = "NAME",
+        requires_all = ["etcd", "etcd_password_file"],
+        help_heading = "Cluster mode"
+    )]
+    etcd_user: Option<String>,
+
+    /// The file that holds the password of --etcd-user (never the
+    /// password itself on the command line, where `ps` shows it); one
+    /// trailing newline is ignored.
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_ETCD_PASSWORD_FILE",
+        value_name = "FILE",
+        requires_all = ["etcd", "etcd_user"],
+        help_heading = "Cluster mode"
+    )]
+    etcd_password_file: Option<PathBuf>,
+
     /// Plain TCP without certificates, refused unless every address is
     /// loopback (one machine, for trying cluster mode out).
     #[arg(
@@ -211,6 +268,16 @@ impl PlaceArgs {
         }
         if self.insecure {
             cluster = cluster.insecure();
+        }
+        match (&self.etcd_ca, &self.etcd_cert, &self.etcd_key) {
+            (Some(ca), Some(certificate), Some(key)) => {
+                cluster = cluster.etcd_tls(ca, certificate, key);
+            }
+            (Some(ca), _, _) => cluster = cluster.etcd_ca(ca),
+            _ => {}
+        }
+        if let (Some(user), Some(password_file)) = (&self.etcd_user, &self.etcd_password_file) {
+            cluster = cluster.etcd_user(user, password_file);
         }
         if let Some(ttl) = self.ttl {
             cluster = cluster.ttl(Duration::from_secs(ttl));
@@ -329,6 +396,8 @@ mod tests {
             &["--ttl", "5"],
             &["--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"],
             &["--tls-crl", "d"],
+            &["--etcd-ca", "a"],
+            &["--etcd-user", "u", "--etcd-password-file", "p"],
         ] {
             assert!(parse(alone).is_err(), "{alone:?} without --etcd");
         }
@@ -342,6 +411,22 @@ mod tests {
             "plain TCP or certificates, not both"
         );
         assert!(parse(&["--etcd", "http://e:2379", "--ttl", "1"]).is_err());
+    }
+
+    /// §14.9: a user needs its password file and the reverse; etcd's
+    /// certificate and key need each other and its CA, which may come
+    /// alone.
+    #[test]
+    fn etcd_credentials_come_in_their_pairs() {
+        let etcd = ["--etcd", "http://e:2379"];
+        let with = |more: &[&str]| parse(&[&etcd[..], more].concat());
+        assert!(with(&["--etcd-user", "u"]).is_err());
+        assert!(with(&["--etcd-password-file", "p"]).is_err());
+        assert!(with(&["--etcd-user", "u", "--etcd-password-file", "p"]).is_ok());
+        assert!(with(&["--etcd-cert", "c", "--etcd-key", "k"]).is_err());
+        assert!(with(&["--etcd-ca", "a", "--etcd-cert", "c"]).is_err());
+        assert!(with(&["--etcd-ca", "a"]).is_ok());
+        assert!(with(&["--etcd-ca", "a", "--etcd-cert", "c", "--etcd-key", "k"]).is_ok());
     }
 
     #[test]

@@ -69,7 +69,13 @@ pub struct Etcd {
     /// The certificates directory (support/certs.rs) when clients must
     /// present a certificate over TLS.
     tls: Option<PathBuf>,
+    /// More flags for every member (`--auth-token-ttl`, …).
+    flags: Vec<String>,
 }
+
+/// The password of etcd's `root` user in the tests that turn
+/// authentication on ([`Etcd::enable_auth`]).
+pub const ROOT_PASSWORD: &str = "root-password";
 
 impl Etcd {
     /// One member on loopback.
@@ -102,6 +108,24 @@ impl Etcd {
     /// clients when `tls` names the certificates (whose server certificate
     /// must be valid for the addresses).
     pub fn start_with(places: &[(IpAddr, Vec<String>)], tls: Option<&std::path::Path>) -> Etcd {
+        Etcd::start_with_flags(places, tls, &[])
+    }
+
+    /// One member on loopback with more `flags`, and mutual TLS for its
+    /// clients when `tls` names the certificates.
+    pub fn single_with(tls: Option<&std::path::Path>, flags: &[&str]) -> Etcd {
+        Etcd::start_with_flags(&[(IpAddr::V4(Ipv4Addr::LOCALHOST), Vec::new())], tls, flags)
+    }
+
+    /// Members as [`Etcd::start_with`] makes them, each started with more
+    /// `flags` too: `--auth-token simple --auth-token-ttl 2` makes the
+    /// tokens of its users expire after two idle seconds (etcd 3.4 has
+    /// both flags).
+    pub fn start_with_flags(
+        places: &[(IpAddr, Vec<String>)],
+        tls: Option<&std::path::Path>,
+        flags: &[&str],
+    ) -> Etcd {
         let scratch = std::env::temp_dir().join(format!(
             "sf-etcd-{}-{}",
             std::process::id(),
@@ -148,6 +172,7 @@ impl Etcd {
             initial_cluster,
             token: format!("sf-{}", scratch.display().to_string().len()),
             tls: tls.map(std::path::Path::to_owned),
+            flags: flags.iter().map(|flag| (*flag).to_owned()).collect(),
         };
         for index in 0..etcd.members.len() {
             etcd.start_member(index);
@@ -212,6 +237,7 @@ impl Etcd {
                 .arg("--listen-metrics-urls")
                 .arg(&member.metrics_url);
         }
+        command.args(&self.flags);
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(
             std::fs::File::create(self.scratch.join(format!("{}.log", member.name)))
                 .map(Stdio::from)
@@ -326,6 +352,71 @@ impl Etcd {
         }
         counts.retain(|_, count| *count > 0);
         counts
+    }
+}
+
+impl Etcd {
+    /// `etcdctl ARGS` against these members, as `user` (`NAME:PASSWORD`)
+    /// if given, with the test certificates when the members need TLS;
+    /// panics, with its output, when it fails.
+    pub fn etcdctl(&self, user: Option<&str>, args: &[&str]) -> String {
+        self.etcdctl_with_stdin(user, args, "")
+    }
+
+    /// `etcdctl ARGS` as [`Etcd::etcdctl`] runs it, with `stdin` on its
+    /// standard input (a password for `user add --interactive=false`).
+    pub fn etcdctl_with_stdin(&self, user: Option<&str>, args: &[&str], stdin: &str) -> String {
+        use std::io::Write;
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg("--endpoints")
+            .arg(self.endpoints().join(","));
+        if let Some(certs) = &self.tls {
+            command
+                .arg("--cacert")
+                .arg(certs.join("ca.pem"))
+                .arg("--cert")
+                .arg(certs.join("server.pem"))
+                .arg("--key")
+                .arg(certs.join("server.key"));
+        }
+        if let Some(user) = user {
+            command.arg("--user").arg(user);
+        }
+        let mut child = command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("etcdctl runs");
+        let mut input = child.stdin.take().expect("a piped stdin");
+        input
+            .write_all(stdin.as_bytes())
+            .expect("etcdctl reads its stdin");
+        drop(input);
+        let output = child.wait_with_output().expect("etcdctl ends");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "etcdctl {args:?}: {text}");
+        text
+    }
+
+    /// `etcdctl ARGS` as `root` once [`Etcd::enable_auth`] has run.
+    pub fn etcdctl_root(&self, args: &[&str]) -> String {
+        self.etcdctl(Some(&format!("root:{ROOT_PASSWORD}")), args)
+    }
+
+    /// Turns etcd's authentication on, with a `root` user whose password
+    /// is [`ROOT_PASSWORD`]; make the other users and roles with
+    /// [`Etcd::etcdctl_root`].
+    pub fn enable_auth(&self) {
+        self.etcdctl(None, &["user", "add", &format!("root:{ROOT_PASSWORD}")]);
+        self.etcdctl(None, &["auth", "enable"]);
     }
 }
 

@@ -12,18 +12,22 @@
 //! server router (axum) that nothing here uses. The election needs a dozen
 //! requests: this module does for them what etcd-client does (one
 //! channel balanced over every member, a deadline on every request and
-//! connection, TLS with a CA and a client identity through tonic's rustls),
-//! and the election's retries across members stay in `super`.
+//! connection, TLS with a CA and a client identity through tonic's rustls,
+//! a user's token on every request, SPEC.md §14.9), and the election's
+//! retries across members stay in `super`.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Status;
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
+use tracing::{debug, info};
 
 use super::proto::etcdserverpb::{
-    self as pb, compare, kv_client::KvClient, lease_client::LeaseClient,
+    self as pb, auth_client::AuthClient, compare, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient, watch_request,
 };
 use super::proto::v3lockpb::lock_client::LockClient;
@@ -43,13 +47,88 @@ pub use super::proto::etcdserverpb::{Event, KeyValue, ResponseOp, StatusResponse
 /// the stream sends on as they come; a full queue means a stuck stream.
 const STREAM_QUEUE: usize = 8;
 
-/// The certificates for `https://` members: the CA that signed theirs, and
-/// this process's certificate and key, all PEM.
-#[derive(Clone, Debug)]
+/// The gRPC metadata key that carries a user's token to etcd (etcd's
+/// `rpctypes.TokenFieldNameGRPC`).
+const TOKEN_METADATA: &str = "token";
+
+/// The certificates for `https://` members, all PEM: the CA that signed
+/// theirs, and this process's certificate and key, if it presents one
+/// (without, etcd knows it by its user and password only, SPEC.md §14.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
     pub ca: Vec<u8>,
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// A user of an etcd with authentication on, and its password (SPEC.md
+/// §14.9). Its `Debug` shows the user only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A token etcd gave for the credentials, and how many came before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Token {
+    /// `None` when etcd has authentication off: requests go without one.
+    value: Option<AsciiMetadataValue>,
+    generation: u64,
+}
+
+/// The credentials and the token of a client and its clones (SPEC.md
+/// §14.9).
+#[derive(Debug)]
+struct Authentication {
+    credentials: Credentials,
+    /// The token in use; `None` until the first request asks for one.
+    token: Mutex<Option<Token>>,
+    /// Held while a token is asked for, so that the requests refused for
+    /// one token together get one new token, not one each.
+    asking: tokio::sync::Mutex<()>,
+}
+
+/// Whether etcd refused a request for its token, so that a new token may
+/// get it through (SPEC.md §14.9): a token that expired or that etcd does
+/// not know (`Unauthenticated`, "etcdserver: invalid auth token"; simple
+/// tokens expire after `--auth-token-ttl` unused, and each member forgets
+/// them when it restarts), one older than a change of users or roles
+/// ("revision of auth store is old"), and none at all where etcd has
+/// authentication on ("user name is empty": it was off when this client
+/// last asked).
+pub(super) fn token_refused(status: &Status) -> bool {
+    status.code() == Code::Unauthenticated
+        || (status.code() == Code::InvalidArgument
+            && (status.message().contains("revision of auth store is old")
+                || status.message().contains("user name is empty")))
+}
+
+/// Whether a request refused with the token of `generation` needs a new
+/// token, given the token now in use: not when another request has
+/// already got one since.
+fn stale(current: Option<&Token>, generation: Option<u64>) -> bool {
+    match (current, generation) {
+        (None, _) => true,
+        (Some(current), Some(sent)) => current.generation <= sent,
+        (Some(_), None) => false,
+    }
+}
+
+/// A request with the token, if any, in its metadata.
+fn request<M>(message: M, token: Option<&Token>) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = token.and_then(|token| token.value.clone()) {
+        request.metadata_mut().insert(TOKEN_METADATA, value);
+    }
+    request
 }
 
 /// One connection pool to an etcd cluster: a channel balanced over every
@@ -58,6 +137,10 @@ pub struct TlsFiles {
 /// share the connections.
 #[derive(Clone, Debug)]
 pub struct Client {
+    /// `None` without credentials: etcd knows this client by its
+    /// certificate's common name, or has authentication off.
+    authentication: Option<Arc<Authentication>>,
+    auth: AuthClient<Channel>,
     kv: KvClient<Channel>,
     lease: LeaseClient<Channel>,
     watch: WatchClient<Channel>,
@@ -84,9 +167,11 @@ impl Client {
             return Err("no endpoint was given".to_owned());
         }
         let tls = tls.map(|files| {
-            ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(&files.ca))
-                .identity(Identity::from_pem(&files.cert, &files.key))
+            let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&files.ca));
+            match &files.identity {
+                Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+                None => config,
+            }
         });
         let mut members = Vec::with_capacity(endpoints.len());
         for url in endpoints {
@@ -106,6 +191,8 @@ impl Client {
         }
         let channel = Channel::balance_list(members.into_iter());
         Ok(Client {
+            authentication: None,
+            auth: AuthClient::new(channel.clone()),
             kv: KvClient::new(channel.clone()),
             lease: LeaseClient::new(channel.clone()),
             watch: WatchClient::new(channel.clone()),
@@ -114,24 +201,137 @@ impl Client {
         })
     }
 
+    /// This client authenticates as `credentials`' user, and sends its
+    /// token with every request from now on (SPEC.md §14.9).
+    pub fn authenticated_as(mut self, credentials: Credentials) -> Client {
+        self.authentication = Some(Arc::new(Authentication {
+            credentials,
+            token: Mutex::new(None),
+            asking: tokio::sync::Mutex::new(()),
+        }));
+        self
+    }
+
+    /// The user this client authenticates as, if it has credentials.
+    pub fn user(&self) -> Option<&str> {
+        self.authentication
+            .as_ref()
+            .map(|authentication| authentication.credentials.user.as_str())
+    }
+
+    /// Asks etcd for a token now, rather than at the first request: a
+    /// wrong password fails here. Nothing to do without credentials.
+    pub async fn authenticate(&self) -> Result<(), Status> {
+        self.token().await.map(drop)
+    }
+
+    /// The token to send: the one in use, or a new one when there is none
+    /// yet; `None` without credentials.
+    async fn token(&self) -> Result<Option<Token>, Status> {
+        let Some(authentication) = &self.authentication else {
+            return Ok(None);
+        };
+        let current = authentication.token.lock().expect("never poisoned").clone();
+        match current {
+            Some(token) => Ok(Some(token)),
+            None => self.new_token(None).await.map(Some),
+        }
+    }
+
+    /// A new token in place of the one of `generation` that etcd refused
+    /// (`None`: none was sent), unless another request has got one since.
+    async fn new_token(&self, generation: Option<u64>) -> Result<Token, Status> {
+        let authentication = self
+            .authentication
+            .as_ref()
+            .expect("only a client with credentials asks for a token");
+        let _asking = authentication.asking.lock().await;
+        let current = authentication.token.lock().expect("never poisoned").clone();
+        if let Some(current) = current.as_ref().filter(|current| !stale(Some(current), generation)) {
+            return Ok(current.clone());
+        }
+        let credentials = &authentication.credentials;
+        let asked = pb::AuthenticateRequest {
+            name: credentials.user.clone(),
+            password: credentials.password.clone(),
+        };
+        let value = match self.auth.clone().authenticate(asked).await {
+            Ok(answer) => {
+                let token = answer.into_inner().token;
+                Some(MetadataValue::try_from(token.as_str()).map_err(|_| {
+                    Status::internal("etcd answered a token that is not printable ASCII")
+                })?)
+            }
+            // As etcd's own client does: a user given to an etcd without
+            // authentication is not an error, so that clients can be given
+            // their users before `etcdctl auth enable`; once it is on, the
+            // requests are refused ("user name is empty") and a token is
+            // asked for again.
+            Err(status)
+                if status.code() == Code::FailedPrecondition
+                    && status.message().contains("authentication is not enabled") =>
+            {
+                info!(user = %credentials.user, "etcd has authentication off; sending requests without a token until it is on");
+                None
+            }
+            Err(status) => return Err(status),
+        };
+        let generation = current.map_or(1, |current| current.generation + 1);
+        debug!(user = %credentials.user, generation, "etcd gave a token");
+        let token = Token { value, generation };
+        *authentication.token.lock().expect("never poisoned") = Some(token.clone());
+        Ok(token)
+    }
+
+    /// Makes a request with the token, and once more with a new token
+    /// when etcd refuses that one (SPEC.md §14.9): an expired token
+    /// fails no request.
+    async fn with_token<T, F, Fut>(&self, attempt: F) -> Result<T, Status>
+    where
+        F: Fn(Option<Token>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let token = self.token().await?;
+        match attempt(token.clone()).await {
+            Err(status) if self.authentication.is_some() && token_refused(&status) => {
+                debug!(error = %describe(&status), "etcd refused the token; asking for a new one");
+                let token = self
+                    .new_token(token.map(|token| token.generation))
+                    .await?;
+                attempt(Some(token)).await
+            }
+            other => other,
+        }
+    }
+
     /// The key's value and revisions, if it exists, in `kvs`.
     pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
-        let request = pb::RangeRequest {
+        let message = pb::RangeRequest {
             key: key.into(),
             ..Default::default()
         };
-        Ok(self.kv.clone().range(request).await?.into_inner())
+        self.with_token(|token| {
+            let mut kv = self.kv.clone();
+            let request = request(message.clone(), token.as_ref());
+            async move { Ok(kv.range(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// Every key that starts with `prefix`.
     pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
         let key = prefix.into();
-        let request = pb::RangeRequest {
+        let message = pb::RangeRequest {
             range_end: prefix_end(&key),
             key,
             ..Default::default()
         };
-        Ok(self.kv.clone().range(request).await?.into_inner())
+        self.with_token(|token| {
+            let mut kv = self.kv.clone();
+            let request = request(message.clone(), token.as_ref());
+            async move { Ok(kv.range(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// Writes a key, under `lease` unless it is 0.
@@ -142,25 +342,40 @@ impl Client {
         value: impl Into<Vec<u8>>,
         lease: i64,
     ) -> Result<(), Status> {
-        let request = pb::PutRequest {
+        let message = pb::PutRequest {
             key: key.into(),
             value: value.into(),
             lease,
             ..Default::default()
         };
-        self.kv.clone().put(request).await?;
-        Ok(())
+        self.with_token(|token| {
+            let mut kv = self.kv.clone();
+            let request = request(message.clone(), token.as_ref());
+            async move { kv.put(request).await.map(drop) }
+        })
+        .await
     }
 
     /// A transaction: `success` if every comparison holds, else `failure`.
-    pub async fn txn(&self, request: TxnRequest) -> Result<TxnResponse, Status> {
-        Ok(self.kv.clone().txn(request).await?.into_inner())
+    pub async fn txn(&self, message: TxnRequest) -> Result<TxnResponse, Status> {
+        self.with_token(|token| {
+            let mut kv = self.kv.clone();
+            let request = request(message.clone(), token.as_ref());
+            async move { Ok(kv.txn(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// A new lease of `ttl` seconds: its ID and the TTL etcd granted.
     pub async fn lease_grant(&self, ttl: i64) -> Result<(i64, i64), Status> {
-        let request = pb::LeaseGrantRequest { ttl, id: 0 };
-        let granted = self.lease.clone().lease_grant(request).await?.into_inner();
+        let message = pb::LeaseGrantRequest { ttl, id: 0 };
+        let granted = self
+            .with_token(|token| {
+                let mut lease = self.lease.clone();
+                let request = request(message, token.as_ref());
+                async move { Ok(lease.lease_grant(request).await?.into_inner()) }
+            })
+            .await?;
         if !granted.error.is_empty() {
             return Err(Status::unknown(granted.error));
         }
@@ -169,9 +384,13 @@ impl Client {
 
     /// Ends a lease and removes every key written under it.
     pub async fn lease_revoke(&self, id: i64) -> Result<(), Status> {
-        let request = pb::LeaseRevokeRequest { id };
-        self.lease.clone().lease_revoke(request).await?;
-        Ok(())
+        let message = pb::LeaseRevokeRequest { id };
+        self.with_token(|token| {
+            let mut lease = self.lease.clone();
+            let request = request(message, token.as_ref());
+            async move { lease.lease_revoke(request).await.map(drop) }
+        })
+        .await
     }
 
     /// A stream of renewals of one lease ([`KeepAlive::renew`]), opened
@@ -180,13 +399,22 @@ impl Client {
     /// the TTL that first renewal got. Fails with `NOT_FOUND` when etcd says
     /// that the lease has expired.
     pub async fn lease_keep_alive(&self, id: i64) -> Result<(KeepAlive, i64), Status> {
+        self.with_token(|token| self.open_keep_alive(id, token))
+            .await
+    }
+
+    async fn open_keep_alive(
+        &self,
+        id: i64,
+        token: Option<Token>,
+    ) -> Result<(KeepAlive, i64), Status> {
         let (requests, queue) = mpsc::channel(STREAM_QUEUE);
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = requests.try_send(pb::LeaseKeepAliveRequest { id });
         let mut answers = self
             .lease
             .clone()
-            .lease_keep_alive(ReceiverStream::new(queue))
+            .lease_keep_alive(request(ReceiverStream::new(queue), token.as_ref()))
             .await?
             .into_inner();
         match answers.message().await? {
@@ -204,16 +432,50 @@ impl Client {
     }
 
     /// Watches one key's changes from `start_revision` on (0: from now).
+    /// Waits for etcd to say that the watch is created, so that a watch
+    /// refused for its token is made again with a new one (SPEC.md §14.9).
     pub async fn watch(
         &self,
         key: impl Into<Vec<u8>>,
         start_revision: i64,
     ) -> Result<Watch, Status> {
+        let key = key.into();
+        let token = self.token().await?;
+        let opened = self.open_watch(&key, start_revision, token.as_ref()).await;
+        let refused = match opened {
+            Ok(Opened::Watching(watch)) => return Ok(*watch),
+            Ok(Opened::Canceled(status))
+                if self.authentication.is_some() && token_refused(&status) =>
+            {
+                describe(&status)
+            }
+            Ok(Opened::Canceled(status)) => return Err(status),
+            Err(status) if self.authentication.is_some() && token_refused(&status) => {
+                describe(&status)
+            }
+            Err(status) => return Err(status),
+        };
+        debug!(reason = %refused, "etcd refused a watch; asking for a new token");
+        let token = self
+            .new_token(token.map(|token| token.generation))
+            .await?;
+        match self.open_watch(&key, start_revision, Some(&token)).await? {
+            Opened::Watching(watch) => Ok(*watch),
+            Opened::Canceled(status) => Err(status),
+        }
+    }
+
+    async fn open_watch(
+        &self,
+        key: &[u8],
+        start_revision: i64,
+        token: Option<&Token>,
+    ) -> Result<Opened, Status> {
         let (requests, queue) = mpsc::channel(STREAM_QUEUE);
         let create = pb::WatchRequest {
             request_union: Some(watch_request::RequestUnion::CreateRequest(
                 pb::WatchCreateRequest {
-                    key: key.into(),
+                    key: key.to_vec(),
                     start_revision,
                     ..Default::default()
                 },
@@ -223,16 +485,32 @@ impl Client {
         // before the stream opens, as etcd sends the headers with its first
         // answer.
         let _ = requests.try_send(create);
-        let answers = self
+        let mut answers = self
             .watch
             .clone()
-            .watch(ReceiverStream::new(queue))
+            .watch(request(ReceiverStream::new(queue), token))
             .await?
             .into_inner();
-        Ok(Watch {
+        let first = answers.message().await?;
+        let first = match first {
+            Some(first) if first.created && first.canceled => {
+                if let Some(status) = refusal_of_watch(&first.cancel_reason) {
+                    return Ok(Opened::Canceled(status));
+                }
+                Some(first)
+            }
+            // The creation's own answer carries no change: it is not kept.
+            Some(first) if first.created && !first.canceled && first.events.is_empty() => None,
+            // A cancellation for another reason (a compacted revision), or
+            // changes: the caller reads them first.
+            Some(first) => Some(first),
+            None => return Err(Status::unavailable("etcd ended the watch's stream")),
+        };
+        Ok(Opened::Watching(Box::new(Watch {
             _requests: requests,
+            first,
             answers,
-        })
+        })))
     }
 
     /// etcd's own lock (its `v3lock` service): waits until this caller holds
@@ -314,17 +592,45 @@ impl KeepAlive {
     }
 }
 
+/// The refusal of a watch that etcd canceled at its creation, in the
+/// words of its reason: etcd 3.4 cancels a watch whose stream's token has
+/// expired with "rpc error: code = Unauthenticated desc = etcdserver:
+/// invalid auth token", and one the user may not read with "etcdserver:
+/// permission denied" (SPEC.md §14.9). `None` for another reason (a
+/// compacted revision), which the watch's reader sees.
+fn refusal_of_watch(cancel_reason: &str) -> Option<Status> {
+    if cancel_reason.contains("invalid auth token") {
+        Some(Status::unauthenticated(cancel_reason))
+    } else if cancel_reason.contains("permission denied") {
+        Some(Status::permission_denied(cancel_reason))
+    } else {
+        None
+    }
+}
+
+/// What etcd said of a watch's creation.
+enum Opened {
+    Watching(Box<Watch>),
+    /// Canceled at once: refused for its token or its permission.
+    Canceled(Status),
+}
+
 /// The changes of a watched key. The watch lasts as long as this value:
 /// dropping it ends the request stream, and etcd ends the watch.
 #[derive(Debug)]
 pub struct Watch {
     _requests: mpsc::Sender<pb::WatchRequest>,
+    /// An answer that came with the creation's and is still to be read.
+    first: Option<WatchResponse>,
     answers: tonic::Streaming<WatchResponse>,
 }
 
 impl Watch {
     /// The next batch of changes, or `None` when etcd ended the watch.
     pub async fn message(&mut self) -> Result<Option<WatchResponse>, Status> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
         self.answers.message().await
     }
 }
@@ -395,5 +701,71 @@ mod tests {
         assert_eq!(prefix_end(b"a\xff"), b"b");
         assert_eq!(prefix_end(b"\xff\xff"), b"\0");
         assert_eq!(prefix_end(b""), b"\0");
+    }
+
+    /// §14.9: what etcd 3.4 answers for an expired or unknown token, a
+    /// token older than a change of roles, and a missing one ask for a new
+    /// token; a wrong password or a missing permission do not.
+    #[test]
+    fn a_new_token_is_asked_for_only_when_etcd_refused_the_token() {
+        for refused in [
+            Status::unauthenticated("etcdserver: invalid auth token"),
+            Status::invalid_argument("etcdserver: revision of auth store is old"),
+            Status::invalid_argument("etcdserver: user name is empty"),
+        ] {
+            assert!(token_refused(&refused), "{refused:?}");
+        }
+        for other in [
+            Status::invalid_argument(
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
+            Status::permission_denied("etcdserver: permission denied"),
+            Status::unavailable("etcdserver: request timed out"),
+            Status::invalid_argument("etcdserver: key is not provided"),
+        ] {
+            assert!(!token_refused(&other), "{other:?}");
+        }
+    }
+
+    /// §14.9: of the requests refused for one token, the first gets a new
+    /// token and the others use it.
+    #[test]
+    fn one_refused_token_is_replaced_once() {
+        let token = |generation| Token {
+            value: None,
+            generation,
+        };
+        assert!(stale(None, None), "no token yet");
+        assert!(stale(None, Some(3)), "no token yet");
+        assert!(stale(Some(&token(3)), Some(3)), "the refused token is in use");
+        assert!(!stale(Some(&token(4)), Some(3)), "another request replaced it");
+        assert!(!stale(Some(&token(1)), None), "a first token came meanwhile");
+    }
+
+    /// §14.9: the reasons etcd 3.4 gives for canceling a watch at its
+    /// creation, as seen: an expired token asks for a new one; a missing
+    /// permission is refused; a compacted revision is the reader's.
+    #[test]
+    fn a_watch_canceled_for_its_token_asks_for_a_new_one() {
+        let expired = refusal_of_watch(
+            "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token",
+        )
+        .unwrap();
+        assert!(token_refused(&expired));
+        let denied = refusal_of_watch("etcdserver: permission denied").unwrap();
+        assert_eq!(denied.code(), Code::PermissionDenied);
+        assert!(!token_refused(&denied));
+        assert!(refusal_of_watch("mvcc: required revision has been compacted").is_none());
+    }
+
+    /// The password never shows in a log of the credentials.
+    #[test]
+    fn credentials_show_their_user_only() {
+        let credentials = Credentials {
+            user: "alice".to_owned(),
+            password: "s3cret".to_owned(),
+        };
+        let shown = format!("{credentials:?}");
+        assert!(shown.contains("alice") && !shown.contains("s3cret"), "{shown}");
     }
 }

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use crate::protocol::Epoch;
 
+use super::Permission;
+
 /// Why a campaign in etcd failed or a term there ended.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -32,7 +34,7 @@ pub enum EtcdError {
     },
     /// `https://` endpoints without certificates.
     #[error(
-        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key"
+        "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key, or etcd's own: --etcd-ca, with --etcd-cert and --etcd-key or with --etcd-user (SPEC.md §14.9)"
     )]
     EtcdTlsMissing { endpoints: String },
     #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
@@ -41,6 +43,44 @@ pub enum EtcdError {
         path: PathBuf,
         error: io::Error,
     },
+    /// The password file of `--etcd-user` cannot be used (§14.9).
+    #[error(
+        "cannot use {} as the password file of the etcd user {user:?}: {problem}; give --etcd-password-file (SINGLE_FLIGHT_ETCD_PASSWORD_FILE) a file this user can read that holds the password, with or without a trailing newline",
+        path.display()
+    )]
+    EtcdPasswordFile {
+        path: PathBuf,
+        user: String,
+        problem: String,
+    },
+    /// etcd refused the user's name or password (§14.9).
+    #[error(
+        "etcd at {endpoints} refused the user {user:?}: the password in {} is wrong or there is no such user ({error}); check --etcd-user and --etcd-password-file, or `etcdctl user get {user}`",
+        password_file.display()
+    )]
+    EtcdAuthentication {
+        user: String,
+        endpoints: String,
+        password_file: PathBuf,
+        error: String,
+    },
+    /// etcd's access control denied a request (§14.9).
+    #[error(
+        "etcd at {endpoints} denied {who} {permission} permission on {keys} while {what}: single-flight needs readwrite on every key under {prefix} (`etcdctl role grant-permission --prefix=true ROLE readwrite {prefix}`, SPEC.md §14.9)"
+    )]
+    EtcdPermission {
+        who: String,
+        permission: Permission,
+        keys: String,
+        what: &'static str,
+        endpoints: String,
+        prefix: String,
+    },
+    /// etcd has authentication on, and this process named no user (§14.9).
+    #[error(
+        "etcd at {endpoints} has authentication on, and this process gave no user: give --etcd-user and --etcd-password-file, or an etcd client certificate whose common name is an etcd user (SPEC.md §14.9)"
+    )]
+    EtcdNoUser { endpoints: String },
     /// The epoch counter holds no epoch; the election fails closed (§14.1).
     #[error(
         "the etcd key {key} holds {value:?}, which is not an epoch: refusing to start a term, because a guess could reuse fencing tokens. Put into it a number larger than every epoch this cluster has used (a fencing token divided by 4294967296)"

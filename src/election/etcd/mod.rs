@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use client::{Client, EventType, TlsFiles, TxnRequest, describe, response_op};
+use client::{Client, Credentials, EventType, TlsFiles, TxnRequest, describe, response_op};
 use proto::etcdserverpb::KeyValue;
 use lease::Lease;
 use renew::{Proof, Reach, Renewals};
@@ -120,16 +120,30 @@ pub struct EtcdOptions {
     pub ttl: Duration,
     /// Certificates for `https://` endpoints.
     pub tls: Option<EtcdTls>,
+    /// The etcd user to authenticate as, if etcd has authentication on and
+    /// does not know this process by its certificate (SPEC.md §14.9).
+    pub user: Option<EtcdUser>,
 }
 
 /// The files for etcd over TLS: the CA that signed the members'
-/// certificates, and this process's certificate and key.
-#[derive(Clone, Debug)]
+/// certificates, and this process's certificate and key, if it presents
+/// one (without, etcd knows it by its user only, SPEC.md §14.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EtcdTls {
     pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
+
+/// An etcd user, and the file that holds its password (SPEC.md §14.9).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdUser {
+    pub name: String,
+    pub password_file: PathBuf,
+}
+
+/// The longest password file read (SPEC.md §14.9): a password is a line;
+/// a larger file is not one.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 64 * 1024;
 
 impl EtcdOptions {
     /// Options with the defaults for everything but the endpoints and the
@@ -141,6 +155,7 @@ impl EtcdOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             ttl: DEFAULT_TTL,
             tls: None,
+            user: None,
         }
     }
 }
@@ -151,6 +166,109 @@ struct Keys {
     coordinator: String,
     epoch: String,
     clean: String,
+}
+
+impl Keys {
+    fn new(options: &EtcdOptions) -> Keys {
+        let base = format!(
+            "{}/{}",
+            options.prefix.trim_end_matches('/'),
+            options.cluster
+        );
+        Keys {
+            coordinator: format!("{base}/coordinator"),
+            epoch: format!("{base}/epoch"),
+            clean: format!("{base}/clean"),
+        }
+    }
+
+    /// `<prefix>/<cluster>/`: every key of the cluster starts so, and the
+    /// least-privilege role is granted this prefix (SPEC.md §14.9).
+    fn base(&self) -> &str {
+        self.coordinator
+            .strip_suffix("coordinator")
+            .expect("the key ends so")
+    }
+}
+
+/// What a request needs of etcd's access control (SPEC.md §14.9), for the
+/// error that says it was denied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permission {
+    Read,
+    Write,
+}
+
+impl std::fmt::Display for Permission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Permission::Read => "read",
+            Permission::Write => "write",
+        })
+    }
+}
+
+/// Why etcd refused a request for who sent it, not for the state of etcd
+/// (SPEC.md §14.9): never tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// A wrong password or an unknown user.
+    AuthenticationFailed,
+    /// The user's roles do not grant the permission.
+    PermissionDenied,
+    /// etcd has authentication on and was given no user.
+    NoUser,
+}
+
+/// etcd 3.4's answers for a refused user or request (SPEC.md §14.9).
+fn refusal(error: &Status) -> Option<Refusal> {
+    match error.code() {
+        tonic::Code::PermissionDenied => Some(Refusal::PermissionDenied),
+        tonic::Code::InvalidArgument if error.message().contains("authentication failed") => {
+            Some(Refusal::AuthenticationFailed)
+        }
+        tonic::Code::InvalidArgument if error.message().contains("user name is empty") => {
+            Some(Refusal::NoUser)
+        }
+        _ => None,
+    }
+}
+
+/// Reads an etcd user's password (SPEC.md §14.9): the file's text without
+/// one trailing newline; an empty, unreadable or oversized file, or one
+/// that is not UTF-8, is refused naming it.
+fn read_password(user: &EtcdUser) -> Result<String, EtcdError> {
+    use std::io::Read;
+    let refuse = |problem: String| EtcdError::EtcdPasswordFile {
+        path: user.password_file.clone(),
+        user: user.name.clone(),
+        problem,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(&user.password_file)
+        .and_then(|file| file.take(MAX_PASSWORD_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|error| refuse(error.to_string()))?;
+    if bytes.len() as u64 > MAX_PASSWORD_FILE_BYTES {
+        return Err(refuse(format!(
+            "it is larger than {MAX_PASSWORD_FILE_BYTES} bytes, which no password is"
+        )));
+    }
+    password_from(bytes).map_err(|problem| refuse(problem.to_owned()))
+}
+
+/// The password a file's bytes hold: without one trailing newline (`\n`
+/// or `\r\n`), as `echo` and editors leave it.
+fn password_from(mut bytes: Vec<u8>) -> Result<String, &'static str> {
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    if bytes.is_empty() {
+        return Err("it is empty");
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text")
 }
 
 /// [`Election`] of one cluster's coordinator through etcd.
@@ -166,6 +284,9 @@ pub struct EtcdElection {
     ttl: Duration,
     /// The address this process advertises when it coordinates.
     advertise: String,
+    /// Who etcd knows this process as, for the errors of its access
+    /// control (SPEC.md §14.9).
+    user: Option<EtcdUser>,
     /// The coordinator key's create revision and the revision of the answer
     /// that last reported it, for [`Election::coordinator_gone`].
     seen: Option<(i64, i64)>,
@@ -210,13 +331,20 @@ fn read_pem(path: &PathBuf, what: &'static str) -> Result<Vec<u8>, EtcdError> {
     })
 }
 
-impl EtcdElection {
-    /// Connects to etcd. `advertise` is the address clients will be told to
-    /// connect to when this process coordinates.
-    pub async fn connect(
-        options: &EtcdOptions,
-        advertise: String,
-    ) -> Result<EtcdElection, EtcdError> {
+/// A client of one cluster's etcd, and what it was made from.
+struct Connected {
+    client: Client,
+    tls: Option<TlsFiles>,
+    credentials: Option<Credentials>,
+    keys: Keys,
+    /// The endpoints, for messages.
+    endpoints: String,
+}
+
+impl Connected {
+    /// Checks the options, reads the TLS files and the password, and makes
+    /// a client, which connects lazily.
+    fn new(options: &EtcdOptions) -> Result<Connected, EtcdError> {
         check_cluster_name(&options.cluster)?;
         let endpoints = options.endpoints.join(",");
         if options.endpoints.is_empty() {
@@ -232,33 +360,103 @@ impl EtcdElection {
             };
             tls = Some(TlsFiles {
                 ca: read_pem(&files.ca, "CA certificate")?,
-                cert: read_pem(&files.cert, "certificate")?,
-                key: read_pem(&files.key, "private key")?,
+                identity: match &files.identity {
+                    Some((cert, key)) => {
+                        Some((read_pem(cert, "certificate")?, read_pem(key, "private key")?))
+                    }
+                    None => None,
+                },
             });
         }
-        let client = Client::connect(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT).map_err(
-            |error| EtcdError::EtcdUnreachable {
+        let credentials = match &options.user {
+            Some(user) => Some(Credentials {
+                user: user.name.clone(),
+                password: read_password(user)?,
+            }),
+            None => None,
+        };
+        let mut client = Client::connect(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT)
+            .map_err(|error| EtcdError::EtcdUnreachable {
                 endpoints: endpoints.clone(),
                 error,
-            },
-        )?;
-        let base = format!(
-            "{}/{}",
-            options.prefix.trim_end_matches('/'),
-            options.cluster
-        );
+            })?;
+        if let Some(credentials) = credentials.clone() {
+            client = client.authenticated_as(credentials);
+        }
+        Ok(Connected {
+            client,
+            tls,
+            credentials,
+            keys: Keys::new(options),
+            endpoints,
+        })
+    }
+}
+
+/// The address of the coordinator that the cluster's key names, read once
+/// by a client that only reads (SPEC.md §13.5): no lease, no campaign, no
+/// watch, so that `status` needs only read permission (§14.9) and leaves
+/// nothing behind. `None` when no coordinator holds the key.
+pub async fn read_coordinator(options: &EtcdOptions) -> Result<Option<String>, EtcdError> {
+    let Connected {
+        client,
+        keys,
+        endpoints,
+        ..
+    } = Connected::new(options)?;
+    let key = keys.coordinator.clone();
+    let what = "reading the coordinator key";
+    let answer = with_retries(&client, &mut Jitter::from_os(), what, |client| {
+        let key = key.clone();
+        async move { client.get(key).await }
+    })
+    .await
+    .map_err(|error| {
+        let access = (Permission::Read, format!("the key {key}"));
+        refused(&options.user, &endpoints, &keys, what, access, error)
+    })?;
+    Ok(answer
+        .kvs
+        .first()
+        .map(|found| String::from_utf8_lossy(&found.value).into_owned()))
+}
+
+impl EtcdElection {
+    /// Connects to etcd. `advertise` is the address clients will be told to
+    /// connect to when this process coordinates.
+    pub async fn connect(
+        options: &EtcdOptions,
+        advertise: String,
+    ) -> Result<EtcdElection, EtcdError> {
+        let Connected {
+            client,
+            tls,
+            credentials,
+            keys,
+            endpoints,
+        } = Connected::new(options)?;
+        let mut jitter = Jitter::from_os();
+        // §14.9: a wrong password fails the opening, not a later call.
+        if options.user.is_some() {
+            with_retries(&client, &mut jitter, "authenticating", |client| async move {
+                client.authenticate().await
+            })
+            .await
+            .map_err(|error| {
+                let access = (Permission::Read, keys.base().to_owned());
+                refused(&options.user, &endpoints, &keys, "authenticating", access, error)
+            })?;
+        }
         Ok(EtcdElection {
             client,
             reach: Reach {
                 endpoints: options.endpoints.clone(),
                 tls,
+                credentials,
             },
-            jitter: Jitter::from_os(),
-            keys: Keys {
-                coordinator: format!("{base}/coordinator"),
-                epoch: format!("{base}/epoch"),
-                clean: format!("{base}/clean"),
-            },
+            jitter,
+            keys,
+            user: options.user.clone(),
             endpoints,
             ttl: options.ttl.max(MIN_TTL),
             advertise,
@@ -279,12 +477,56 @@ impl EtcdElection {
         &self.keys.epoch
     }
 
-    fn request_failed(&self, what: &'static str, error: Status) -> EtcdError {
-        EtcdError::EtcdRequest {
-            what,
-            endpoints: self.endpoints.clone(),
+    /// The error of a request for `what`, which needs `permission` on the
+    /// cluster's keys.
+    fn request_failed(
+        &self,
+        what: &'static str,
+        access: (Permission, String),
+        error: Status,
+    ) -> EtcdError {
+        refused(&self.user, &self.endpoints, &self.keys, what, access, error)
+    }
+}
+
+/// The error of a request for `what` that etcd refused or did not answer:
+/// for a refusal of the user or of a permission, one that names the user,
+/// the keys and the permission (SPEC.md §14.9).
+fn refused(
+    user: &Option<EtcdUser>,
+    endpoints: &str,
+    keys: &Keys,
+    what: &'static str,
+    (permission, keys_needed): (Permission, String),
+    error: Status,
+) -> EtcdError {
+    let who = match user {
+        Some(user) => format!("the user {:?}", user.name),
+        None => "the user named by this process's etcd certificate (its common name)".to_owned(),
+    };
+    match (refusal(&error), user) {
+        (Some(Refusal::AuthenticationFailed), Some(user)) => EtcdError::EtcdAuthentication {
+            user: user.name.clone(),
+            endpoints: endpoints.to_owned(),
+            password_file: user.password_file.clone(),
             error: describe(&error),
-        }
+        },
+        (Some(Refusal::PermissionDenied), _) => EtcdError::EtcdPermission {
+            who,
+            permission,
+            keys: keys_needed,
+            what,
+            endpoints: endpoints.to_owned(),
+            prefix: keys.base().to_owned(),
+        },
+        (Some(Refusal::NoUser), None) => EtcdError::EtcdNoUser {
+            endpoints: endpoints.to_owned(),
+        },
+        _ => EtcdError::EtcdRequest {
+            what,
+            endpoints: endpoints.to_owned(),
+            error: describe(&error),
+        },
     }
 }
 
@@ -314,18 +556,16 @@ impl EtcdElection {
     /// Reads every key of the cluster in one request: the coordinator key
     /// and the epoch (and the clean key, unused here).
     async fn read_keys(&mut self, what: &'static str) -> Result<Found, EtcdError> {
-        let base = self
-            .keys
-            .coordinator
-            .strip_suffix("coordinator")
-            .expect("the key ends so")
-            .to_owned();
+        let base = self.keys.base().to_owned();
         let answer = with_retries(&self.client, &mut self.jitter, what, |client| {
             let base = base.clone();
             async move { client.get_prefix(base).await }
         })
         .await
-        .map_err(|error| self.request_failed(what, error))?;
+        .map_err(|error| {
+            let range = format!("the range of every key under {base}");
+            self.request_failed(what, (Permission::Read, range), error)
+        })?;
         let find = |key: &str| answer.kvs.iter().find(|kv| kv.key == key.as_bytes()).cloned();
         Ok(Found {
             coordinator: find(&self.keys.coordinator),
@@ -382,7 +622,10 @@ impl Election for EtcdElection {
             },
         )
         .await
-        .map_err(|error| self.request_failed("reading the coordinator key", error))?;
+        .map_err(|error| {
+            let access = (Permission::Read, format!("the key {key}"));
+            self.request_failed("reading the coordinator key", access, error)
+        })?;
         let revision = answer.header.map_or(0, |header| header.revision);
         let Some(found) = answer.kvs.first() else {
             self.seen = None;
@@ -444,7 +687,10 @@ impl Election for EtcdElection {
             },
         )
         .await
-        .map_err(|error| self.request_failed("granting a lease", error))?;
+        .map_err(|error| {
+            let access = (Permission::Write, format!("the key {}", self.keys.coordinator));
+            self.request_failed("granting a lease", access, error)
+        })?;
         let granted = Duration::from_secs(granted.max(0) as u64);
         // §14.1: the key is won and the epoch raised in one transaction, which
         // succeeds only if nobody holds the key and nobody raised the epoch
@@ -474,7 +720,15 @@ impl Election for EtcdElection {
                 // Whether the transaction was applied is unknown: the lease
                 // is revoked, which removes the key if it was.
                 revoke_later(self.client.clone(), lease);
-                return Err(self.request_failed("campaigning", error));
+                let keys = format!(
+                    "the keys {}, {} and {}",
+                    self.keys.coordinator, self.keys.epoch, self.keys.clean
+                );
+                return Err(self.request_failed(
+                    "campaigning",
+                    (Permission::Write, keys),
+                    error,
+                ));
             }
         };
         let (revision, was_clean) = if won.succeeded {
@@ -738,6 +992,59 @@ mod tests {
             Duration::from_secs(2)
         );
         assert_eq!(campaign_window(Duration::from_secs(3)), LONGEST_SPREAD);
+    }
+
+    /// §14.9: a password file's one trailing newline is not part of the
+    /// password; an empty one or bytes that are not text are refused.
+    #[test]
+    fn a_password_is_the_files_text_without_one_trailing_newline() {
+        assert_eq!(password_from(b"s3cret\n".to_vec()).unwrap(), "s3cret");
+        assert_eq!(password_from(b"s3cret\r\n".to_vec()).unwrap(), "s3cret");
+        assert_eq!(password_from(b"s3cret".to_vec()).unwrap(), "s3cret");
+        assert_eq!(password_from(b"s3cret\n\n".to_vec()).unwrap(), "s3cret\n");
+        assert_eq!(password_from(b" sp ace ".to_vec()).unwrap(), " sp ace ");
+        assert!(password_from(b"\n".to_vec()).unwrap_err().contains("empty"));
+        assert!(password_from(Vec::new()).unwrap_err().contains("empty"));
+        assert!(password_from(b"\xff\n".to_vec()).unwrap_err().contains("UTF-8"));
+    }
+
+    /// §14.9: etcd 3.4's refusals of a user or a request, as it words
+    /// them, are told apart; a failure of the way to etcd is none.
+    #[test]
+    fn etcds_refusals_of_the_user_and_of_a_permission_are_told_apart() {
+        let wrong = Status::invalid_argument(
+            "etcdserver: authentication failed, invalid user ID or password",
+        );
+        assert_eq!(refusal(&wrong), Some(Refusal::AuthenticationFailed));
+        let denied = Status::permission_denied("etcdserver: permission denied");
+        assert_eq!(refusal(&denied), Some(Refusal::PermissionDenied));
+        let nobody = Status::invalid_argument("etcdserver: user name is empty");
+        assert_eq!(refusal(&nobody), Some(Refusal::NoUser));
+        for other in [
+            Status::unavailable("etcdserver: request timed out"),
+            Status::invalid_argument("etcdserver: key is not provided"),
+        ] {
+            assert_eq!(refusal(&other), None, "{other:?}");
+            assert!(matches!(
+                refused(&None, "e", &Keys::new(&EtcdOptions::new(vec![], "c")), "x", (Permission::Read, "k".into()), other),
+                EtcdError::EtcdRequest { .. }
+            ));
+        }
+        let user = Some(EtcdUser {
+            name: "alice".to_owned(),
+            password_file: PathBuf::from("/run/secrets/etcd"),
+        });
+        let keys = Keys::new(&EtcdOptions::new(vec![], "ci"));
+        let access = (Permission::Write, "the key single-flight/ci/coordinator".to_owned());
+        let error = refused(&user, "http://e:2379", &keys, "campaigning", access, denied).to_string();
+        for words in ["\"alice\"", "write permission", "single-flight/ci/coordinator", "readwrite single-flight/ci/"] {
+            assert!(error.contains(words), "{words:?} in {error}");
+        }
+        let access = (Permission::Read, "single-flight/ci/".to_owned());
+        let error = refused(&user, "http://e:2379", &keys, "authenticating", access, wrong).to_string();
+        for words in ["\"alice\"", "/run/secrets/etcd", "password"] {
+            assert!(error.contains(words), "{words:?} in {error}");
+        }
     }
 
     /// §14.1: cluster names cannot reach into another cluster's keys.

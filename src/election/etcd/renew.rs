@@ -14,7 +14,7 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::REQUEST_TIMEOUT;
-use super::client::{Client, KeepAlive, TlsFiles, describe};
+use super::client::{Client, Credentials, KeepAlive, TlsFiles, describe};
 use super::lease::Lease;
 
 /// The pause before the renewals' stream is opened again after it failed:
@@ -73,6 +73,9 @@ impl Proof {
 pub(super) struct Reach {
     pub(super) endpoints: Vec<String>,
     pub(super) tls: Option<TlsFiles>,
+    /// The user the renewals authenticate as over their own connection
+    /// (SPEC.md §14.9), with a token of their own.
+    pub(super) credentials: Option<Credentials>,
 }
 
 /// The renewals of one term's lease; they stop when this is dropped.
@@ -110,7 +113,10 @@ pub(super) fn start(
                     let own =
                         match Client::connect(&reach.endpoints, reach.tls.as_ref(), REQUEST_TIMEOUT)
                         {
-                            Ok(own) => own,
+                            Ok(own) => match reach.credentials {
+                                Some(credentials) => own.authenticated_as(credentials),
+                                None => own,
+                            },
                             Err(error) => {
                                 warn!(%error, "cannot make the renewals' own connection to etcd; renewing over the process's");
                                 shared

@@ -164,6 +164,9 @@ pub enum TcpConfigError {
 pub struct TcpTransport {
     /// The listen address with its real port.
     listen: SocketAddr,
+    /// False for a transport made by [`TcpTransport::client`], which
+    /// never listens.
+    listens: bool,
     /// `None` when insecure.
     tls: Option<Tls>,
 }
@@ -178,27 +181,12 @@ impl TcpTransport {
     /// (its coordinator, this term) is accepted: this one binds it only when
     /// it wins a later term.
     pub fn new(options: TcpOptions) -> Result<TcpTransport, TcpConfigError> {
-        let tls = match &options.security {
-            Security::Insecure => {
-                if !is_loopback(options.listen.ip()) {
-                    return Err(TcpConfigError::InsecureNotLoopback {
-                        address: options.listen,
-                    });
-                }
-                None
-            }
-            Security::Tls {
-                ca,
-                certificate,
-                key,
-                crls,
-            } => Some(Reloader::new(TlsFiles {
-                ca: ca.clone(),
-                certificate: certificate.clone(),
-                key: key.clone(),
-                crls: crls.clone(),
-            })?),
-        };
+        if matches!(options.security, Security::Insecure) && !is_loopback(options.listen.ip()) {
+            return Err(TcpConfigError::InsecureNotLoopback {
+                address: options.listen,
+            });
+        }
+        let tls = load(&options.security)?;
         let bind_error = |error| TcpConfigError::Bind {
             address: options.listen,
             error,
@@ -212,7 +200,23 @@ impl TcpTransport {
             }
             Err(error) => return Err(bind_error(error)),
         };
-        Ok(TcpTransport { listen, tls })
+        Ok(TcpTransport {
+            listen,
+            listens: true,
+            tls,
+        })
+    }
+
+    /// A transport that only connects: it loads the TLS files and binds
+    /// nothing, for a process that asks the coordinator and never
+    /// coordinates (`status`, SPEC.md §13.5). Its `listen` fails.
+    pub fn client(security: &Security) -> Result<TcpTransport, TcpConfigError> {
+        let tls = load(security)?;
+        Ok(TcpTransport {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            listens: false,
+            tls,
+        })
     }
 
     /// The address this process listens on when it coordinates, with the
@@ -220,6 +224,25 @@ impl TcpTransport {
     pub fn local_address(&self) -> SocketAddr {
         self.listen
     }
+}
+
+/// The TLS files of `security`, loaded and read again while the process
+/// runs; `None` for plain TCP.
+fn load(security: &Security) -> Result<Option<Tls>, TcpConfigError> {
+    Ok(match security {
+        Security::Insecure => None,
+        Security::Tls {
+            ca,
+            certificate,
+            key,
+            crls,
+        } => Some(Reloader::new(TlsFiles {
+            ca: ca.clone(),
+            certificate: certificate.clone(),
+            key: key.clone(),
+            crls: crls.clone(),
+        })?),
+    })
 }
 
 /// A socket bound to `address`, not yet listening. `SO_REUSEADDR` lets a
@@ -414,6 +437,11 @@ impl Transport for TcpTransport {
     }
 
     fn listen(&self) -> io::Result<TcpSocketListener> {
+        if !self.listens {
+            return Err(io::Error::other(
+                "a transport made to ask the coordinator does not listen",
+            ));
+        }
         let listener = bind(self.listen)?.listen(LISTEN_BACKLOG)?;
         Ok(TcpSocketListener {
             listener,
