@@ -611,3 +611,76 @@ fn unusable_tls_files_name_the_file() {
         "{error}"
     );
 }
+
+/// §14.5: the TLS files are read again while the transport lives. A
+/// renewal caught between its certificate and its key keeps the set in
+/// use; the whole renewal replaces it for new handshakes (here with a
+/// certificate for another name, which the client refuses, so that only
+/// the new set can give the refusal); a connection made before goes on.
+#[tokio::test]
+async fn a_renewed_pair_is_used_for_new_handshakes_once_it_is_whole() {
+    let certificates = Certificates::new("renewal");
+    let copy = |from: &str, to: &str| {
+        let written = certificates.path(&format!("{to}.new"));
+        std::fs::copy(certificates.path(from), &written).unwrap();
+        std::fs::rename(&written, certificates.path(to)).unwrap();
+    };
+    copy("server.pem", "renewing.pem");
+    copy("server.key", "renewing.key");
+    let coordinator = transport("127.0.0.1:0", certificates.tls("ca", "renewing"));
+    let client = transport("127.0.0.1:0", certificates.tls("ca", "client"));
+    let mut listener = coordinator.listen().unwrap();
+    let address = advertised(&coordinator);
+    let (before, served_before) = connected(&client, &address, &mut listener).await;
+
+    copy("elsewhere-server.pem", "renewing.pem");
+    coordinator.read_tls_files_now();
+    connected(&client, &address, &mut listener).await;
+
+    copy("elsewhere-server.key", "renewing.key");
+    coordinator.read_tls_files_now();
+    let (connected_after, _) = meet(&client, &address, &mut listener).await;
+    match connect_error(connected_after) {
+        ConnectError::Refused(PeerRefused::Certificate { problem, .. }) => {
+            assert!(problem.contains("elsewhere.invalid"), "{problem}");
+        }
+        other => panic!("not a refused certificate: {other}"),
+    }
+
+    exchange_lines(before, served_before).await;
+    listener.close();
+}
+
+/// §14.5: a CRL file that holds no revocation list, or cannot be read, is
+/// refused naming the file and `--tls-crl`; a file of the CA's lists loads.
+#[test]
+fn unusable_crl_files_name_the_file() {
+    let certificates = Certificates::new("crl-files");
+    let with_crl = |crl: &Path| Security::Tls {
+        ca: certificates.path("ca.pem"),
+        certificate: certificates.path("server.pem"),
+        key: certificates.path("server.key"),
+        crls: vec![certificates.path("crl.pem"), crl.to_owned()],
+    };
+    let garbage = certificates.path("garbage.pem");
+    std::fs::write(&garbage, "not a list\n").unwrap();
+    let error = tls_error(with_crl(&garbage));
+    assert!(
+        matches!(&error, TlsConfigError::NoCrl { path } if path == &garbage),
+        "{error}"
+    );
+    assert!(error.to_string().contains("--tls-crl"), "{error}");
+
+    let missing = certificates.path("missing.pem");
+    let error = tls_error(with_crl(&missing));
+    assert!(
+        matches!(&error, TlsConfigError::Read { file: TlsFile::Crl, path, .. } if path == &missing),
+        "{error}"
+    );
+
+    TcpTransport::new(TcpOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        security: with_crl(&certificates.path("crl.pem")),
+    })
+    .expect("the CA's own list loads");
+}

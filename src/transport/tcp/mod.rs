@@ -224,6 +224,15 @@ impl TcpTransport {
     pub fn local_address(&self) -> SocketAddr {
         self.listen
     }
+
+    /// Reads the TLS files now instead of at the next interval (SPEC.md
+    /// §14.5), for the tests.
+    #[cfg(feature = "_internal")]
+    pub fn read_tls_files_now(&self) {
+        if let Some(tls) = &self.tls {
+            tls.read_now();
+        }
+    }
 }
 
 /// The TLS files of `security`, loaded and read again while the process

@@ -617,6 +617,19 @@ impl Reloader {
             return;
         }
         state.read_at = now;
+        self.read(state, wall);
+    }
+
+    /// Reads the files now, whenever they were read last: for the tests,
+    /// which would otherwise wait for the interval.
+    #[cfg(feature = "_internal")]
+    pub fn read_now(&self) {
+        let mut state = self.lock();
+        state.read_at = Instant::now();
+        self.read(&mut state, SystemTime::now());
+    }
+
+    fn read(&self, state: &mut ReloadState, wall: SystemTime) {
         let files = &self.files;
         match state
             .reload
