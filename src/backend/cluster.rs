@@ -165,18 +165,35 @@ impl Cluster {
         self
     }
 
-    /// This process's certificate file, as [`tls`](Self::tls) names it, and
-    /// when the certificate in it expires (RFC 3339 in UTC,
-    /// `2026-03-01T12:00:00Z`), read from the file now; `None` without
-    /// `tls`.
-    pub fn certificate_expiry(&self) -> Option<(PathBuf, Result<String, BackendError>)> {
-        let Some(Security::Tls { certificate, .. }) = &self.security else {
-            return None;
-        };
-        let expiry = certificate_expiry(certificate)
-            .map(|not_after| rfc3339(not_after.as_secs()))
-            .map_err(BackendError::new);
-        Some((certificate.clone(), expiry))
+    /// Each certificate file this process uses — its certificate and the
+    /// CA of [`tls`](Self::tls), then etcd's own of
+    /// [`etcd_tls`](Self::etcd_tls) or [`etcd_ca`](Self::etcd_ca) when
+    /// they are others — and when the certificates in it expire (the
+    /// earliest of them; RFC 3339 in UTC, `2026-03-01T12:00:00Z`), read from
+    /// the files now (SPEC.md §13.5). Empty without TLS.
+    pub fn certificate_expiries(&self) -> Vec<(PathBuf, Result<String, BackendError>)> {
+        let mut files: Vec<&PathBuf> = Vec::new();
+        if let Some(Security::Tls {
+            ca, certificate, ..
+        }) = &self.security
+        {
+            files.extend([certificate, ca]);
+        }
+        if let Some(etcd) = &self.etcd_tls {
+            files.extend(etcd.identity.as_ref().map(|(certificate, _)| certificate));
+            files.push(&etcd.ca);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        files
+            .into_iter()
+            .filter(|file| seen.insert(*file))
+            .map(|file| {
+                let expiry = certificate_expiry(file)
+                    .map(|not_after| rfc3339(not_after.as_secs()))
+                    .map_err(BackendError::new);
+                (file.clone(), expiry)
+            })
+            .collect()
     }
 
     /// Other certificates for etcd's `https://` endpoints: the CA that

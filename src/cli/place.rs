@@ -328,17 +328,18 @@ impl Place {
         self.builder.directory()
     }
 
-    /// This process's certificate file (`--tls-cert`) and when it expires
-    /// (RFC 3339), or why that cannot be read; `None` for a directory or a
-    /// cluster without TLS (SPEC.md §13.5).
-    pub fn certificate_expiry(&self) -> Option<(PathBuf, Result<String, String>)> {
+    /// Each certificate file the cluster's options name and when it
+    /// expires (SPEC.md §13.5); empty for a directory or without TLS.
+    pub fn certificate_expiries(&self) -> Vec<(PathBuf, Result<String, String>)> {
         #[cfg(feature = "cluster")]
         if let Some(cluster) = self.builder.cluster() {
             return cluster
-                .certificate_expiry()
-                .map(|(file, expiry)| (file, expiry.map_err(|error| error.to_string())));
+                .certificate_expiries()
+                .into_iter()
+                .map(|(file, expiry)| (file, expiry.map_err(|error| error.to_string())))
+                .collect();
         }
-        None
+        Vec::new()
     }
 
     /// The cluster's name and etcd endpoints; `None` for a directory.

@@ -104,9 +104,10 @@ fn json(place: &Place, status: Option<&Status>) -> String {
     struct Cluster<'a> {
         name: &'a str,
         etcd: &'a [String],
-        /// Only with TLS: this process's certificate (SPEC.md §13.5).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        certificate: Option<Certificate>,
+        /// Only with TLS: each certificate file this process uses
+        /// (SPEC.md §13.5).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        certificates: Vec<Certificate>,
     }
     #[derive(Serialize)]
     struct Certificate {
@@ -157,13 +158,15 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         cluster: place.cluster().map(|(name, etcd)| Cluster {
             name,
             etcd,
-            certificate: place
-                .certificate_expiry()
+            certificates: place
+                .certificate_expiries()
+                .into_iter()
                 .map(|(file, expiry)| Certificate {
                     file: file.to_string_lossy().into_owned(),
                     not_after: expiry.as_ref().ok().cloned(),
                     error: expiry.err(),
-                }),
+                })
+                .collect(),
         }),
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
@@ -205,14 +208,15 @@ fn text(place: &Place, status: &Status) -> String {
         None => format!("directory    {}\n", place.describe()),
         Some((name, etcd)) => format!("cluster      {name} (etcd {})\n", etcd.join(",")),
     };
-    // SPEC.md §13.5: when this process's own certificate expires.
-    match place.certificate_expiry() {
-        Some((file, Ok(not_after))) => text.push_str(&format!(
-            "certificate  {} expires at {not_after}\n",
-            file.display()
-        )),
-        Some((_, Err(error))) => text.push_str(&format!("certificate  {error}\n")),
-        None => {}
+    // SPEC.md §13.5: when each certificate file this process uses expires.
+    for (file, expiry) in place.certificate_expiries() {
+        match expiry {
+            Ok(not_after) => text.push_str(&format!(
+                "certificate  {} expires at {not_after}\n",
+                file.display()
+            )),
+            Err(error) => text.push_str(&format!("certificate  {error}\n")),
+        }
     }
     let mut coordinator = format!("coordinator  pid {}", status.pid);
     // Locally the coordinator is on this host, so the line names no host.
@@ -401,11 +405,12 @@ mod tests {
         }
     }
 
-    /// §13.5, §14.5: in a cluster with TLS both forms show when this
-    /// process's certificate expires, or why that cannot be read.
+    /// §13.5, §14.5: in a cluster with TLS both forms show when each
+    /// certificate file this process uses expires, or why that cannot be
+    /// read.
     #[cfg(feature = "cluster")]
     #[test]
-    fn this_processs_certificate_expiry_is_reported_in_a_cluster() {
+    fn each_certificates_expiry_is_reported_in_a_cluster() {
         // A certificate whose notAfter is 2036-02-29T12:34:56Z.
         const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----
 MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
@@ -422,28 +427,36 @@ jR5xw+5hGJdrwVc=
         std::fs::create_dir_all(&directory).unwrap();
         let file = directory.join("host.pem");
         std::fs::write(&file, CERTIFICATE).unwrap();
+        // The same certificate stands for the CA: only its dates are read.
+        let ca = directory.join("ca.pem");
+        std::fs::write(&ca, CERTIFICATE).unwrap();
         let place = |certificate: &std::path::Path| {
             Place::from(single_flight::SingleFlight::cluster(
                 single_flight::Cluster::etcd(["http://e:2379"], "ci").tls(
-                    "ca.pem",
+                    &ca,
                     certificate,
                     "host.key",
                 ),
             ))
         };
         let shown = text(&place(&file), &status(None));
-        assert!(
-            shown.contains(&format!(
-                "certificate  {} expires at 2036-02-29T12:34:56Z\n",
-                file.display()
-            )),
-            "{shown}"
-        );
+        for shown_file in [&file, &ca] {
+            assert!(
+                shown.contains(&format!(
+                    "certificate  {} expires at 2036-02-29T12:34:56Z\n",
+                    shown_file.display()
+                )),
+                "{shown}"
+            );
+        }
         let report: serde_json::Value =
             serde_json::from_str(&json(&place(&file), Some(&status(None)))).unwrap();
         assert_eq!(
-            report["cluster"]["certificate"],
-            serde_json::json!({"file": file.to_str().unwrap(), "not_after": "2036-02-29T12:34:56Z"})
+            report["cluster"]["certificates"],
+            serde_json::json!([
+                {"file": file.to_str().unwrap(), "not_after": "2036-02-29T12:34:56Z"},
+                {"file": ca.to_str().unwrap(), "not_after": "2036-02-29T12:34:56Z"},
+            ])
         );
 
         let missing = directory.join("missing.pem");
@@ -458,17 +471,17 @@ jR5xw+5hGJdrwVc=
         let report: serde_json::Value =
             serde_json::from_str(&json(&place(&missing), None)).unwrap();
         assert_eq!(
-            report["cluster"]["certificate"]["not_after"],
+            report["cluster"]["certificates"][0]["not_after"],
             serde_json::Value::Null
         );
-        assert!(report["cluster"]["certificate"]["error"].is_string());
+        assert!(report["cluster"]["certificates"][0]["error"].is_string());
 
         let insecure = Place::from(single_flight::SingleFlight::cluster(
             single_flight::Cluster::etcd(["http://e:2379"], "ci").insecure(),
         ));
         assert!(!text(&insecure, &status(None)).contains("certificate"));
         let report: serde_json::Value = serde_json::from_str(&json(&insecure, None)).unwrap();
-        assert!(report["cluster"].get("certificate").is_none());
+        assert!(report["cluster"].get("certificates").is_none());
         std::fs::remove_dir_all(&directory).unwrap();
     }
 

@@ -300,14 +300,20 @@ impl TlsConfigs {
     }
 }
 
-/// When the certificate in the file at `path` expires: the first one of
-/// the file, which is this process's own when the file is `--tls-cert`.
+/// When the certificates in the file at `path` stop being usable: the
+/// earliest expiry among them (a chain is as good as its first link to
+/// expire, and a bundle of CAs needs renewing when its first CA expires).
 pub fn certificate_expiry(path: &Path) -> Result<UnixTime, TlsConfigError> {
     let read = FileRead::read(path);
-    let chain = parse_certificates(TlsFile::Certificate, path, &read)?;
-    not_after(&chain[0]).ok_or_else(|| TlsConfigError::Validity {
-        path: path.to_owned(),
-    })
+    let certificates = parse_certificates(TlsFile::Certificate, path, &read)?;
+    certificates
+        .iter()
+        .map(|certificate| not_after(certificate))
+        .collect::<Option<Vec<UnixTime>>>()
+        .and_then(|expiries| expiries.into_iter().min_by_key(UnixTime::as_secs))
+        .ok_or_else(|| TlsConfigError::Validity {
+            path: path.to_owned(),
+        })
 }
 
 /// What one reading of a file found. Plain data, compared with the last
