@@ -453,7 +453,7 @@ fn run(config: &Config) {
     let started = Instant::now();
     println!("# single-flight benchmarks ({} mode)", config.mode);
     println!();
-    println!("- date: {} UTC", utc_now());
+    println!("- date: {}", utc_now());
     println!("- machine: {}", machine());
     println!("- load average before: {}", load_average());
     let redis = match config.redis.as_str() {
@@ -1044,28 +1044,8 @@ fn version_of(program: &str, version: impl Fn(&str) -> Option<&str>) -> String {
         .map_or(program.into(), |v| format!("{program} {v}"))
 }
 
-/// The date and time in UTC, from the system clock (civil-from-days, after
-/// Howard Hinnant's algorithm), so that no date crate is needed.
+/// The date and time in UTC (RFC 3339), from the system clock, in the
+/// library's own words for times (no date crate is needed).
 fn utc_now() -> String {
-    let seconds = process::wall_nanos() / 1_000_000_000;
-    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
-        of_day / 3600,
-        of_day % 3600 / 60
-    )
+    single_flight::_internal::transport::tcp::rfc3339(process::wall_nanos() / 1_000_000_000)
 }

@@ -412,16 +412,8 @@ mod tests {
     #[test]
     fn each_certificates_expiry_is_reported_in_a_cluster() {
         // A certificate whose notAfter is 2036-02-29T12:34:56Z.
-        const CERTIFICATE: &str = "-----BEGIN CERTIFICATE-----
-MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
-A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAwMFoXDTM2
-MDIyOTEyMzQ1NlowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEH
-A0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWnNY8fJ+nr
-JhmPDLAbabuA+oL3U/P3Q421Q1UwCgYIKoZIzj0EAwIDSQAwRgIhAMku18aBrKej
-DgR4mgc04xFkubpceTVCqcS9kKEWjgXaAiEAslCy+ZkpwZj6/36f+IFVlc7tbZi8
-jR5xw+5hGJdrwVc=
------END CERTIFICATE-----
-";
+        // The expiry walk's own test certificate (src/transport/tcp/tls.rs).
+        const CERTIFICATE: &str = include_str!("../transport/tcp/testdata/utc-time.pem");
         let directory =
             std::env::temp_dir().join(format!("sf-status-certificate-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();

@@ -1005,16 +1005,7 @@ mod tests {
     /// 2061-03-01T00:00:00Z, is a GeneralizedTime (from 2050 on, RFC 5280);
     /// a version 3 one (with extensions) that expired on
     /// 1999-12-31T23:59:59Z, a UTCTime of the 1900s.
-    const UTC_TIME: &str = "-----BEGIN CERTIFICATE-----
-MIIBJzCBzQIUaF4DOer8ZmLu3H2nPvhfcmmUKGAwCgYIKoZIzj0EAwIwIDEeMBwG
-A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMB4XDTI0MDEwMTAwMDAwMFoXDTM2
-MDIyOTEyMzQ1NlowDDEKMAgGA1UEAwwBdDBZMBMGByqGSM49AgEGCCqGSM49AwEH
-A0IABGn9iSLXwftNj9O/BHkIENHbIJirARixA5bon/WHZGEzI7/nlRWnNY8fJ+nr
-JhmPDLAbabuA+oL3U/P3Q421Q1UwCgYIKoZIzj0EAwIDSQAwRgIhAMku18aBrKej
-DgR4mgc04xFkubpceTVCqcS9kKEWjgXaAiEAslCy+ZkpwZj6/36f+IFVlc7tbZi8
-jR5xw+5hGJdrwVc=
------END CERTIFICATE-----
-";
+    const UTC_TIME: &str = include_str!("testdata/utc-time.pem");
     const GENERALIZED_TIME: &str = "-----BEGIN CERTIFICATE-----
 MIIBKTCBzwIUQLEHiIMh8PMHwpBFwZM9SOs8i/owCgYIKoZIzj0EAwIwIDEeMBwG
 A1UEAwwVc2luZ2xlLWZsaWdodCB0ZXN0IENBMCAXDTI0MDEwMTAwMDAwMFoYDzIw
