@@ -93,6 +93,10 @@ macro_rules! inner_modules {
 }
 
 inner_modules!(backend, election, shell, transport);
+/// The reading of TLS files again while the process runs, shared by the
+/// transport and etcd's client (SPEC.md §14.5).
+#[cfg(feature = "cluster")]
+mod reload;
 
 pub use backend::BackendError;
 #[cfg(feature = "cluster")]

@@ -1167,6 +1167,165 @@ fn s14_5_a_serve_takes_up_renewed_certificates_in_the_same_term() {
     );
 }
 
+/// `single-flight SUBCOMMAND` on loopback in `cluster`, with the cluster's
+/// certificate `certs`/server and etcd's own files: etcd's members verified
+/// with `certs`/ca.pem, and the pair `etcd_pair`.pem, `etcd_pair`.key
+/// presented to them (SPEC.md §14.8).
+fn command_with_etcd_pair(
+    etcd: &Etcd,
+    cluster: &str,
+    certs: &Path,
+    etcd_pair: &Path,
+    subcommand: &str,
+) -> Command {
+    let mut command = Command::new(BINARY);
+    command.arg(subcommand);
+    certs::member_flags(
+        &mut command,
+        &etcd.endpoints(),
+        cluster,
+        "127.0.0.1:0",
+        certs,
+    );
+    command
+        .arg("--etcd-ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--etcd-cert")
+        .arg(etcd_pair.with_extension("pem"))
+        .arg("--etcd-key")
+        .arg(etcd_pair.with_extension("key"))
+        .env_remove("SINGLE_FLIGHT_DIR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// §14.5: etcd's client certificate is renewed on disk while a `serve`
+/// coordinates (by a rename of each file), and etcd's CA is rotated: etcd
+/// first trusts the old CA and the new one, then restarts trusting only the
+/// new one, so that only the renewed certificate can reconnect. The serve's
+/// connections to etcd (its renewals' own and its campaigns') reconnect
+/// with the renewed files: etcd sees a lease renewal from it after its
+/// restart, and the serve keeps its term or wins a new one, answering
+/// calls. Nothing here waits for a clock: with the files read once, the
+/// serve never reaches the restarted etcd.
+#[test]
+fn s14_5_a_serve_reconnects_to_etcd_with_its_renewed_etcd_certificate() {
+    if !etcd::available() {
+        return;
+    }
+    let scratch = scratch("etcd-rotation");
+    let certs = scratch.join("certs");
+    certs::make(&certs, "").expect("the test certificates");
+    // etcd's own certificate is the cluster's process certificate (valid for
+    // 127.0.0.1, signed by ca); the clients it trusts are those of ca and,
+    // during the rotation, of other-ca.
+    let etcd_certs = scratch.join("etcd-certs");
+    std::fs::create_dir_all(&etcd_certs).unwrap();
+    for extension in ["pem", "key"] {
+        std::fs::copy(
+            certs.join("server").with_extension(extension),
+            etcd_certs.join("server").with_extension(extension),
+        )
+        .unwrap();
+    }
+    let old_ca = std::fs::read(certs.join("ca.pem")).unwrap();
+    let new_ca = std::fs::read(certs.join("other-ca.pem")).unwrap();
+    std::fs::write(etcd_certs.join("ca.pem"), [old_ca, new_ca.clone()].concat()).unwrap();
+    let mut etcd = Etcd::single_tls(&etcd_certs);
+    // The serve's etcd identity: first a client certificate of the old CA.
+    let etcd_pair = scratch.join("etcd-identity/client");
+    std::fs::create_dir_all(scratch.join("etcd-identity")).unwrap();
+    replace_pair(&certs.join("client"), &etcd_pair);
+
+    let cluster = "etcd-rotation";
+    let serve = command_with_etcd_pair(&etcd, cluster, &certs, &etcd_pair, "serve")
+        .spawn()
+        .expect("serve starts");
+    let pid = serve.id();
+    // The status is asked with the new CA's client certificate for etcd,
+    // which etcd accepts throughout.
+    let endpoints = etcd.endpoints();
+    let status = || {
+        let cluster = Cluster::etcd(endpoints.clone(), cluster)
+            .tls(
+                certs.join("ca.pem"),
+                certs.join("client.pem"),
+                certs.join("client.key"),
+            )
+            .etcd_tls(
+                certs.join("ca.pem"),
+                certs.join("other-client.pem"),
+                certs.join("other-client.key"),
+            );
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(SingleFlight::cluster(cluster).status())
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while !status().is_ok_and(|status| status.pid == pid) {
+        assert!(
+            Instant::now() < deadline,
+            "serve never coordinated: {:?}",
+            status()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The renewal: the new CA's certificate and key, each renamed over the
+    // old file. Then etcd restarts trusting the new CA only, and every
+    // connection to it is made again.
+    replace_pair(&certs.join("other-client"), &etcd_pair);
+    etcd.kill(0);
+    std::fs::write(etcd_certs.join("ca.pem"), &new_ca).unwrap();
+    etcd.restart(0);
+    etcd.wait_healthy();
+
+    // Only this cluster's serve renews a lease, and only over a connection
+    // made with the renewed certificate: etcd's counts start again at its
+    // restart.
+    let deadline = Instant::now() + PATIENCE;
+    while etcd.requests().get("LeaseKeepAlive").copied().unwrap_or(0) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the serve never renewed a lease with the restarted etcd: {:?}",
+            etcd.requests()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = status();
+        if status.as_ref().is_ok_and(|status| status.pid == pid) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve never coordinated again: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut run = command_with_etcd_pair(&etcd, cluster, &certs, &etcd_pair, "run");
+    run.args(["--key", "k", "--", "echo", "ran"]);
+    let served = run.output().unwrap();
+    let stderr = String::from_utf8_lossy(&served.stderr);
+    assert_eq!(served.status.code(), Some(0), "{stderr}");
+    assert_eq!(served.stdout, b"ran\n");
+    assert_eq!(status().expect("the coordinator answers").pid, pid);
+
+    let (code, log) = stop_serve(serve);
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains("etcd's TLS files changed; new connections to etcd use them"),
+        "the renewal is taken up: {log}"
+    );
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 /// §14.5: a client whose certificate the cluster's CRL lists is refused by
 /// the coordinator; the client's message says that its certificate was
 /// revoked, naming the file, and the coordinator logs who it refused.

@@ -17,22 +17,28 @@
 //! retries across members stay in `super`.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 
 use super::proto::etcdserverpb::{
     self as pb, auth_client::AuthClient, compare, kv_client::KvClient, lease_client::LeaseClient,
-    maintenance_client::MaintenanceClient, request_op, watch_client::WatchClient, watch_request,
+    request_op, watch_client::WatchClient, watch_request,
 };
+#[cfg(feature = "_internal")]
+use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+#[cfg(feature = "_internal")]
 use super::proto::v3lockpb::lock_client::LockClient;
 #[cfg(feature = "_internal")]
 use super::proto::v3lockpb;
+use super::EtcdTls;
+use super::tls::{self, Contents, EtcdTlsError};
+use crate::reload::{Decision, Reload, Schedule};
 
 pub use super::proto::etcdserverpb::{
     Compare, LeaseKeepAliveResponse, RangeResponse, RequestOp, TxnRequest, TxnResponse,
@@ -50,15 +56,6 @@ const STREAM_QUEUE: usize = 8;
 /// The gRPC metadata key that carries a user's token to etcd (etcd's
 /// `rpctypes.TokenFieldNameGRPC`).
 const TOKEN_METADATA: &str = "token";
-
-/// The certificates for `https://` members, all PEM: the CA that signed
-/// theirs, and this process's certificate and key, if it presents one
-/// (without, etcd knows it by its user and password only, SPEC.md §14.9).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    pub ca: Vec<u8>,
-    pub identity: Option<(Vec<u8>, Vec<u8>)>,
-}
 
 /// A user of an etcd with authentication on, and its password (SPEC.md
 /// §14.9). Its `Debug` shows the user only.
@@ -134,71 +131,177 @@ fn request<M>(message: M, token: Option<&Token>) -> tonic::Request<M> {
 /// One connection pool to an etcd cluster: a channel balanced over every
 /// member, which sends each request to a member it is connected to and
 /// leaves out a member while it cannot connect. Cheap to clone; the clones
-/// share the connections.
+/// share the connections, and etcd's TLS files (SPEC.md §14.5).
 #[derive(Clone, Debug)]
 pub struct Client {
     /// `None` without credentials: etcd knows this client by its
     /// certificate's common name, or has authentication off.
     authentication: Option<Arc<Authentication>>,
-    auth: AuthClient<Channel>,
-    kv: KvClient<Channel>,
-    lease: LeaseClient<Channel>,
-    watch: WatchClient<Channel>,
-    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
-    lock: LockClient<Channel>,
-    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
-    maintenance: MaintenanceClient<Channel>,
+    connection: Arc<Connection>,
+}
+
+/// Why a client cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// An endpoint that is not a URL, or none at all.
+    #[error("{0}")]
+    Endpoints(String),
+    /// One of etcd's TLS files cannot be used.
+    #[error(transparent)]
+    Tls(#[from] EtcdTlsError),
+}
+
+/// The channel to etcd's members and what it is made of: the members, and
+/// etcd's TLS files, read again before a request once they are
+/// `TLS_RELOAD_INTERVAL` old (SPEC.md §14.5). A set of files that changed
+/// and loads makes a new channel, which connects when its first request
+/// goes out: new connections use the new files. The old channel is
+/// dropped, but the connections of the streams and requests open on it
+/// (a watch, a lease's renewals) live until they end.
+#[derive(Debug)]
+struct Connection {
+    endpoints: Vec<String>,
+    timeout: Duration,
+    /// `None` when no member is reached over TLS: nothing to read again.
+    files: Option<EtcdTls>,
+    state: Mutex<ConnectionState>,
+}
+
+#[derive(Debug)]
+struct ConnectionState {
+    channel: Channel,
+    /// When the files are read again, and what the channel's set was
+    /// loaded from; `None` without TLS files.
+    reload: Option<(Schedule, Reload<Contents>)>,
+}
+
+/// The members at `endpoints`, each with `timeout` for its requests and
+/// its connections, and with `tls` for those reached over `https://`.
+fn members(
+    endpoints: &[String],
+    tls: Option<&ClientTlsConfig>,
+    timeout: Duration,
+) -> Result<Vec<Endpoint>, String> {
+    let mut members = Vec::with_capacity(endpoints.len());
+    for url in endpoints {
+        let mut endpoint = Endpoint::from_shared(url.clone())
+            .map_err(|error| format!("{url:?} is not an etcd endpoint URL: {error}"))?
+            .timeout(timeout)
+            .connect_timeout(timeout);
+        if url.starts_with("https://") {
+            let Some(tls) = tls else {
+                return Err(format!("{url} needs TLS certificates"));
+            };
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|error| format!("cannot use the TLS files for {url}: {error}"))?;
+        }
+        members.push(endpoint);
+    }
+    Ok(members)
+}
+
+impl Connection {
+    /// The channel for a request: the one in use, or a new one when
+    /// etcd's TLS files are due to be read and changed and load. A set
+    /// that does not load is logged once per change of the files, and the
+    /// channel in use stays (SPEC.md §14.5).
+    fn channel(&self, now: Instant) -> Channel {
+        // A panic while the lock was held cannot leave the state half
+        // changed: each field is replaced whole.
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ConnectionState { channel, reload } = &mut *state;
+        if let (Some(files), Some((schedule, reload))) = (&self.files, reload)
+            && schedule.due(now)
+        {
+            let decision = reload.decide(Contents::read(files), |read| {
+                let config = tls::load(files, read).map_err(|error| error.to_string())?;
+                members(&self.endpoints, Some(&config), self.timeout)
+            });
+            match decision {
+                Decision::Replace(members) => {
+                    info!(
+                        ca = %files.ca.display(),
+                        "etcd's TLS files changed; new connections to etcd use them (SPEC.md §14.5)"
+                    );
+                    *channel = Channel::balance_list(members.into_iter());
+                }
+                Decision::Report(problem) => {
+                    error!(
+                        "{problem}. The etcd TLS files in use before stay in use until the files load (SPEC.md §14.5)"
+                    );
+                }
+                Decision::Unchanged | Decision::Reported => {}
+            }
+        }
+        channel.clone()
+    }
 }
 
 impl Client {
     /// A client of the members at `endpoints` (`http://host:port` or
-    /// `https://host:port`; TLS for the latter). Connects lazily: this fails
-    /// only on an endpoint that is not a URL or on unusable certificates,
-    /// and a member that cannot be reached fails the requests instead.
-    /// `timeout` bounds each request and each connection attempt. Must be
-    /// called within a tokio runtime, which runs the channel's connections
-    /// from then on.
+    /// `https://host:port`), without TLS files: for members reached over
+    /// `http://`. See [`Client::connect_with`].
     pub fn connect(
         endpoints: &[String],
-        tls: Option<&TlsFiles>,
+        tls: Option<&EtcdTls>,
         timeout: Duration,
     ) -> Result<Client, String> {
+        Client::connect_with(endpoints, tls, timeout).map_err(|error| error.to_string())
+    }
+
+    /// A client of the members at `endpoints` (`http://host:port` or
+    /// `https://host:port`; TLS with the files `tls` for the latter, read
+    /// now and again while the client lives, SPEC.md §14.5). Connects
+    /// lazily: this fails only on an endpoint that is not a URL or on
+    /// unusable certificates, and a member that cannot be reached fails the
+    /// requests instead. `timeout` bounds each request and each connection
+    /// attempt. Must be called within a tokio runtime, which runs the
+    /// channel's connections from then on; a channel made again for new
+    /// files runs on the runtime of the request that made it.
+    pub fn connect_with(
+        endpoints: &[String],
+        tls: Option<&EtcdTls>,
+        timeout: Duration,
+    ) -> Result<Client, ConnectError> {
         if endpoints.is_empty() {
-            return Err("no endpoint was given".to_owned());
+            return Err(ConnectError::Endpoints("no endpoint was given".to_owned()));
         }
-        let tls = tls.map(|files| {
-            let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&files.ca));
-            match &files.identity {
-                Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
-                None => config,
+        let files = tls
+            .filter(|_| endpoints.iter().any(|url| url.starts_with("https://")))
+            .cloned();
+        let (config, reload) = match &files {
+            Some(files) => {
+                let contents = Contents::read(files);
+                let config = tls::load(files, &contents)?;
+                let reload = (Schedule::new(Instant::now()), Reload::new(contents));
+                (Some(config), Some(reload))
             }
-        });
-        let mut members = Vec::with_capacity(endpoints.len());
-        for url in endpoints {
-            let mut endpoint = Endpoint::from_shared(url.clone())
-                .map_err(|error| format!("{url:?} is not an etcd endpoint URL: {error}"))?
-                .timeout(timeout)
-                .connect_timeout(timeout);
-            if url.starts_with("https://") {
-                let Some(tls) = &tls else {
-                    return Err(format!("{url} needs TLS certificates"));
-                };
-                endpoint = endpoint
-                    .tls_config(tls.clone())
-                    .map_err(|error| format!("cannot use the TLS files for {url}: {error}"))?;
-            }
-            members.push(endpoint);
-        }
-        let channel = Channel::balance_list(members.into_iter());
+            None => (None, None),
+        };
+        let members =
+            members(endpoints, config.as_ref(), timeout).map_err(ConnectError::Endpoints)?;
         Ok(Client {
             authentication: None,
-            auth: AuthClient::new(channel.clone()),
-            kv: KvClient::new(channel.clone()),
-            lease: LeaseClient::new(channel.clone()),
-            watch: WatchClient::new(channel.clone()),
-            lock: LockClient::new(channel.clone()),
-            maintenance: MaintenanceClient::new(channel),
+            connection: Arc::new(Connection {
+                endpoints: endpoints.to_vec(),
+                timeout,
+                files,
+                state: Mutex::new(ConnectionState {
+                    channel: Channel::balance_list(members.into_iter()),
+                    reload,
+                }),
+            }),
         })
+    }
+
+    /// The channel for a request (SPEC.md §14.5: etcd's TLS files are read
+    /// again here when they are due).
+    fn channel(&self) -> Channel {
+        self.connection.channel(Instant::now())
     }
 
     /// This client authenticates as `credentials`' user, and sends its
@@ -210,13 +313,6 @@ impl Client {
             asking: tokio::sync::Mutex::new(()),
         }));
         self
-    }
-
-    /// The user this client authenticates as, if it has credentials.
-    pub fn user(&self) -> Option<&str> {
-        self.authentication
-            .as_ref()
-            .map(|authentication| authentication.credentials.user.as_str())
     }
 
     /// Asks etcd for a token now, rather than at the first request: a
@@ -255,7 +351,7 @@ impl Client {
             name: credentials.user.clone(),
             password: credentials.password.clone(),
         };
-        let value = match self.auth.clone().authenticate(asked).await {
+        let value = match AuthClient::new(self.channel()).authenticate(asked).await {
             Ok(answer) => {
                 let token = answer.into_inner().token;
                 Some(MetadataValue::try_from(token.as_str()).map_err(|_| {
@@ -311,7 +407,7 @@ impl Client {
             ..Default::default()
         };
         self.with_token(|token| {
-            let mut kv = self.kv.clone();
+            let mut kv = KvClient::new(self.channel());
             let request = request(message.clone(), token.as_ref());
             async move { Ok(kv.range(request).await?.into_inner()) }
         })
@@ -327,7 +423,7 @@ impl Client {
             ..Default::default()
         };
         self.with_token(|token| {
-            let mut kv = self.kv.clone();
+            let mut kv = KvClient::new(self.channel());
             let request = request(message.clone(), token.as_ref());
             async move { Ok(kv.range(request).await?.into_inner()) }
         })
@@ -349,7 +445,7 @@ impl Client {
             ..Default::default()
         };
         self.with_token(|token| {
-            let mut kv = self.kv.clone();
+            let mut kv = KvClient::new(self.channel());
             let request = request(message.clone(), token.as_ref());
             async move { kv.put(request).await.map(drop) }
         })
@@ -359,7 +455,7 @@ impl Client {
     /// A transaction: `success` if every comparison holds, else `failure`.
     pub async fn txn(&self, message: TxnRequest) -> Result<TxnResponse, Status> {
         self.with_token(|token| {
-            let mut kv = self.kv.clone();
+            let mut kv = KvClient::new(self.channel());
             let request = request(message.clone(), token.as_ref());
             async move { Ok(kv.txn(request).await?.into_inner()) }
         })
@@ -371,7 +467,7 @@ impl Client {
         let message = pb::LeaseGrantRequest { ttl, id: 0 };
         let granted = self
             .with_token(|token| {
-                let mut lease = self.lease.clone();
+                let mut lease = LeaseClient::new(self.channel());
                 let request = request(message, token.as_ref());
                 async move { Ok(lease.lease_grant(request).await?.into_inner()) }
             })
@@ -386,7 +482,7 @@ impl Client {
     pub async fn lease_revoke(&self, id: i64) -> Result<(), Status> {
         let message = pb::LeaseRevokeRequest { id };
         self.with_token(|token| {
-            let mut lease = self.lease.clone();
+            let mut lease = LeaseClient::new(self.channel());
             let request = request(message, token.as_ref());
             async move { lease.lease_revoke(request).await.map(drop) }
         })
@@ -411,9 +507,7 @@ impl Client {
         let (requests, queue) = mpsc::channel(STREAM_QUEUE);
         // The queue is empty and its receiver alive: this cannot fail.
         let _ = requests.try_send(pb::LeaseKeepAliveRequest { id });
-        let mut answers = self
-            .lease
-            .clone()
+        let mut answers = LeaseClient::new(self.channel())
             .lease_keep_alive(request(ReceiverStream::new(queue), token.as_ref()))
             .await?
             .into_inner();
@@ -485,9 +579,7 @@ impl Client {
         // before the stream opens, as etcd sends the headers with its first
         // answer.
         let _ = requests.try_send(create);
-        let mut answers = self
-            .watch
-            .clone()
+        let mut answers = WatchClient::new(self.channel())
             .watch(request(ReceiverStream::new(queue), token))
             .await?
             .into_inner();
@@ -521,14 +613,13 @@ impl Client {
             name: name.into(),
             lease,
         };
-        Ok(self.lock.clone().lock(request).await?.into_inner().key)
+        Ok(LockClient::new(self.channel()).lock(request).await?.into_inner().key)
     }
 
     /// Releases a lock that [`Client::lock`] took.
 #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn unlock(&self, key: Vec<u8>) -> Result<(), Status> {
-        self.lock
-            .clone()
+        LockClient::new(self.channel())
             .unlock(v3lockpb::UnlockRequest { key })
             .await?;
         Ok(())
@@ -539,7 +630,7 @@ impl Client {
 #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn status(&self) -> Result<StatusResponse, Status> {
         let request = pb::StatusRequest {};
-        Ok(self.maintenance.clone().status(request).await?.into_inner())
+        Ok(MaintenanceClient::new(self.channel()).status(request).await?.into_inner())
     }
 }
 

@@ -1,12 +1,12 @@
 //! Why the cluster's election failed (SPEC.md §14.1–§14.6). Each message
 //! says what to check.
 
-use std::io;
 use std::path::PathBuf;
 
 use crate::protocol::Epoch;
 
 use super::Permission;
+use super::tls::EtcdTlsError;
 
 /// Why a campaign in etcd failed or a term there ended.
 #[derive(Debug, thiserror::Error)]
@@ -37,12 +37,9 @@ pub enum EtcdError {
         "the etcd endpoints {endpoints} use https, but no CA, certificate and key were given; give --tls-ca, --tls-cert and --tls-key, or etcd's own: --etcd-ca, with --etcd-cert and --etcd-key or with --etcd-user (SPEC.md §14.9)"
     )]
     EtcdTlsMissing { endpoints: String },
-    #[error("cannot read the {what} file {} for etcd: {error}", path.display())]
-    EtcdTlsFile {
-        what: &'static str,
-        path: PathBuf,
-        error: io::Error,
-    },
+    /// One of etcd's TLS files cannot be used (§14.5, §14.9).
+    #[error(transparent)]
+    EtcdTls(#[from] EtcdTlsError),
     /// The password file of `--etcd-user` cannot be used (§14.9).
     #[error(
         "cannot use {} as the password file of the etcd user {user:?}: {problem}; give --etcd-password-file (SINGLE_FLIGHT_ETCD_PASSWORD_FILE) a file this user can read that holds the password, with or without a trailing newline",

@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use client::{Client, Credentials, EventType, TlsFiles, TxnRequest, describe, response_op};
+use client::{Client, ConnectError, Credentials, EventType, TxnRequest, describe, response_op};
 use proto::etcdserverpb::KeyValue;
 use lease::Lease;
 use renew::{Proof, Reach, Renewals};
 use retry::{Backoff, Jitter, with_retries};
 
 pub use error::EtcdError;
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use tls::{EtcdTlsError, EtcdTlsFile};
 
 use super::{Election, Term, Warrant};
 use crate::protocol::Epoch;
@@ -28,6 +30,7 @@ mod error;
 mod lease;
 mod proto;
 mod renew;
+mod tls;
 mod retry;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
@@ -322,19 +325,10 @@ fn check_cluster_name(name: &str) -> Result<(), EtcdError> {
     }
 }
 
-/// Reads a PEM file for etcd's TLS, naming it when it cannot.
-fn read_pem(path: &PathBuf, what: &'static str) -> Result<Vec<u8>, EtcdError> {
-    std::fs::read(path).map_err(|error| EtcdError::EtcdTlsFile {
-        what,
-        path: path.clone(),
-        error,
-    })
-}
-
 /// A client of one cluster's etcd, and what it was made from.
 struct Connected {
     client: Client,
-    tls: Option<TlsFiles>,
+    tls: Option<EtcdTls>,
     credentials: Option<Credentials>,
     keys: Keys,
     /// The endpoints, for messages.
@@ -342,8 +336,9 @@ struct Connected {
 }
 
 impl Connected {
-    /// Checks the options, reads the TLS files and the password, and makes
-    /// a client, which connects lazily.
+    /// Checks the options, reads the TLS files (the client reads them again
+    /// while it lives, SPEC.md §14.5) and the password, and makes a client,
+    /// which connects lazily.
     fn new(options: &EtcdOptions) -> Result<Connected, EtcdError> {
         check_cluster_name(&options.cluster)?;
         let endpoints = options.endpoints.join(",");
@@ -358,15 +353,7 @@ impl Connected {
             let Some(files) = &options.tls else {
                 return Err(EtcdError::EtcdTlsMissing { endpoints });
             };
-            tls = Some(TlsFiles {
-                ca: read_pem(&files.ca, "CA certificate")?,
-                identity: match &files.identity {
-                    Some((cert, key)) => {
-                        Some((read_pem(cert, "certificate")?, read_pem(key, "private key")?))
-                    }
-                    None => None,
-                },
-            });
+            tls = Some(files.clone());
         }
         let credentials = match &options.user {
             Some(user) => Some(Credentials {
@@ -375,10 +362,13 @@ impl Connected {
             }),
             None => None,
         };
-        let mut client = Client::connect(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT)
-            .map_err(|error| EtcdError::EtcdUnreachable {
-                endpoints: endpoints.clone(),
-                error,
+        let mut client = Client::connect_with(&options.endpoints, tls.as_ref(), REQUEST_TIMEOUT)
+            .map_err(|error| match error {
+                ConnectError::Tls(error) => EtcdError::EtcdTls(error),
+                ConnectError::Endpoints(error) => EtcdError::EtcdUnreachable {
+                    endpoints: endpoints.clone(),
+                    error,
+                },
             })?;
         if let Some(credentials) = credentials.clone() {
             client = client.authenticated_as(credentials);

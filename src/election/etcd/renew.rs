@@ -14,7 +14,8 @@ use tonic::Code;
 use tracing::{info, warn};
 
 use super::REQUEST_TIMEOUT;
-use super::client::{Client, Credentials, KeepAlive, TlsFiles, describe};
+use super::EtcdTls;
+use super::client::{Client, Credentials, KeepAlive, describe};
 use super::lease::Lease;
 
 /// The pause before the renewals' stream is opened again after it failed:
@@ -68,11 +69,14 @@ impl Proof {
     }
 }
 
-/// How to reach etcd from the renewals' own connection.
+/// How to reach etcd from the renewals' own connection. Its client reads
+/// etcd's TLS files when it is made and again while it lives, as every
+/// client does (SPEC.md §14.5): a stream opened again after it broke
+/// connects with the files of that time.
 #[derive(Clone, Debug)]
 pub(super) struct Reach {
     pub(super) endpoints: Vec<String>,
-    pub(super) tls: Option<TlsFiles>,
+    pub(super) tls: Option<EtcdTls>,
     /// The user the renewals authenticate as over their own connection
     /// (SPEC.md §14.9), with a token of their own.
     pub(super) credentials: Option<Credentials>,

@@ -25,8 +25,7 @@
 //! with the files' bytes and the time passed in.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -43,17 +42,8 @@ use tokio_rustls::rustls::{
 };
 use tracing::{error, info, warn};
 
-/// The largest PEM file read. A CA bundle of a few hundred certificates is
-/// well under this; the bound keeps a wrong path (a log, `/dev/zero`) from
-/// filling memory.
-pub const MAX_PEM_FILE_BYTES: u64 = 1024 * 1024;
-
-/// How often the TLS files are read again (SPEC.md §14.5). Renewal agents
-/// replace a certificate hours or days before the old one expires, so a
-/// few seconds of delay cost nothing, and reading four small files every
-/// few seconds costs nothing either; 5 s keeps a rotation in effect well
-/// within the 10 s that operators are promised.
-pub const TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+use crate::reload::{Decision, FileRead, Reload, Schedule};
+pub use crate::reload::{MAX_PEM_FILE_BYTES, TLS_RELOAD_INTERVAL};
 
 /// How long before this process's certificate expires it warns (SPEC.md
 /// §14.5): a day is long enough for someone to notice a renewal agent that
@@ -316,33 +306,8 @@ pub fn certificate_expiry(path: &Path) -> Result<UnixTime, TlsConfigError> {
         })
 }
 
-/// What one reading of a file found. Plain data, compared with the last
-/// reading to tell whether the file changed: a failure is kept in words, so
-/// that the same failure twice is one change, reported once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum FileRead {
-    Bytes(Vec<u8>),
-    Failed { kind: io::ErrorKind, error: String },
-    TooLarge,
-}
-
+/// A reading's bytes, or its failure in the words of the file it is.
 impl FileRead {
-    /// The file's bytes, at most [`MAX_PEM_FILE_BYTES`], read through its
-    /// path (a symbolic link is followed at each reading).
-    fn read(path: &Path) -> FileRead {
-        let mut bytes = Vec::new();
-        match File::open(path)
-            .and_then(|opened| opened.take(MAX_PEM_FILE_BYTES + 1).read_to_end(&mut bytes))
-        {
-            Err(error) => FileRead::Failed {
-                kind: error.kind(),
-                error: error.to_string(),
-            },
-            Ok(_) if bytes.len() as u64 > MAX_PEM_FILE_BYTES => FileRead::TooLarge,
-            Ok(_) => FileRead::Bytes(bytes),
-        }
-    }
-
     fn bytes(&self, file: TlsFile, path: &Path) -> Result<&[u8], TlsConfigError> {
         match self {
             FileRead::Bytes(bytes) => Ok(bytes),
@@ -451,72 +416,6 @@ fn parse_crls(
     Ok(crls)
 }
 
-/// What a reading of the files means for the set in use (SPEC.md §14.5).
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Decision<T, E> {
-    /// The files hold what is in use.
-    Unchanged,
-    /// The files changed and load: use this set from now on.
-    Replace(T),
-    /// The files changed and do not load: keep the set in use, and report
-    /// this error, which is new.
-    Report(E),
-    /// The files hold what was reported already: keep the set in use,
-    /// quietly.
-    Reported,
-}
-
-/// Which readings of the files were used and which refused: the memory
-/// that makes a rotation take effect once and a broken file be reported
-/// once per change, not once per reading.
-#[derive(Debug)]
-pub(super) struct Reload<C> {
-    /// What the set in use was loaded from.
-    in_use: C,
-    /// What was read last and did not load, if anything has not loaded
-    /// since the set in use was read again.
-    refused: Option<C>,
-}
-
-impl<C: PartialEq> Reload<C> {
-    pub(super) fn new(in_use: C) -> Reload<C> {
-        Reload {
-            in_use,
-            refused: None,
-        }
-    }
-
-    /// Decides what `read` means; `load` makes a set of it, called only
-    /// when `read` is new. A pair read mid-renewal (a new certificate with
-    /// the old key) does not load and is reported; the reading after the
-    /// key is replaced too differs, and loads.
-    pub(super) fn decide<T, E>(
-        &mut self,
-        read: C,
-        load: impl FnOnce(&C) -> Result<T, E>,
-    ) -> Decision<T, E> {
-        if read == self.in_use {
-            // Back to the files in use: a later return of the refused ones
-            // is a change again, reported again.
-            self.refused = None;
-            return Decision::Unchanged;
-        }
-        if self.refused.as_ref() == Some(&read) {
-            return Decision::Reported;
-        }
-        match load(&read) {
-            Ok(set) => {
-                self.in_use = read;
-                self.refused = None;
-                Decision::Replace(set)
-            }
-            Err(error) => {
-                self.refused = Some(read);
-                Decision::Report(error)
-            }
-        }
-    }
-}
 
 /// When to warn that this process's certificate expires soon: once for each
 /// certificate loaded, at the first look within [`EXPIRY_WARNING`] of its
@@ -558,8 +457,8 @@ struct ReloadState {
     configs: Arc<TlsConfigs>,
     reload: Reload<Contents>,
     expiry: ExpiryWarning<CertificateDer<'static>>,
-    /// When the files were read last.
-    read_at: Instant,
+    /// When the files are read again.
+    schedule: Schedule,
 }
 
 impl Reloader {
@@ -577,7 +476,7 @@ impl Reloader {
                 configs: Arc::new(configs),
                 reload: Reload::new(contents),
                 expiry,
-                read_at: Instant::now(),
+                schedule: Schedule::new(Instant::now()),
             }),
             files,
         });
@@ -619,10 +518,9 @@ impl Reloader {
     /// replaces the set in use, reports a file that cannot be used, or warns
     /// of an expiry, as decided.
     fn read_if_due(&self, state: &mut ReloadState, now: Instant, wall: SystemTime) {
-        if now.saturating_duration_since(state.read_at) < TLS_RELOAD_INTERVAL {
+        if !state.schedule.due(now) {
             return;
         }
-        state.read_at = now;
         self.read(state, wall);
     }
 
@@ -631,7 +529,7 @@ impl Reloader {
     #[cfg(feature = "_internal")]
     pub fn read_now(&self) {
         let mut state = self.lock();
-        state.read_at = Instant::now();
+        state.schedule = Schedule::new(Instant::now());
         self.read(&mut state, SystemTime::now());
     }
 
@@ -1100,67 +998,6 @@ zw==
         }
     }
 
-    fn loads(read: &&str) -> Result<String, String> {
-        match read.strip_prefix("good ") {
-            Some(set) => Ok(set.to_owned()),
-            None => Err(format!("cannot load {read}")),
-        }
-    }
-
-    /// §14.5: a change that loads replaces the set once; one that does not
-    /// is reported once, however often it is read, and the set in use
-    /// stays; a pair read half renewed is reported and the next reading,
-    /// whole, loads; a return to the files in use is no change, and a
-    /// later return of the broken ones is reported again.
-    #[test]
-    fn a_reading_of_the_files_replaces_reports_or_keeps() {
-        let mut reload = Reload::new("good a");
-        assert_eq!(reload.decide("good a", loads), Decision::Unchanged);
-        assert_eq!(
-            reload.decide("good b", loads),
-            Decision::Replace("b".to_owned())
-        );
-        assert_eq!(reload.decide("good b", loads), Decision::Unchanged);
-
-        let half_renewed = "new certificate, old key";
-        assert_eq!(
-            reload.decide(half_renewed, loads),
-            Decision::Report(format!("cannot load {half_renewed}"))
-        );
-        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
-        assert_eq!(reload.decide(half_renewed, loads), Decision::Reported);
-        assert_eq!(
-            reload.decide("good c", loads),
-            Decision::Replace("c".to_owned())
-        );
-
-        assert_eq!(
-            reload.decide("broken", loads),
-            Decision::Report("cannot load broken".to_owned())
-        );
-        assert_eq!(
-            reload.decide("also broken", loads),
-            Decision::Report("cannot load also broken".to_owned()),
-            "another broken reading is another change"
-        );
-        assert_eq!(reload.decide("good c", loads), Decision::Unchanged);
-        assert_eq!(
-            reload.decide("also broken", loads),
-            Decision::Report("cannot load also broken".to_owned()),
-            "broken again after the files in use came back"
-        );
-    }
-
-    /// The reading is only loaded when it is new.
-    #[test]
-    fn an_unchanged_reading_is_not_loaded_again() {
-        let mut reload = Reload::new(1);
-        let refuse = |_: &i32| -> Result<(), ()> { Err(()) };
-        assert_eq!(reload.decide(2, refuse), Decision::Report(()));
-        let unreachable = |_: &i32| -> Result<(), ()> { panic!("loaded again") };
-        assert_eq!(reload.decide(2, unreachable), Decision::Reported);
-        assert_eq!(reload.decide(1, unreachable), Decision::Unchanged);
-    }
 
     /// §14.5: a warning once for each certificate, from 24 h before its
     /// end, expired or not; none before.
