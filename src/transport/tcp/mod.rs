@@ -29,6 +29,7 @@
 
 mod stream;
 mod tls;
+mod validity;
 
 use std::io;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -43,7 +44,8 @@ use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use stream::PeerStream;
-pub use tls::{TlsConfigError, TlsFiles, certificate_expiry, rfc3339};
+pub use tls::{TlsConfigError, TlsFiles, certificate_expiry};
+pub use validity::rfc3339;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use tls::{EXPIRY_WARNING, TLS_RELOAD_INTERVAL};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
