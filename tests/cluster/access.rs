@@ -373,17 +373,16 @@ fn s14_9_a_client_certificates_common_name_is_its_etcd_user() {
     world
         .etcd
         .etcdctl_root(&["user", "grant-role", user, "single-flight-ci"]);
-    let certs = world.certs();
-    let output = Command::new(BINARY)
-        .args(["run", "--etcd"])
-        .arg(world.etcd.endpoints().join(","))
-        .args(["--cluster", CLUSTER, "--listen", "127.0.0.1:0"])
-        .arg("--tls-ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--tls-cert")
-        .arg(certs.join("server.pem"))
-        .arg("--tls-key")
-        .arg(certs.join("server.key"))
+    let mut command = Command::new(BINARY);
+    command.arg("run");
+    certs::member_flags(
+        &mut command,
+        &world.etcd.endpoints(),
+        CLUSTER,
+        "127.0.0.1:0",
+        &world.certs(),
+    );
+    let output = command
         .args([
             "--key",
             "key",
