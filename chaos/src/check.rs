@@ -8,23 +8,15 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::common::{Paths, RunConfig};
-use crate::fence::{BUSY_TIMEOUT, WriteRow, read_writes};
+use crate::fence::{WriteRow, read_writes};
 use crate::records::{Ending, Record, Verdict, read_log};
 use crate::rows::{CLOCK_SLACK_US, Row, percentile};
 use crate::worker::DELIBERATE_PANIC;
 
 /// How much later than its deadline a call may end, not counting the time
-/// its process was stopped, besides the fence's waits (see `late_bound`):
-/// scheduling on a loaded 2-core machine.
+/// its process was stopped or its thread blocked in a fenced write
+/// (`held_within`): scheduling on a loaded 2-core machine.
 const LATE_SLACK_US: u64 = 1_000_000;
-
-/// The bound on how late a call may end. A leader's fenced write is
-/// synchronous and may wait up to the fence's busy timeout for a process
-/// stopped inside its transaction, blocking its worker's thread, so each
-/// calling loop of a worker may delay the others by that much once.
-fn late_bound_us(concurrency: usize) -> u64 {
-    LATE_SLACK_US + concurrency as u64 * BUSY_TIMEOUT.as_micros() as u64
-}
 
 /// How long before a term change a worker's reopen may have started to end
 /// that term: its close waits up to 2 s for lands and 1 s to flush; the
@@ -130,6 +122,8 @@ pub fn check(paths: &Paths) -> Report {
     let mut params = None;
     let mut calls: BTreeMap<CallId, CallRecord> = BTreeMap::new();
     let mut works: BTreeMap<CallId, Vec<WorkRecord>> = BTreeMap::new();
+    // Per worker, when its one thread was blocked in a fenced write.
+    let mut blocked: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
     let mut works_by_token: BTreeMap<u64, Vec<CallId>> = BTreeMap::new();
     let mut dones: BTreeMap<CallId, Vec<DoneRecord>> = BTreeMap::new();
     // When each worker began its last close, at its stop (its `Exit`).
@@ -191,6 +185,12 @@ pub fn check(paths: &Paths) -> Report {
                 token,
                 text,
             }),
+            Record::Write {
+                worker,
+                began,
+                ended,
+                ..
+            } => blocked.entry(worker).or_default().push((began, ended)),
             Record::Reopen { worker, t } => reopens.entry(worker).or_default().push(t),
             Record::Exit { worker, t } => {
                 exits.insert(worker, t);
@@ -338,28 +338,36 @@ pub fn check(paths: &Paths) -> Report {
         .iter()
         .any(|r| matches!(r, Record::ClusterParams { .. }));
 
-    // Time a process spent stopped within [from, to].
-    let stopped_within = |worker: u32, from: u64, to: u64| -> u64 {
-        let Some(events) = stops.get(&worker) else {
-            return 0;
-        };
-        let mut total = 0;
+    // When a process was stopped: (from, to), to the process's death for a
+    // stop it never came back from.
+    let stopped_spans = |worker: u32| -> Vec<(u64, u64)> {
+        let mut spans = Vec::new();
         let mut since: Option<u64> = None;
-        for &(t, stopped) in events {
+        for &(t, stopped) in stops.get(&worker).into_iter().flatten() {
             match (stopped, since) {
                 (true, None) => since = Some(t),
                 (false, Some(start)) => {
-                    total += overlap(start, t, from, to);
+                    spans.push((start, t));
                     since = None;
                 }
                 _ => {}
             }
         }
         if let Some(start) = since {
-            let end = deaths.get(&worker).copied().unwrap_or(u64::MAX);
-            total += overlap(start, end, from, to);
+            spans.push((start, deaths.get(&worker).copied().unwrap_or(u64::MAX)));
         }
-        total
+        spans
+    };
+    // Time a process spent stopped within [from, to].
+    let stopped_within =
+        |worker: u32, from: u64, to: u64| -> u64 { covered(stopped_spans(worker), from, to) };
+    // Time within [from, to] in which a process could not answer a call for
+    // a reason of the harness's: stopped by the nemesis, or its one thread
+    // blocked in a fenced write (`fence::BUSY_TIMEOUT`).
+    let held_within = |worker: u32, from: u64, to: u64| -> u64 {
+        let mut spans = stopped_spans(worker);
+        spans.extend(blocked.get(&worker).into_iter().flatten().copied());
+        covered(spans, from, to)
     };
     let reopened_within = |worker: u32, from: u64, to: u64| -> bool {
         reopens
@@ -532,9 +540,9 @@ pub fn check(paths: &Paths) -> Report {
 
     // ------------------------------------------------------------ calls
     let mut never_ended = Row::new("calls that never ended (in processes that exited cleanly)");
-    let late_bound = late_bound_us(concurrency);
-    let mut late =
-        Row::new("calls that ended later than their deadline + bound (stopped time not counted)");
+    let mut late = Row::new(
+        "calls that ended later than their deadline + bound (stopped or blocked time not counted)",
+    );
     let mut twice = Row::new("calls answered twice, or whose work ran twice");
     let mut values = Row::new("values other than what their flight's leader produced");
     let mut endings: BTreeMap<String, usize> = BTreeMap::new();
@@ -551,17 +559,17 @@ pub fn check(paths: &Paths) -> Report {
         };
         let last = &done[done.len() - 1];
         let elapsed = last.t.saturating_sub(record.t);
-        let stopped = stopped_within(worker, record.t, last.t);
-        let running = elapsed.saturating_sub(stopped);
-        let bound = record.deadline_ms * 1000 + late_bound;
+        let held = held_within(worker, record.t, last.t);
+        let running = elapsed.saturating_sub(held);
+        let bound = record.deadline_ms * 1000 + LATE_SLACK_US;
         max_late_us = max_late_us.max(running.saturating_sub(record.deadline_ms * 1000));
         if running > bound {
             late.hit(|| {
                 format!(
-                    "worker {worker} call {call} on {} took {} ms ({} ms of it stopped), deadline {} ms",
+                    "worker {worker} call {call} on {} took {} ms ({} ms of it stopped or blocked in fenced writes), deadline {} ms",
                     record.key,
                     elapsed / 1000,
-                    stopped / 1000,
+                    held / 1000,
                     record.deadline_ms
                 )
             });
@@ -943,7 +951,7 @@ pub fn check(paths: &Paths) -> Report {
     }
     let _ = writeln!(
         text,
-        "  latest call end past its deadline (stopped time not counted): {} ms",
+        "  latest call end past its deadline (stopped or blocked time not counted): {} ms",
         max_late_us / 1000
     );
     for (what, ms) in &latencies {
@@ -999,8 +1007,20 @@ pub fn check(paths: &Paths) -> Report {
     Report { text, failed }
 }
 
-fn overlap(a: u64, b: u64, from: u64, to: u64) -> u64 {
-    b.min(to).saturating_sub(a.max(from))
+/// The time within [from, to] covered by at least one of `spans`: spans
+/// that overlap (a process stopped inside a write) count once.
+fn covered(mut spans: Vec<(u64, u64)>, from: u64, to: u64) -> u64 {
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut reached = from;
+    for (a, b) in spans {
+        let (a, b) = (a.max(reached), b.min(to));
+        if b > a {
+            total += b - a;
+            reached = b;
+        }
+    }
+    total
 }
 
 /// Checks a kept run directory again.

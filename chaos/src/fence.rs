@@ -17,8 +17,10 @@ use crate::records::now_us;
 /// How long a write waits for another process's transaction. Transactions
 /// last about a hundred microseconds; the wait is only long when the
 /// nemesis stopped a process inside one, and then the work fails rather
-/// than hang. The write blocks its worker's thread meanwhile, so the
-/// checker's bound on late calls allows one such wait per calling loop.
+/// than hang. The write blocks its worker's thread meanwhile (and so does
+/// a commit's checkpoint on a slow disk): the worker logs how long each
+/// write held its thread, and the checker does not count that time against
+/// the deadlines of the calls that waited behind it.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(250);
 
 pub struct Fence {
@@ -30,6 +32,17 @@ pub enum WriteResult {
     Accepted { previous: Option<u64> },
     Refused { highest: u64 },
     Failed(String),
+}
+
+/// One write as its worker saw it.
+pub struct Written {
+    pub result: WriteResult,
+    /// When the write lock was taken (the order of accepted writes).
+    pub t: u64,
+    /// When the call began and ended: the worker's thread was blocked in
+    /// between.
+    pub began: u64,
+    pub ended: u64,
 }
 
 /// One attempt, as the resource recorded it.
@@ -69,9 +82,12 @@ impl Fence {
     }
 
     /// Writes `token` for `key` if it is higher than every token that wrote
-    /// before: check and write in one `BEGIN IMMEDIATE` transaction.
-    pub fn write(&mut self, key: &str, token: u64, worker: u32, call: u64) -> (WriteResult, u64) {
-        let mut t = now_us();
+    /// before: check and write in one `BEGIN IMMEDIATE` transaction. Says
+    /// also when the write took the lock, and when it began and ended on
+    /// this thread.
+    pub fn write(&mut self, key: &str, token: u64, worker: u32, call: u64) -> Written {
+        let began = now_us();
+        let mut t = began;
         let result = (|| -> rusqlite::Result<WriteResult> {
             let transaction = self
                 .connection
@@ -112,10 +128,12 @@ impl Fence {
                 previous => WriteResult::Accepted { previous },
             })
         })();
-        (
-            result.unwrap_or_else(|error| WriteResult::Failed(error.to_string())),
+        Written {
+            result: result.unwrap_or_else(|error| WriteResult::Failed(error.to_string())),
             t,
-        )
+            began,
+            ended: now_us(),
+        }
     }
 }
 

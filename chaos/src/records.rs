@@ -87,6 +87,10 @@ pub enum Record {
         key: String,
         token: u64,
         t: u64,
+        /// When the write began and ended on the worker's one thread: the
+        /// worker's other calls could not be answered in between.
+        began: u64,
+        ended: u64,
         accepted: bool,
         highest: Option<u64>,
         error: Option<String>,

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use single_flight::{Failure, FencingToken, Role, RunError, SingleFlight};
 
-use crate::fence::{Fence, WriteResult};
+use crate::fence::{Fence, WriteResult, Written};
 use crate::records::{Ending, LogFile, Record, now_us};
 use crate::rng::Rng;
 
@@ -350,7 +350,12 @@ async fn work(
     if plan.panic {
         panic!("{DELIBERATE_PANIC}{value}");
     }
-    let (result, t) = context
+    let Written {
+        result,
+        t,
+        began,
+        ended,
+    } = context
         .fence
         .lock()
         .expect("fence lock")
@@ -366,6 +371,8 @@ async fn work(
         key,
         token,
         t,
+        began,
+        ended,
         accepted,
         highest,
         error,
