@@ -23,7 +23,7 @@ use crate::contended::{self, Placement, RedisTarget, System, Throughput};
 use crate::floor::Timed;
 use crate::lab::{self, HOSTS, Lab, Settings};
 use crate::process::{Worker, say};
-use crate::stats::{Cdf, MICROS, MILLIS, Spread, percentile};
+use crate::stats::{Cdf, MICROS, MILLIS, percentile, shown};
 
 /// Joiners of the flight that runs through a kill: enough that "every
 /// waiter answered" means more than one process.
@@ -275,85 +275,123 @@ fn label(system: System) -> &'static str {
 }
 
 fn report(shapes: Shapes, clients: usize, figures: &Figures) {
-    let show = |values: &[f64], scale: f64, digits: usize| {
-        Spread::of(values).map(|s| s.show(scale, digits))
-    };
     let row = |figure: &str, value: Option<String>| {
         if let Some(value) = value {
             println!("| {figure} | {value} |");
         }
     };
+    // Rows of figures shown as their spread over the rounds: each a
+    // figure, its values, and their scale and digits (`Spread::show`).
+    let rows = |rows: &[(&str, &[f64], f64, usize)]| {
+        for &(figure, values, scale, digits) in rows {
+            row(figure, shown(values, scale, digits));
+        }
+    };
     println!("| figure | median (range of the rounds) |");
     println!("|---|---|");
-    row(
-        "TLS floor: one line each way, TCP + mutual TLS 1.3, host 1 → host 0 (µs)",
-        show(&figures.floor, MICROS, 1),
-    );
-    row(
-        "uncontended call on host 1, coordinator on host 0 (µs)",
-        show(&figures.call, MICROS, 1),
-    );
-    row(
-        "… as TLS floor round trips",
-        show(&figures.call_in_floors, 1.0, 2),
-    );
-    row(
-        "TLS floor: CPU time per round trip, both processes (µs)",
-        show(&figures.floor_cpu, MICROS, 1),
-    );
-    row(
-        "uncontended call: CPU time per call, caller and coordinator (µs)",
-        show(&figures.call_cpu, MICROS, 1),
-    );
-    row(
-        "… ÷ the TLS floor's CPU per round trip, median of the rounds' ratios (issue 30: ≤ 1.5)",
-        show(&figures.call_cpu_in_floors, 1.0, 2),
-    );
-    row(
-        "TLS floor: times a thread of either process was given a CPU, per round trip",
-        show(&figures.floor_switches, 1.0, 2),
-    );
-    row(
-        "uncontended call: the same, caller and coordinator, per call",
-        show(&figures.call_switches, 1.0, 2),
-    );
-    row(
-        "… ÷ the TLS floor's, median of the rounds' ratios",
-        show(&figures.call_switches_in_floors, 1.0, 2),
-    );
+    rows(&[
+        (
+            "TLS floor: one line each way, TCP + mutual TLS 1.3, host 1 → host 0 (µs)",
+            &figures.floor,
+            MICROS,
+            1,
+        ),
+        (
+            "uncontended call on host 1, coordinator on host 0 (µs)",
+            &figures.call,
+            MICROS,
+            1,
+        ),
+        (
+            "… as TLS floor round trips",
+            &figures.call_in_floors,
+            1.0,
+            2,
+        ),
+        (
+            "TLS floor: CPU time per round trip, both processes (µs)",
+            &figures.floor_cpu,
+            MICROS,
+            1,
+        ),
+        (
+            "uncontended call: CPU time per call, caller and coordinator (µs)",
+            &figures.call_cpu,
+            MICROS,
+            1,
+        ),
+        (
+            "… ÷ the TLS floor's CPU per round trip, median of the rounds' ratios (issue 30: ≤ 1.5)",
+            &figures.call_cpu_in_floors,
+            1.0,
+            2,
+        ),
+        (
+            "TLS floor: times a thread of either process was given a CPU, per round trip",
+            &figures.floor_switches,
+            1.0,
+            2,
+        ),
+        (
+            "uncontended call: the same, caller and coordinator, per call",
+            &figures.call_switches,
+            1.0,
+            2,
+        ),
+        (
+            "… ÷ the TLS floor's, median of the rounds' ratios",
+            &figures.call_switches_in_floors,
+            1.0,
+            2,
+        ),
+    ]);
     let shape = shapes.contended;
     for (system, results) in &figures.contended {
         let name = label(*system);
         let values = |f: fn(&Throughput) -> f64| results.iter().map(f).collect::<Vec<f64>>();
-        row(
-            &format!(
-                "contended, {} processes on {HOSTS} hosts × {} keys, work {} µs, {name}: completed calls/s",
-                shape.processes,
-                shape.keys,
-                shape.work.as_micros()
+        rows(&[
+            (
+                &format!(
+                    "contended, {} processes on {HOSTS} hosts × {} keys, work {} µs, {name}: completed calls/s",
+                    shape.processes,
+                    shape.keys,
+                    shape.work.as_micros()
+                ),
+                &values(|r| r.calls_per_second),
+                1.0,
+                0,
             ),
-            show(&values(|r| r.calls_per_second), 1.0, 0),
-        );
-        row(
-            &format!("… {name}: work runs/s"),
-            show(&values(|r| r.calls_per_second * r.led_share), 1.0, 0),
-        );
-        row(
-            &format!("… {name}: calls that ran the work (%)"),
-            show(&values(|r| r.led_share * 100.0), 1.0, 1),
-        );
-        row(
-            &format!("… {name}: call latency p50 (ms)"),
-            show(&values(|r| r.p50), MILLIS, 2),
-        );
-        row(
-            &format!("… {name}: call latency p99 (ms)"),
-            show(&values(|r| r.p99), MILLIS, 2),
-        );
-        row(
-            &format!("… {name}: CPU time per call, all processes (µs)"),
-            show(&values(|r| r.cpu_per_call), MICROS, 1),
-        );
+            (
+                &format!("… {name}: work runs/s"),
+                &values(|r| r.calls_per_second * r.led_share),
+                1.0,
+                0,
+            ),
+            (
+                &format!("… {name}: calls that ran the work (%)"),
+                &values(|r| r.led_share * 100.0),
+                1.0,
+                1,
+            ),
+            (
+                &format!("… {name}: call latency p50 (ms)"),
+                &values(|r| r.p50),
+                MILLIS,
+                2,
+            ),
+            (
+                &format!("… {name}: call latency p99 (ms)"),
+                &values(|r| r.p99),
+                MILLIS,
+                2,
+            ),
+            (
+                &format!("… {name}: CPU time per call, all processes (µs)"),
+                &values(|r| r.cpu_per_call),
+                MICROS,
+                1,
+            ),
+        ]);
         let failed: u64 = results.iter().map(|r| r.failed).sum();
         if failed > 0 {
             row(
@@ -362,20 +400,26 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
             );
         }
     }
-    row(
-        "… single-flight ÷ etcd lock (completed calls/s)",
-        show(&figures.over_etcd, 1.0, 2),
-    );
-    row(
-        "… single-flight ÷ Redis (completed calls/s)",
-        show(&figures.over_redis, 1.0, 2),
-    );
+    rows(&[
+        (
+            "… single-flight ÷ etcd lock (completed calls/s)",
+            &figures.over_etcd,
+            1.0,
+            2,
+        ),
+        (
+            "… single-flight ÷ Redis (completed calls/s)",
+            &figures.over_redis,
+            1.0,
+            2,
+        ),
+    ]);
     failover_rows(shapes.failover, &figures.kills, row);
     row(
         &format!(
             "coordinator's resident set per idle connected client, {clients} TLS clients (KiB)"
         ),
-        show(&figures.memory, 1024.0, 1),
+        shown(&figures.memory, 1024.0, 1),
     );
     if let Some(reason) = &figures.memory_failed {
         row("… not measured in a round", Some(reason.clone()));

@@ -74,7 +74,7 @@ mod tools;
 use std::time::{Duration, Instant};
 
 use contended::System;
-use stats::{MICROS, MILLIS, Spread, percentile};
+use stats::{MICROS, MILLIS, percentile, shown};
 
 /// What one run measures, and how much of it.
 #[derive(Clone, Debug)]
@@ -682,140 +682,197 @@ fn round_of(config: &Config, redis: Option<&contended::RedisTarget>, figures: &m
 }
 
 fn report(config: &Config, figures: &Figures) {
-    let show = |values: &[f64], scale: f64, digits: usize| {
-        Spread::of(values).map(|s| s.show(scale, digits))
-    };
     // A row for each figure this run measured.
     let row = |figure: &str, value: Option<String>, target: &str| {
         if let Some(value) = value {
             println!("| {figure} | {value} | {target} |");
         }
     };
+    // Rows of figures shown as their spread over the rounds: each a
+    // figure, its values, their scale and digits (`Spread::show`), and
+    // its target.
+    let rows = |rows: &[(&str, &[f64], f64, usize, &str)]| {
+        for &(figure, values, scale, digits, target) in rows {
+            row(figure, shown(values, scale, digits), target);
+        }
+    };
     println!("| figure | value | target |");
     println!("|---|---|---|");
-    row(
-        "floor: one JSON line each way, Unix socket, 2 processes (µs)",
-        show(&figures.floor, MICROS, 1),
-        "",
-    );
-    row(
-        "floor through the shell's thread layout: caller thread → I/O thread → socket → tokio peer (µs)",
-        show(&figures.floor_threads, MICROS, 1),
-        "",
-    );
-    row(
-        "… as floor round trips",
-        show(&figures.floor_threads_ratio, 1.0, 2),
-        "",
-    );
-    row(
-        "uncontended call, coordinator in another process (µs)",
-        show(&figures.uncontended, MICROS, 1),
-        "",
-    );
-    row(
-        "… as floor round trips",
-        show(&figures.uncontended_ratio, 1.0, 2),
+    rows(&[
+        (
+            "floor: one JSON line each way, Unix socket, 2 processes (µs)",
+            &figures.floor,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "floor through the shell's thread layout: caller thread → I/O thread → socket → tokio peer (µs)",
+            &figures.floor_threads,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… as floor round trips",
+            &figures.floor_threads_ratio,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "uncontended call, coordinator in another process (µs)",
+            &figures.uncontended,
+            MICROS,
+            1,
+            "",
+        ),
         // Issue 30 set the target on CPU time instead (the rows below): on
         // a virtual machine the time of a round trip is mostly wake-ups.
-        "",
-    );
-    row(
-        "floor: CPU time per round trip, both processes (µs)",
-        show(&figures.floor_cpu, MICROS, 1),
-        "",
-    );
-    row(
-        "uncontended call, coordinator in another process: CPU time per call, both processes (µs)",
-        show(&figures.uncontended_cpu, MICROS, 1),
-        "",
-    );
-    row(
-        "… ÷ the floor's CPU per round trip, median of the rounds' ratios",
-        show(&figures.uncontended_cpu_ratio, 1.0, 2),
-        "≤ 1.5",
-    );
-    row(
-        "floor: times a thread of either process was given a CPU, per round trip",
-        show(&figures.floor_switches, 1.0, 2),
-        "",
-    );
-    row(
-        "uncontended call, coordinator in another process: the same, per call",
-        show(&figures.uncontended_switches, 1.0, 2),
-        "",
-    );
-    row(
-        "… ÷ the floor's, median of the rounds' ratios",
-        show(&figures.uncontended_switches_ratio, 1.0, 2),
+        (
+            "… as floor round trips",
+            &figures.uncontended_ratio,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "floor: CPU time per round trip, both processes (µs)",
+            &figures.floor_cpu,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "uncontended call, coordinator in another process: CPU time per call, both processes (µs)",
+            &figures.uncontended_cpu,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… ÷ the floor's CPU per round trip, median of the rounds' ratios",
+            &figures.uncontended_cpu_ratio,
+            1.0,
+            2,
+            "≤ 1.5",
+        ),
+        (
+            "floor: times a thread of either process was given a CPU, per round trip",
+            &figures.floor_switches,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "uncontended call, coordinator in another process: the same, per call",
+            &figures.uncontended_switches,
+            1.0,
+            2,
+            "",
+        ),
         // Not a target of its own: what the CPU ratio above is made of
         // (BENCHMARKS.md, "Issue 30's hot path"), as a count, which the
         // load barely moves.
-        "",
-    );
-    row(
-        &format!(
-            "a call now and then (one every {} ms), coordinator in another process (µs)",
-            uncontended::SPARSE_EVERY.as_millis()
+        (
+            "… ÷ the floor's, median of the rounds' ratios",
+            &figures.uncontended_switches_ratio,
+            1.0,
+            2,
+            "",
         ),
-        show(&figures.sparse, MICROS, 1),
-        "",
-    );
-    row(
-        "… CPU time it adds to its idle process, per call (µs)",
-        show(&figures.sparse_cpu, MICROS, 1),
-        "",
-    );
-    row(
-        "… times a thread of that process was given a CPU, beyond its idle pauses, per call",
-        show(&figures.sparse_switches, 1.0, 2),
-        "",
-    );
-    row(
-        "… CPU time it adds to the coordinator's process (a `serve`), per call (µs)",
-        show(&figures.sparse_coordinator_cpu, MICROS, 1),
-        "",
-    );
-    row(
-        "… times a thread of the coordinator's process was given a CPU, beyond its idle pauses, per call",
-        show(&figures.sparse_coordinator_switches, 1.0, 2),
-        "",
-    );
-    row(
-        "a coordinator process while nobody calls: times a thread was given a CPU, per second",
-        show(&figures.idle_coordinator_switches, 1.0, 1),
+        (
+            &format!(
+                "a call now and then (one every {} ms), coordinator in another process (µs)",
+                uncontended::SPARSE_EVERY.as_millis()
+            ),
+            &figures.sparse,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… CPU time it adds to its idle process, per call (µs)",
+            &figures.sparse_cpu,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… times a thread of that process was given a CPU, beyond its idle pauses, per call",
+            &figures.sparse_switches,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "… CPU time it adds to the coordinator's process (a `serve`), per call (µs)",
+            &figures.sparse_coordinator_cpu,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… times a thread of the coordinator's process was given a CPU, beyond its idle pauses, per call",
+            &figures.sparse_coordinator_switches,
+            1.0,
+            2,
+            "",
+        ),
         // Not a target of an issue: one per periodic check (100 ms,
         // `CHECK_INTERVAL`) is what it takes.
-        "",
-    );
-    row(
-        "… its CPU time per second (µs)",
-        show(&figures.idle_coordinator_cpu, MICROS, 0),
-        "",
-    );
-    row(
-        "uncontended call, coordinator in the caller's process (µs)",
-        show(&figures.uncontended_own, MICROS, 1),
-        "",
-    );
-    row(
-        "… as floor round trips",
-        show(&figures.uncontended_own_ratio, 1.0, 2),
-        "",
-    );
+        (
+            "a coordinator process while nobody calls: times a thread was given a CPU, per second",
+            &figures.idle_coordinator_switches,
+            1.0,
+            1,
+            "",
+        ),
+        (
+            "… its CPU time per second (µs)",
+            &figures.idle_coordinator_cpu,
+            MICROS,
+            0,
+            "",
+        ),
+        (
+            "uncontended call, coordinator in the caller's process (µs)",
+            &figures.uncontended_own,
+            MICROS,
+            1,
+            "",
+        ),
+        (
+            "… as floor round trips",
+            &figures.uncontended_own_ratio,
+            1.0,
+            2,
+            "",
+        ),
+    ]);
+    // Two figures in one cell, `first{between}second`, when both were
+    // measured.
+    let both = |first: Option<String>, second: Option<String>, between: &str| {
+        first
+            .zip(second)
+            .map(|(first, second)| format!("{first}{between}{second}"))
+    };
     let busy = |pick: fn(&busy::Busy) -> f64| figures.busy.iter().map(pick).collect::<Vec<_>>();
+    let busy_percentiles = |p50, p99| {
+        both(
+            shown(&busy(p50), MILLIS, 2),
+            shown(&busy(p99), MILLIS, 2),
+            " / ",
+        )
+    };
     row(
         "uncontended call through an idle coordinator process: p50 / p99 (ms)",
-        show(&busy(|b| b.idle_p50), MILLIS, 2)
-            .zip(show(&busy(|b| b.idle_p99), MILLIS, 2))
-            .map(|(p50, p99)| format!("{p50} / {p99}")),
+        busy_percentiles(|b| b.idle_p50, |b| b.idle_p99),
         "",
     );
     row(
         "… through a coordinator process whose callers' runtime spins on every core: p50 / p99 (ms)",
-        show(&busy(|b| b.busy_p50), MILLIS, 2)
-            .zip(show(&busy(|b| b.busy_p99), MILLIS, 2))
-            .map(|(p50, p99)| format!("{p50} / {p99}")),
+        busy_percentiles(|b| b.busy_p50, |b| b.busy_p99),
         "bounded",
     );
     row(
@@ -831,93 +888,123 @@ fn report(config: &Config, figures: &Figures) {
         "0",
     );
     let joiners = config.fanout_joiners;
-    row(
-        &format!("fan-out: land → last of {joiners} joiners has the value (µs)"),
-        show(&figures.fanout, MICROS, 0),
-        "",
-    );
-    row(
-        "… as floor round trips",
-        show(&figures.fanout_in_floors, 1.0, 1),
+    rows(&[
+        (
+            &format!("fan-out: land → last of {joiners} joiners has the value (µs)"),
+            &figures.fanout,
+            MICROS,
+            0,
+            "",
+        ),
         // Issue 9's "≤ 10", which issue 30 replaced by the 64-write floor
         // below: the uncontended round trip is no floor for 64 wake-ups.
-        "",
-    );
-    row(
-        &format!(
-            "floor of a fan-out: one process writes a line to each of {joiners} blocked readers → the last read returns (µs)"
+        (
+            "… as floor round trips",
+            &figures.fanout_in_floors,
+            1.0,
+            1,
+            "",
         ),
-        show(&figures.floor_fanout, MICROS, 0),
-        "",
-    );
-    row(
-        "… the same, each reader a tokio runtime, ÷ this floor",
-        show(&figures.runtime_fanout, 1.0, 2),
-        "",
-    );
-    row(
-        "… and each reader's socket also registered in a second, idle runtime of its process (design 4's caveat), ÷ this floor",
-        show(&figures.watched_fanout, 1.0, 2),
-        "",
-    );
-    row(
-        "… registered in the idle runtime only through an epoll instance that watches it for its end (`EPOLLRDHUP`), ÷ this floor",
-        show(&figures.close_watched_fanout, 1.0, 2),
-        "",
-    );
-    row(
-        "… single-flight fan-out ÷ this floor",
-        show(&figures.fanout_over_floor_fanout, 1.0, 1),
-        "≤ 1.5",
-    );
-    row(
-        &format!("flock chain: land → last of {joiners} waiters has the value (µs)"),
-        show(&figures.fanout_flock, MICROS, 0),
-        "",
-    );
-    row(
-        "… flock chain ÷ single-flight fan-out",
-        show(&figures.flock_over_fanout, 1.0, 2),
-        "≥ 5",
-    );
+        (
+            &format!(
+                "floor of a fan-out: one process writes a line to each of {joiners} blocked readers → the last read returns (µs)"
+            ),
+            &figures.floor_fanout,
+            MICROS,
+            0,
+            "",
+        ),
+        (
+            "… the same, each reader a tokio runtime, ÷ this floor",
+            &figures.runtime_fanout,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "… and each reader's socket also registered in a second, idle runtime of its process (design 4's caveat), ÷ this floor",
+            &figures.watched_fanout,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "… registered in the idle runtime only through an epoll instance that watches it for its end (`EPOLLRDHUP`), ÷ this floor",
+            &figures.close_watched_fanout,
+            1.0,
+            2,
+            "",
+        ),
+        (
+            "… single-flight fan-out ÷ this floor",
+            &figures.fanout_over_floor_fanout,
+            1.0,
+            1,
+            "≤ 1.5",
+        ),
+        (
+            &format!("flock chain: land → last of {joiners} waiters has the value (µs)"),
+            &figures.fanout_flock,
+            MICROS,
+            0,
+            "",
+        ),
+        (
+            "… flock chain ÷ single-flight fan-out",
+            &figures.flock_over_fanout,
+            1.0,
+            2,
+            "≥ 5",
+        ),
+    ]);
     let shape = config.contended;
     for (system, results) in &figures.contended {
-        let rates: Vec<f64> = results.iter().map(|r| r.calls_per_second).collect();
-        let p50: Vec<f64> = results.iter().map(|r| r.p50).collect();
-        let p99: Vec<f64> = results.iter().map(|r| r.p99).collect();
-        let led: Vec<f64> = results.iter().map(|r| r.led_share * 100.0).collect();
-        let cpu: Vec<f64> = results.iter().map(|r| r.cpu_per_call).collect();
+        let values = |pick: fn(&contended::Throughput) -> f64| {
+            results.iter().map(pick).collect::<Vec<f64>>()
+        };
         let name = system.name();
-        row(
-            &format!(
-                "contended, {} processes × {} keys, work {} µs, {name}: calls/s",
-                shape.processes,
-                shape.keys,
-                shape.work.as_micros()
+        rows(&[
+            (
+                &format!(
+                    "contended, {} processes × {} keys, work {} µs, {name}: calls/s",
+                    shape.processes,
+                    shape.keys,
+                    shape.work.as_micros()
+                ),
+                &values(|r| r.calls_per_second),
+                1.0,
+                0,
+                "",
             ),
-            show(&rates, 1.0, 0),
-            "",
-        );
-        row(
-            &format!("… {name}: call latency p50 (ms)"),
-            show(&p50, MILLIS, 2),
-            "",
-        );
-        row(
-            &format!("… {name}: call latency p99 (ms)"),
-            show(&p99, MILLIS, 2),
-            "",
-        );
-        row(
-            &format!("… {name}: calls that ran the work (%)"),
-            show(&led, 1.0, 1),
-            "",
-        );
-        row(
-            &format!("… {name}: CPU time per call, all processes (µs)"),
-            show(&cpu, MICROS, 1),
-            "",
-        );
+            (
+                &format!("… {name}: call latency p50 (ms)"),
+                &values(|r| r.p50),
+                MILLIS,
+                2,
+                "",
+            ),
+            (
+                &format!("… {name}: call latency p99 (ms)"),
+                &values(|r| r.p99),
+                MILLIS,
+                2,
+                "",
+            ),
+            (
+                &format!("… {name}: calls that ran the work (%)"),
+                &values(|r| r.led_share * 100.0),
+                1.0,
+                1,
+                "",
+            ),
+            (
+                &format!("… {name}: CPU time per call, all processes (µs)"),
+                &values(|r| r.cpu_per_call),
+                MICROS,
+                1,
+                "",
+            ),
+        ]);
         let failed: u64 = results.iter().map(|r| r.failed).sum();
         if failed > 0 {
             row(
@@ -927,38 +1014,52 @@ fn report(config: &Config, figures: &Figures) {
             );
         }
     }
-    row(
-        "… single-flight ÷ flock (calls/s)",
-        show(&figures.over_flock, 1.0, 2),
-        "≥ 5",
-    );
-    row(
-        "… single-flight ÷ Redis (calls/s)",
-        show(&figures.over_redis, 1.0, 2),
-        "≥ 3.5",
-    );
+    rows(&[
+        (
+            "… single-flight ÷ flock (calls/s)",
+            &figures.over_flock,
+            1.0,
+            2,
+            "≥ 5",
+        ),
+        (
+            "… single-flight ÷ Redis (calls/s)",
+            &figures.over_redis,
+            1.0,
+            2,
+            "≥ 3.5",
+        ),
+    ]);
     row(
         "… the floor ÷ flock; ÷ Redis (calls/s): the most any design shows here",
-        show(&figures.floor_over_flock, 1.0, 2)
-            .zip(show(&figures.floor_over_redis, 1.0, 2))
-            .map(|(flock, redis)| format!("{flock}; {redis}")),
+        both(
+            shown(&figures.floor_over_flock, 1.0, 2),
+            shown(&figures.floor_over_redis, 1.0, 2),
+            "; ",
+        ),
         "",
     );
-    row(
-        "… single-flight's CPU time per call ÷ the floor's, median of the rounds' ratios",
-        show(&figures.cpu_over_floor, 1.0, 2),
+    rows(&[
         // Issue 30 item 1 as BENCHMARKS.md reads it: 12 µs is below this
         // shape's floor on 2 cores.
-        "≤ 1.5",
-    );
-    row(
-        &format!(
-            "coordinator's resident set per idle connected client, {} Unix-socket clients (KiB)",
-            config.memory_clients
+        (
+            "… single-flight's CPU time per call ÷ the floor's, median of the rounds' ratios",
+            &figures.cpu_over_floor,
+            1.0,
+            2,
+            "≤ 1.5",
         ),
-        show(&figures.memory, 1024.0, 1),
-        "no more than before issue 30",
-    );
+        (
+            &format!(
+                "coordinator's resident set per idle connected client, {} Unix-socket clients (KiB)",
+                config.memory_clients
+            ),
+            &figures.memory,
+            1024.0,
+            1,
+            "no more than before issue 30",
+        ),
+    ]);
     if let Some(reason) = &figures.memory_failed {
         row("… not measured in a round", Some(reason.clone()), "");
     }
@@ -966,32 +1067,35 @@ fn report(config: &Config, figures: &Figures) {
     let kills = figures.failover_all.len();
     if kills > 0 {
         let grace = failover.grace.as_millis();
-        row(
-            &format!("failover beyond the {grace} ms grace window, p50 of all {kills} kills (ms)"),
-            Some(format!(
-                "{:.1}",
-                percentile(&figures.failover_all, 50.0) / MILLIS
-            )),
-            "",
-        );
-        row(
-            &format!("failover beyond the {grace} ms grace window, p99 of all {kills} kills (ms)"),
-            Some(format!(
-                "{:.1}",
-                percentile(&figures.failover_all, 99.0) / MILLIS
-            )),
-            "≤ 15",
-        );
-        row(
-            &format!("… p50 per round of {} kills (ms)", failover.kills),
-            show(&figures.failover_p50, MILLIS, 1),
-            "",
-        );
-        row(
-            &format!("… p99 per round of {} kills (ms)", failover.kills),
-            show(&figures.failover_p99, MILLIS, 1),
-            "",
-        );
+        for (p, target) in [(50.0, ""), (99.0, "≤ 15")] {
+            row(
+                &format!(
+                    "failover beyond the {grace} ms grace window, p{p} of all {kills} kills (ms)"
+                ),
+                Some(format!(
+                    "{:.1}",
+                    percentile(&figures.failover_all, p) / MILLIS
+                )),
+                target,
+            );
+        }
+        let round = failover.kills;
+        rows(&[
+            (
+                &format!("… p50 per round of {round} kills (ms)"),
+                &figures.failover_p50,
+                MILLIS,
+                1,
+                "",
+            ),
+            (
+                &format!("… p99 per round of {round} kills (ms)"),
+                &figures.failover_p99,
+                MILLIS,
+                1,
+                "",
+            ),
+        ]);
     }
 }
 

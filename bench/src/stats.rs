@@ -51,6 +51,12 @@ impl Spread {
     }
 }
 
+/// The spread of `values` as [`Spread::show`] shows it, or `None` when
+/// there are none (a figure that this run did not measure).
+pub fn shown(values: &[f64], scale: f64, digits: usize) -> Option<String> {
+    Spread::of(values).map(|spread| spread.show(scale, digits))
+}
+
 /// Nanoseconds to microseconds, for display.
 pub const MICROS: f64 = 1e3;
 /// Nanoseconds to milliseconds, for display.
