@@ -402,24 +402,22 @@ impl Client {
 
     /// The key's value and revisions, if it exists, in `kvs`.
     pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
-        let message = pb::RangeRequest {
-            key: key.into(),
-            ..Default::default()
-        };
-        self.with_token(|token| {
-            let mut kv = KvClient::new(self.channel());
-            let request = request(message.clone(), token.as_ref());
-            async move { Ok(kv.range(request).await?.into_inner()) }
-        })
-        .await
+        self.range(key.into(), Vec::new()).await
     }
 
     /// Every key that starts with `prefix`.
     pub async fn get_prefix(&self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
         let key = prefix.into();
+        let range_end = prefix_end(&key);
+        self.range(key, range_end).await
+    }
+
+    /// The keys from `key` up to `range_end`, which is not one of them;
+    /// `key` alone when `range_end` is empty (etcd's convention).
+    async fn range(&self, key: Vec<u8>, range_end: Vec<u8>) -> Result<RangeResponse, Status> {
         let message = pb::RangeRequest {
-            range_end: prefix_end(&key),
             key,
+            range_end,
             ..Default::default()
         };
         self.with_token(|token| {
