@@ -5,12 +5,19 @@
 //! loads. The decisions are plain values with the time and the bytes
 //! passed in: when to read ([`Schedule`]) and what a reading means for the
 //! set in use ([`Reload`]); the shells that read, load and log are beside
-//! the files they load.
+//! the files they load. What a reading holds (certificates, a CA's trust
+//! anchors, a private key) is parsed here for both (`FileRead::certificates`,
+//! `roots`, `key`); each adds to a `PemError` which of its files it is and
+//! which option gives it.
 
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use tokio_rustls::rustls::RootCertStore;
+use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The largest PEM file read. A CA bundle of a few hundred certificates is
 /// well under this; the bound keeps a wrong path (a log, `/dev/zero`) from
@@ -51,6 +58,71 @@ impl FileRead {
             Ok(_) => FileRead::Bytes(bytes),
         }
     }
+
+    /// The bytes read, or why there are none.
+    pub(crate) fn bytes(&self) -> Result<&[u8], PemError> {
+        match self {
+            FileRead::Bytes(bytes) => Ok(bytes),
+            FileRead::Failed { kind, error } => Err(PemError::Read {
+                kind: *kind,
+                error: error.clone(),
+            }),
+            FileRead::TooLarge => Err(PemError::TooLarge),
+        }
+    }
+
+    /// Every certificate of the PEM file read: at least one.
+    pub(crate) fn certificates(&self) -> Result<Vec<CertificateDer<'static>>, PemError> {
+        let certificates = CertificateDer::pem_slice_iter(self.bytes()?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(PemError::Pem)?;
+        if certificates.is_empty() {
+            return Err(PemError::NoCertificate);
+        }
+        Ok(certificates)
+    }
+
+    /// The certificates of a CA's PEM file read, as trust anchors.
+    pub(crate) fn roots(&self) -> Result<RootCertStore, PemError> {
+        let mut roots = RootCertStore::empty();
+        for certificate in self.certificates()? {
+            roots
+                .add(certificate)
+                .map_err(|error| PemError::NotTrustAnchor(error.to_string()))?;
+        }
+        Ok(roots)
+    }
+
+    /// The private key of the PEM file read.
+    pub(crate) fn key(&self) -> Result<PrivateKeyDer<'static>, PemError> {
+        PrivateKeyDer::from_pem_slice(self.bytes()?).map_err(|error| match error {
+            pem::Error::NoItemsFound => PemError::NoKey,
+            error => PemError::Pem(error),
+        })
+    }
+}
+
+/// Why a reading of a PEM file cannot be used, in words that follow the
+/// file's name: the error of each set of files says which file it is and
+/// what to give instead.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PemError {
+    #[error("it cannot be read: {error}")]
+    Read { kind: io::ErrorKind, error: String },
+    #[error(
+        "it is larger than {MAX_PEM_FILE_BYTES} bytes, more than any PEM file of certificates or keys"
+    )]
+    TooLarge,
+    #[error("it is not valid PEM: {0}")]
+    Pem(pem::Error),
+    #[error("it holds no certificate (a PEM block \"BEGIN CERTIFICATE\")")]
+    NoCertificate,
+    #[error(
+        "it holds no private key (PKCS#8, PKCS#1 or SEC1 PEM; an encrypted key must be decrypted first, e.g. with `openssl pkey`)"
+    )]
+    NoKey,
+    #[error("it holds a certificate that cannot be a trust anchor: {0}")]
+    NotTrustAnchor(String),
 }
 
 /// When a set of files is read again: an interval after its last reading.

@@ -8,15 +8,12 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use tokio_rustls::rustls::RootCertStore;
 use tokio_rustls::rustls::crypto::ring;
-use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use super::EtcdTls;
-use crate::reload::{FileRead, MAX_PEM_FILE_BYTES};
+use crate::reload::{FileRead, PemError};
 
 /// Which of etcd's files a problem is in; says which option names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,32 +90,21 @@ impl Contents {
 /// the certificate file holds certificates, the key file a key, and the key
 /// is the first certificate's.
 pub(super) fn load(files: &EtcdTls, read: &Contents) -> Result<ClientTlsConfig, EtcdTlsError> {
-    let ca = bytes(EtcdTlsFile::Ca, &files.ca, &read.ca)?;
-    let mut roots = RootCertStore::empty();
-    for certificate in certificates(EtcdTlsFile::Ca, &files.ca, ca)? {
-        roots.add(certificate).map_err(|error| EtcdTlsError {
-            file: EtcdTlsFile::Ca,
-            path: files.ca.clone(),
-            problem: format!("it holds a certificate that cannot be a trust anchor: {error}"),
-        })?;
-    }
+    let ca_file = in_file(EtcdTlsFile::Ca, &files.ca);
+    read.ca.roots().map_err(&ca_file)?;
+    let ca = read.ca.bytes().map_err(ca_file)?;
     let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
     let (Some((certificate_path, key_path)), Some((certificate_read, key_read))) =
         (&files.identity, &read.identity)
     else {
         return Ok(config);
     };
-    let certificate = bytes(EtcdTlsFile::Certificate, certificate_path, certificate_read)?;
-    let chain = certificates(EtcdTlsFile::Certificate, certificate_path, certificate)?;
-    let key = bytes(EtcdTlsFile::Key, key_path, key_read)?;
-    let private_key = PrivateKeyDer::from_pem_slice(key).map_err(|error| EtcdTlsError {
-        file: EtcdTlsFile::Key,
-        path: key_path.clone(),
-        problem: match error {
-            pem::Error::NoItemsFound => "it holds no private key (PKCS#8, PKCS#1 or SEC1 PEM; an encrypted key must be decrypted first, e.g. with `openssl pkey`)".to_owned(),
-            error => format!("it is not valid PEM: {error}"),
-        },
-    })?;
+    let certificate_file = in_file(EtcdTlsFile::Certificate, certificate_path);
+    let chain = certificate_read.certificates().map_err(&certificate_file)?;
+    let certificate = certificate_read.bytes().map_err(certificate_file)?;
+    let key_file = in_file(EtcdTlsFile::Key, key_path);
+    let private_key = key_read.key().map_err(&key_file)?;
+    let key = key_read.bytes().map_err(key_file)?;
     // What tonic does with them when it connects, done now, so that a key
     // of the previous certificate (a renewal caught between its two files)
     // is refused here, naming the file, rather than at every handshake.
@@ -135,38 +121,13 @@ pub(super) fn load(files: &EtcdTls, read: &Contents) -> Result<ClientTlsConfig, 
     Ok(config.identity(Identity::from_pem(certificate, key)))
 }
 
-/// The bytes of a reading, or why the file could not be read.
-fn bytes<'a>(file: EtcdTlsFile, path: &Path, read: &'a FileRead) -> Result<&'a [u8], EtcdTlsError> {
-    let problem = match read {
-        FileRead::Bytes(bytes) => return Ok(bytes),
-        FileRead::Failed { error, .. } => format!("it cannot be read: {error}"),
-        FileRead::TooLarge => format!(
-            "it is larger than {MAX_PEM_FILE_BYTES} bytes, more than any PEM file of certificates or keys"
-        ),
-    };
-    Err(EtcdTlsError {
+/// A problem of the reading of `file` at `path` in this error's words.
+fn in_file(file: EtcdTlsFile, path: &Path) -> impl Fn(PemError) -> EtcdTlsError {
+    move |problem| EtcdTlsError {
         file,
         path: path.to_owned(),
-        problem,
-    })
-}
-
-/// Every certificate of a PEM file: at least one.
-fn certificates(
-    file: EtcdTlsFile,
-    path: &Path,
-    bytes: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, EtcdTlsError> {
-    let problem = match CertificateDer::pem_slice_iter(bytes).collect::<Result<Vec<_>, _>>() {
-        Ok(certificates) if !certificates.is_empty() => return Ok(certificates),
-        Ok(_) => "it holds no certificate (a PEM block \"BEGIN CERTIFICATE\")".to_owned(),
-        Err(error) => format!("it is not valid PEM: {error}"),
-    };
-    Err(EtcdTlsError {
-        file,
-        path: path.to_owned(),
-        problem,
-    })
+        problem: problem.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -34,16 +34,12 @@ use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use super::validity::{not_after, rfc3339};
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
-use tokio_rustls::rustls::pki_types::{
-    CertificateDer, CertificateRevocationListDer, PrivateKeyDer, UnixTime,
-};
+use tokio_rustls::rustls::pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
 use tokio_rustls::rustls::server::{NoServerSessionStorage, WebPkiClientVerifier};
-use tokio_rustls::rustls::{
-    self, AlertDescription, CertificateError, ClientConfig, RootCertStore, ServerConfig,
-};
+use tokio_rustls::rustls::{self, AlertDescription, CertificateError, ClientConfig, ServerConfig};
 use tracing::{error, info, warn};
 
-use crate::reload::{Decision, FileRead, Reload, Schedule};
+use crate::reload::{Decision, FileRead, PemError, Reload, Schedule};
 pub use crate::reload::{MAX_PEM_FILE_BYTES, TLS_RELOAD_INTERVAL};
 
 /// How long before this process's certificate expires it warns (SPEC.md
@@ -208,13 +204,20 @@ impl TlsConfigs {
     /// The configurations of what `contents` holds, read from `files`
     /// (named in errors).
     fn parse(files: &TlsFiles, contents: &Contents) -> Result<TlsConfigs, TlsConfigError> {
-        let roots = Arc::new(parse_roots(&files.ca, &contents.ca)?);
-        let chain = parse_certificates(
-            TlsFile::Certificate,
-            &files.certificate,
-            &contents.certificate,
-        )?;
-        let private_key = parse_key(&files.key, &contents.key)?;
+        let roots = Arc::new(
+            contents
+                .ca
+                .roots()
+                .map_err(in_file(TlsFile::Ca, &files.ca))?,
+        );
+        let chain = contents
+            .certificate
+            .certificates()
+            .map_err(in_file(TlsFile::Certificate, &files.certificate))?;
+        let private_key = contents
+            .key
+            .key()
+            .map_err(in_file(TlsFile::Key, &files.key))?;
         let not_after = not_after(&chain[0]).ok_or_else(|| TlsConfigError::Validity {
             path: files.certificate.clone(),
         })?;
@@ -295,8 +298,9 @@ impl TlsConfigs {
 /// earliest expiry among them (a chain is as good as its first link to
 /// expire, and a bundle of CAs needs renewing when its first CA expires).
 pub fn certificate_expiry(path: &Path) -> Result<UnixTime, TlsConfigError> {
-    let read = FileRead::read(path);
-    let certificates = parse_certificates(TlsFile::Certificate, path, &read)?;
+    let certificates = FileRead::read(path)
+        .certificates()
+        .map_err(in_file(TlsFile::Certificate, path))?;
     certificates
         .iter()
         .map(|certificate| not_after(certificate))
@@ -307,20 +311,21 @@ pub fn certificate_expiry(path: &Path) -> Result<UnixTime, TlsConfigError> {
         })
 }
 
-/// A reading's bytes, or its failure in the words of the file it is.
-impl FileRead {
-    fn bytes(&self, file: TlsFile, path: &Path) -> Result<&[u8], TlsConfigError> {
-        match self {
-            FileRead::Bytes(bytes) => Ok(bytes),
-            FileRead::Failed { kind, error } => Err(TlsConfigError::Read {
+/// A problem of the reading of `file` at `path` in this error's words.
+fn in_file(file: TlsFile, path: &Path) -> impl FnOnce(PemError) -> TlsConfigError {
+    move |problem| {
+        let path = path.to_owned();
+        match problem {
+            PemError::Read { kind, error } => TlsConfigError::Read {
                 file,
-                path: path.to_owned(),
-                error: io::Error::new(*kind, error.clone()),
-            }),
-            FileRead::TooLarge => Err(TlsConfigError::TooLarge {
-                file,
-                path: path.to_owned(),
-            }),
+                path,
+                error: io::Error::new(kind, error),
+            },
+            PemError::TooLarge => TlsConfigError::TooLarge { file, path },
+            PemError::Pem(error) => TlsConfigError::Pem { file, path, error },
+            PemError::NoCertificate => TlsConfigError::NoCertificate { file, path },
+            PemError::NoKey => TlsConfigError::NoKey { path },
+            PemError::NotTrustAnchor(reason) => TlsConfigError::Ca { path, reason },
         }
     }
 }
@@ -349,59 +354,12 @@ impl Contents {
     }
 }
 
-fn parse_certificates(
-    file: TlsFile,
-    path: &Path,
-    read: &FileRead,
-) -> Result<Vec<CertificateDer<'static>>, TlsConfigError> {
-    let bytes = read.bytes(file, path)?;
-    let certificates = CertificateDer::pem_slice_iter(bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| TlsConfigError::Pem {
-            file,
-            path: path.to_owned(),
-            error,
-        })?;
-    if certificates.is_empty() {
-        return Err(TlsConfigError::NoCertificate {
-            file,
-            path: path.to_owned(),
-        });
-    }
-    Ok(certificates)
-}
-
-fn parse_roots(path: &Path, read: &FileRead) -> Result<RootCertStore, TlsConfigError> {
-    let mut roots = RootCertStore::empty();
-    for certificate in parse_certificates(TlsFile::Ca, path, read)? {
-        roots.add(certificate).map_err(|error| TlsConfigError::Ca {
-            path: path.to_owned(),
-            reason: error.to_string(),
-        })?;
-    }
-    Ok(roots)
-}
-
-fn parse_key(path: &Path, read: &FileRead) -> Result<PrivateKeyDer<'static>, TlsConfigError> {
-    let bytes = read.bytes(TlsFile::Key, path)?;
-    PrivateKeyDer::from_pem_slice(bytes).map_err(|error| match error {
-        pem::Error::NoItemsFound => TlsConfigError::NoKey {
-            path: path.to_owned(),
-        },
-        error => TlsConfigError::Pem {
-            file: TlsFile::Key,
-            path: path.to_owned(),
-            error,
-        },
-    })
-}
-
 /// Every revocation list of a file: at least one.
 fn parse_crls(
     path: &Path,
     read: &FileRead,
 ) -> Result<Vec<CertificateRevocationListDer<'static>>, TlsConfigError> {
-    let bytes = read.bytes(TlsFile::Crl, path)?;
+    let bytes = read.bytes().map_err(in_file(TlsFile::Crl, path))?;
     let crls = CertificateRevocationListDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|error| TlsConfigError::Pem {
