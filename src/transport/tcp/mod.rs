@@ -202,6 +202,9 @@ impl TcpTransport {
             }
             Err(error) => return Err(bind_error(error)),
         };
+        if let Some(tls) = &tls {
+            tls.read_each_interval();
+        }
         Ok(TcpTransport {
             listen,
             listens: true,
@@ -211,7 +214,9 @@ impl TcpTransport {
 
     /// A transport that only connects: it loads the TLS files and binds
     /// nothing, for a process that asks the coordinator and never
-    /// coordinates (`status`, SPEC.md §13.5). Its `listen` fails.
+    /// coordinates (`status`, SPEC.md §13.5). Its `listen` fails. It does
+    /// not read the files each interval: such a process connects once,
+    /// soon after loading them, and ends.
     pub fn client(security: &Security) -> Result<TcpTransport, TcpConfigError> {
         let tls = load(security)?;
         Ok(TcpTransport {
@@ -237,8 +242,8 @@ impl TcpTransport {
     }
 }
 
-/// The TLS files of `security`, loaded and read again while the process
-/// runs; `None` for plain TCP.
+/// The TLS files of `security`, loaded; `None` for plain TCP. A handshake
+/// reads them again when they are an interval old.
 fn load(security: &Security) -> Result<Option<Tls>, TcpConfigError> {
     Ok(match security {
         Security::Insecure => None,

@@ -421,16 +421,15 @@ struct ReloadState {
 }
 
 impl Reloader {
-    /// Loads the files; an error names the file that cannot be used. When
-    /// called within a tokio runtime, a task of that runtime reads the
-    /// files again while the reloader lives; whether or not it runs, a
-    /// handshake that finds them unread for an interval reads them first.
+    /// Loads the files; an error names the file that cannot be used. A
+    /// handshake that finds them unread for an interval reads them first;
+    /// [`Reloader::read_each_interval`] reads them between handshakes too.
     pub fn new(files: TlsFiles) -> Result<Arc<Reloader>, TlsConfigError> {
         let contents = Contents::read(&files);
         let configs = TlsConfigs::parse(&files, &contents)?;
         let mut expiry = ExpiryWarning::new();
         warn_of_expiry(&mut expiry, &files, &configs, SystemTime::now());
-        let reloader = Arc::new(Reloader {
+        Ok(Arc::new(Reloader {
             state: Mutex::new(ReloadState {
                 configs: Arc::new(configs),
                 reload: Reload::new(contents),
@@ -438,11 +437,16 @@ impl Reloader {
                 schedule: Schedule::new(Instant::now()),
             }),
             files,
-        });
+        }))
+    }
+
+    /// When called within a tokio runtime, a task of that runtime reads the
+    /// files each interval while the reloader lives, so that a change and
+    /// a coming expiry are logged while no handshake starts.
+    pub(super) fn read_each_interval(self: &Arc<Reloader>) {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(reload_while_used(Arc::downgrade(&reloader)));
+            runtime.spawn(reload_while_used(Arc::downgrade(self)));
         }
-        Ok(reloader)
     }
 
     /// The set for a new handshake.
