@@ -14,7 +14,7 @@ use crate::support::child::{self, Children, say, unknown, var};
 use crate::support::etcd::{self, Etcd};
 use crate::support::hosts::Hosts;
 use crate::support::scene::{describe, idle};
-use crate::support::{BINARY, PATIENCE, certs};
+use crate::support::{BINARY, PATIENCE, certs, times_ran};
 
 /// The lease the children ask for: etcd's minimum (§14.2), so that a dead
 /// host's term ends soon. It leaves a term only a second of proven lease
@@ -191,11 +191,6 @@ impl World {
         self.scratch.join("runs")
     }
 
-    /// The processes that ran the work.
-    fn ran(&self) -> usize {
-        crate::support::count_marks(&self.runs(), "ran-")
-    }
-
     fn release(&self) {
         std::fs::write(self.runs().join("release"), b"").unwrap();
     }
@@ -342,7 +337,11 @@ fn s14_a_stampede_from_three_hosts_runs_the_work_once() {
     world.wait_for_joiners("artifact", 5);
     world.release();
     let results: Vec<String> = callers.iter().map(|&caller| world.result(caller)).collect();
-    assert_eq!(world.ran(), 1, "the work ran once: {results:?}");
+    assert_eq!(
+        times_ran(&world.runs()),
+        1,
+        "the work ran once: {results:?}"
+    );
     let led = results.iter().filter(|r| r.starts_with("led ")).count();
     let joined = results.iter().filter(|r| r.starts_with("joined ")).count();
     assert_eq!((led, joined), (1, 5), "{results:?}");
@@ -385,7 +384,7 @@ fn command_stampede(
             .expect("run starts"),
     ];
     let deadline = Instant::now() + PATIENCE;
-    while world.ran() == 0 {
+    while times_ran(&world.runs()) == 0 {
         assert!(Instant::now() < deadline, "the leader's COMMAND never ran");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -439,7 +438,7 @@ fn s14_8_the_command_runs_once_across_hosts_and_every_caller_gets_its_output() {
     let output =
         "head -c 3145728 /dev/zero | tr '\\0' x; printf 'end\\0\\377'; echo oops >&2; exit 7";
     let (ran, status) = command_stampede(&world, "artifact", &[1, 2], output);
-    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    assert_eq!(times_ran(&world.runs()), 1, "COMMAND ran once");
     // §13.5: the coordinator (the first run, on host 0) as another host
     // sees it. The namespaces share one host name.
     let hosts = world.hosts.as_ref().unwrap();
@@ -485,7 +484,7 @@ fn s14_8_an_output_too_large_for_a_cluster_fails_its_joiners_clearly() {
     };
     let output = "head -c 5242880 /dev/zero; exit 0";
     let (ran, _) = command_stampede(&world, "huge", &[1], output);
-    assert_eq!(world.ran(), 1, "COMMAND ran once");
+    assert_eq!(times_ran(&world.runs()), 1, "COMMAND ran once");
     let (leader, joiner) = (&ran[0], &ran[1]);
     assert_eq!(leader.code, Some(0), "{}", leader.stderr);
     assert_eq!(leader.stdout.len(), 5 << 20);
@@ -530,7 +529,7 @@ fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
         assert!(joined.starts_with("joined "), "{joined}");
         assert_eq!(token(&joined), token(&led));
     }
-    assert_eq!(world.ran(), 1, "nothing ran twice");
+    assert_eq!(times_ran(&world.runs()), 1, "nothing ran twice");
 }
 
 /// §14.5: a client whose certificate comes from another CA is refused; its
@@ -557,7 +556,7 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
         result.to_lowercase().contains("certificate") || result.contains("CA"),
         "the reason names the certificate: {result}"
     );
-    assert_eq!(world.ran(), 0);
+    assert_eq!(times_ran(&world.runs()), 0);
 }
 
 /// §11.3: connections that never finish their handshake (here: TCP
@@ -741,7 +740,11 @@ fn s14_4_a_leader_reasserts_in_time_when_the_coordinators_host_is_cut_off() {
             assert!(joined.starts_with("joined "), "round {round}: {joined}");
             assert_eq!(token(&joined), token(&led), "round {round}");
         }
-        assert_eq!(world.ran(), 1, "round {round}: nothing ran twice");
+        assert_eq!(
+            times_ran(&world.runs()),
+            1,
+            "round {round}: nothing ran twice"
+        );
         world.hosts.as_ref().unwrap().heal(0);
     }
 }

@@ -18,7 +18,7 @@ use single_flight::{Cluster, SingleFlight};
 
 use crate::support::etcd::{self, Etcd};
 use crate::support::hosts::Hosts;
-use crate::support::{BINARY, certs};
+use crate::support::{BINARY, certs, times_ran};
 
 /// The processes of the stampede in CI's run: enough that every process
 /// reaches etcd and the coordinator while the others do (a herd of
@@ -169,10 +169,6 @@ impl World {
             .map(|flight| flight.joiners)
     }
 
-    fn ran(&self) -> usize {
-        crate::support::count_marks(&self.runs(), "ran-")
-    }
-
     /// Starts `count` runs of one key spread over the hosts (or on
     /// loopback), lets COMMAND end once every other caller joined it, and
     /// checks the outcome: COMMAND ran once, every caller printed `out` and
@@ -284,7 +280,7 @@ impl World {
             wrong_output.is_empty(),
             "every caller prints COMMAND's output; these did not: {wrong_output:?}"
         );
-        assert_eq!(self.ran(), 1, "COMMAND ran once");
+        assert_eq!(times_ran(&self.runs()), 1, "COMMAND ran once");
     }
 }
 

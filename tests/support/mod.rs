@@ -18,14 +18,13 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// The `single-flight` command of this build.
 pub const BINARY: &str = env!("CARGO_BIN_EXE_single-flight");
 
-/// How many files in `dir` have names that start with `prefix`: the marks
-/// that children leave where a test counts them (`ran-PID`, one for each
-/// process whose work ran).
-pub fn count_marks(dir: &std::path::Path, prefix: &str) -> usize {
-    std::fs::read_dir(dir)
-        .unwrap_or_else(|error| panic!("list {}: {error}", dir.display()))
+/// How many times the work ran: the marks (`ran-PID`) that each
+/// process whose work ran leaves in `runs`, where a test counts them.
+pub fn times_ran(runs: &std::path::Path) -> usize {
+    std::fs::read_dir(runs)
+        .unwrap_or_else(|error| panic!("list {}: {error}", runs.display()))
         .flatten()
-        .filter(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("ran-"))
         .count()
 }
 
