@@ -1719,6 +1719,17 @@ fn call_of(id: &RequestId) -> Option<CallId> {
     CallId::from_request_id(id)
 }
 
+/// Every live process is connected to the current term, and nothing is on
+/// its way on any connection: what a term asked to stop waits for before
+/// its grace window may end (`Action::GraceWindowEnds`).
+fn all_answered(state: &State) -> bool {
+    state.processes.iter().flatten().all(|process| {
+        process.link.as_ref().is_some_and(|link| {
+            !link.deposed && link.requests.is_empty() && link.responses.is_empty()
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1733,15 +1744,4 @@ mod tests {
         assert_eq!(call_of(&id("01")), None);
         assert_eq!(call_of(&id("+1")), None);
     }
-}
-
-/// Every live process is connected to the current term, and nothing is on
-/// its way on any connection: what a term asked to stop waits for before
-/// its grace window may end (`Action::GraceWindowEnds`).
-fn all_answered(state: &State) -> bool {
-    state.processes.iter().flatten().all(|process| {
-        process.link.as_ref().is_some_and(|link| {
-            !link.deposed && link.requests.is_empty() && link.responses.is_empty()
-        })
-    })
 }
