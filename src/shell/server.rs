@@ -736,6 +736,36 @@ mod tests {
         async fn resign(self, _clean: bool) {}
     }
 
+    /// The second term of a directory, after a failover, which records
+    /// whether it resigned cleanly.
+    struct Second {
+        clean: Arc<std::sync::Mutex<Option<bool>>>,
+    }
+
+    impl Term for Second {
+        type Error = io::Error;
+
+        fn epoch(&self) -> Epoch {
+            Epoch::new(2).unwrap()
+        }
+
+        fn follows_failover(&self) -> bool {
+            true
+        }
+
+        fn check(&mut self) -> Result<(), io::Error> {
+            Ok(())
+        }
+
+        fn warrant(&self) -> Warrant {
+            Warrant::always()
+        }
+
+        async fn resign(self, clean: bool) {
+            *self.clean.lock().unwrap() = Some(clean);
+        }
+    }
+
     /// Connections in memory: the test keeps the client's end of each.
     struct Pipes(mpsc::UnboundedReceiver<DuplexStream>);
 
@@ -849,6 +879,50 @@ mod tests {
         }
         assert_eq!(leader.line().await, None);
         serving.done.await.unwrap();
+    }
+
+    /// §10.4, §8.9: a term asked to stop inside its grace window serves the
+    /// window out, as its coordinator decides: a rejoin that comes after the
+    /// stop still receives the outcome of the flight that landed in the
+    /// window, and the term ends, cleanly, only when the window does. The
+    /// runtime's clock is paused, so the window's minute passes when
+    /// nothing else is left to do.
+    #[tokio::test(start_paused = true)]
+    async fn s10_4_a_term_asked_to_stop_in_its_window_serves_it_out() {
+        let (connect, incoming) = mpsc::unbounded_channel();
+        let options = Options {
+            grace_window: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(10),
+            seeded: Seeded::NONE,
+            clock: Clock::Runtime,
+        };
+        let clean = Arc::new(std::sync::Mutex::new(None));
+        let term = Second {
+            clean: clean.clone(),
+        };
+        let serving = start(term, Pipes(incoming), &options);
+        // The flight 1:1 of the first term landed; its leader replays the
+        // land that the first term did not acknowledge (§8.3).
+        let mut leader = Client::connect(&connect).await;
+        leader
+            .send(r#"{"op":"reassert","id":"L","key":"k","token":"4294967297","outcome":{"value":"v"}}"#)
+            .await;
+        assert!(matches!(leader.response().await, Response::Ack { .. }));
+        serving.stop.send(()).unwrap();
+        let mut joiner = Client::connect(&connect).await;
+        joiner
+            .send(r#"{"op":"run","id":"J","key":"k","flight":"4294967297"}"#)
+            .await;
+        match joiner.response().await {
+            Response::Landed { outcome, .. } => {
+                assert_eq!(*outcome, crate::protocol::Outcome::Value("v".to_owned()));
+            }
+            other => panic!("the rejoin was answered {other:?}"),
+        }
+        assert!(!serving.done.is_finished(), "the window is still open");
+        serving.done.await.unwrap();
+        assert_eq!(*clean.lock().unwrap(), Some(true));
+        assert_eq!(joiner.line().await, None, "closed with the term");
     }
 
     /// §14.2: lines queued while the term held, then left unwritten while
