@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use single_flight_core::client::{self, CallId, Resolution};
-use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Mutant, Term, Timer};
+use single_flight_core::coordinator::{
+    self, ConnectionId, Coordinator, EndReason, Mutant, Term, Timer,
+};
 use single_flight_core::protocol::{Epoch, FencingToken};
 use single_flight_core::protocol::{
     Failure, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
@@ -48,6 +50,11 @@ pub struct Directory {
     /// serving the connections it has (SPEC.md §12.5): one deposed
     /// coordinator at a time, which stops at any later moment.
     pub overlaps: u8,
+    /// Times the current coordinator's process asks its term to stop
+    /// (SPEC.md §10.4), at any moment; the term ends when its coordinator
+    /// says so, and the next one begins, without a grace window when no
+    /// flight was in progress.
+    pub stops: u8,
     /// Whether each work may end either way. When not, the token decides
     /// ([`Ending::of`]), so that both kinds of outcome still occur: the core
     /// never looks inside an outcome, and choosing for every flight would
@@ -155,8 +162,19 @@ pub enum Action {
     /// responses not yet read are lost, and a surviving process wins the
     /// next term with the next epoch and a grace window (SPEC.md §10).
     CoordinatorDies,
-    /// The grace window of the current term ends (SPEC.md §8.4).
+    /// The grace window of the current term ends (SPEC.md §8.4). In a term
+    /// asked to stop, only once every live process is connected to it and
+    /// nothing is on its way on any connection: the window is long enough
+    /// for the rejoiners to come back (SPEC.md §10.2, §10.4), the one
+    /// assumption about time the model makes there.
     GraceWindowEnds,
+    /// The current coordinator's process asks its term to stop (SPEC.md
+    /// §10.4): `Event::StopRequested`. The term ends when the coordinator
+    /// answers `EndTerm`: its last answers are flushed (each client reads
+    /// what was queued for it), every connection closes, what the clients
+    /// sent is lost, and the next term begins, without a grace window when
+    /// no flight was in progress (the clean end of §10.4, `flight.clean`).
+    StopRequested,
     /// A new term begins (the next epoch, a grace window) while the current
     /// coordinator goes on serving every connection it has, as the deposed
     /// one (SPEC.md §12.5). Processes that connect from now on reach the
@@ -227,6 +245,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -249,6 +268,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -273,6 +293,7 @@ impl Directory {
             disconnects: 1,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -298,6 +319,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Always,
             reuse: Choice::Never,
@@ -322,6 +344,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::PerCall,
@@ -356,6 +379,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 2,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -396,6 +420,7 @@ impl Directory {
             disconnects: 3,
             coordinator_deaths: 5,
             overlaps: 2,
+            stops: 0,
             failures: true,
             detached: Choice::PerCall,
             reuse: Choice::PerCall,
@@ -431,6 +456,7 @@ impl Directory {
             disconnects: 0,
             coordinator_deaths: 1,
             overlaps: 0,
+            stops: 0,
             failures: false,
             detached: Choice::Never,
             reuse: Choice::Never,
@@ -446,6 +472,31 @@ impl Directory {
         Directory {
             overlaps: 0,
             ..Directory::fleet()
+        }
+    }
+
+    /// Checked in CI (SPEC.md §10.4): the coordinator's process asks its
+    /// term to stop, at any moment, after or before the failover that
+    /// opens a grace window; nothing else befalls the processes, so that
+    /// every rejoiner of a flight that landed in the window can come back
+    /// for its outcome. The stop's seeded bug is hunted here.
+    pub fn stop() -> Directory {
+        Directory {
+            processes: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 0,
+            process_deaths: 0,
+            restarts: false,
+            disconnects: 0,
+            coordinator_deaths: 1,
+            overlaps: 0,
+            stops: 1,
+            failures: false,
+            detached: Choice::Never,
+            reuse: Choice::Never,
+            nested: 0,
+            mutant: None,
         }
     }
 
@@ -622,8 +673,14 @@ impl Model for Directory {
         if state.used.coordinator_deaths < self.coordinator_deaths {
             actions.push(Action::CoordinatorDies);
         }
-        if state.coordinator.in_grace() {
+        // SPEC.md §10.4: a term asked to stop serves its window out, and the
+        // window is long enough for every process to come back and be
+        // answered (see `Action::GraceWindowEnds`).
+        if state.coordinator.in_grace() && (!state.history.stopping || all_answered(state)) {
             actions.push(Action::GraceWindowEnds);
+        }
+        if state.used.stops < self.stops {
+            actions.push(Action::StopRequested);
         }
         for (key, token) in &state.reuse_timers {
             actions.push(Action::ReuseExpires {
@@ -729,6 +786,11 @@ impl Step<'_> {
             }
             Action::GraceWindowEnds => {
                 self.coordinator(GRACE_WINDOW_ENDED);
+            }
+            Action::StopRequested => {
+                self.state.used.stops += 1;
+                self.state.history.stopping = true;
+                self.coordinator(coordinator::Event::StopRequested);
             }
             Action::ReuseExpires { ref key, token } => self.reuse_expires(key, token),
             Action::TermOverlaps => self.overlap(),
@@ -1116,9 +1178,59 @@ impl Step<'_> {
         }
     }
 
+    /// The coordinator ended its term at a stop (SPEC.md §10.4): every
+    /// connection to it closes, and the next term begins, without a grace
+    /// window when no flight was in progress (the shell writes
+    /// `flight.clean`). The flights that landed in its window are known to
+    /// no later term: a rejoin of one is never answered `interrupted` after
+    /// this, since every rejoiner came back in the window (see
+    /// `Action::GraceWindowEnds`).
+    fn stopped(&mut self) {
+        let clean = self.state.coordinator.flights().next().is_none();
+        // The shell flushes the term's last answers before it closes the
+        // connections (§10.4): each client reads what was queued for it.
+        // What the clients send in return is lost with the connection.
+        for index in 0..self.state.processes.len() {
+            while self.state.processes[index]
+                .as_ref()
+                .and_then(|process| process.link.as_ref())
+                .is_some_and(|link| !link.deposed && !link.responses.is_empty())
+            {
+                self.response_arrives(index);
+            }
+        }
+        let landed = std::mem::take(&mut self.state.history.landed_in_window);
+        if !landed.is_empty() {
+            self.state.last_step.witness(Witness::StopServedWindow);
+        }
+        self.state.history.stopped_with.extend(landed);
+        self.end_term(!clean);
+        let epoch = self.state.durable_epoch;
+        if clean {
+            self.note(format_args!(
+                "the term stops cleanly; term {epoch} begins without a grace window"
+            ));
+        } else {
+            self.note(format_args!(
+                "the term stops with a flight in progress; term {epoch} begins with a grace window"
+            ));
+        }
+    }
+
     /// The coordinator's process is gone (it died, or resigned after
     /// `EndTerm`): every connection to it closes, and the next term begins.
     fn fail_over(&mut self) {
+        self.state.history.landed_in_window.clear();
+        self.end_term(true);
+        let epoch = self.state.durable_epoch;
+        self.note(format_args!(
+            "term {epoch} begins with a grace window; every connection to the last one is closed"
+        ));
+    }
+
+    /// Every connection to the current coordinator closes, and the next
+    /// term begins, with a grace window or not.
+    fn end_term(&mut self, grace: bool) {
         self.state.history.reasserted.clear();
         self.state.history.landed.clear();
         // Kept values and their timers die with the coordinator (SPEC.md
@@ -1134,10 +1246,7 @@ impl Step<'_> {
                 self.lose_link(index);
             }
         }
-        let epoch = self.begin_term();
-        self.note(format_args!(
-            "term {epoch} begins with a grace window; every connection to the last one is closed"
-        ));
+        self.begin_term(grace);
     }
 
     /// A new term begins while the current coordinator goes on serving,
@@ -1163,7 +1272,7 @@ impl Step<'_> {
         {
             link.deposed = true;
         }
-        let epoch = self.begin_term();
+        let epoch = self.begin_term(true);
         self.note(format_args!(
             "term {epoch} begins with a grace window; the last term's coordinator goes on \
              serving its connections"
@@ -1185,19 +1294,22 @@ impl Step<'_> {
     }
 
     /// The next term's coordinator takes the current one's place, with the
-    /// next epoch and a grace window; returns its epoch.
-    fn begin_term(&mut self) -> Epoch {
+    /// next epoch and a grace window or none; returns its epoch.
+    fn begin_term(&mut self, grace: bool) -> Epoch {
         let previous = self.state.durable_epoch;
         let epoch = previous
             .next()
             .expect("the model's few terms stay far below Epoch::MAX");
         self.state.durable_epoch = epoch;
-        self.state.coordinator = self.model.coordinator(
-            epoch,
+        self.state.history.stopping = false;
+        let term = if grace {
             Term::AfterFailover {
                 grace_window: GRACE_WINDOW,
-            },
-        );
+            }
+        } else {
+            Term::First
+        };
+        self.state.coordinator = self.model.coordinator(epoch, term);
         if self.state.coordinator.epoch() <= previous {
             self.state.last_step.violate(Violation::EpochNotIncreasing);
         }
@@ -1250,7 +1362,7 @@ impl Step<'_> {
         let effects = self.state.coordinator.step(event);
         let mut sent = Vec::new();
         let mut sends = Sends::default();
-        let mut term_ended = false;
+        let mut term_ended = None;
         for effect in effects {
             match effect {
                 coordinator::Effect::Send {
@@ -1261,7 +1373,7 @@ impl Step<'_> {
                     sent.push((connection, response));
                 }
                 coordinator::Effect::Close { connection, .. } => self.close(connection),
-                coordinator::Effect::EndTerm => term_ended = true,
+                coordinator::Effect::EndTerm { reason } => term_ended = Some(reason),
                 // The shell starts the timer that reports the expiry
                 // (SPEC.md §16.2); the model fires it at any later moment.
                 coordinator::Effect::StartTimer {
@@ -1289,10 +1401,18 @@ impl Step<'_> {
         if !sends.stopped.is_disjoint(&sends.interrupted) {
             self.state.last_step.violate(Violation::StoppedWhileJoined);
         }
-        if term_ended && self.on_deposed {
+        // Outside a stopped window, what landed in the window no longer
+        // needs it: a rejoin that comes later is answered `interrupted`, by
+        // this term or the next, as the protocol allows.
+        if !self.state.coordinator.in_grace() && term_ended != Some(EndReason::Stopped) {
+            self.state.history.landed_in_window.clear();
+        }
+        if term_ended.is_some() && self.on_deposed {
             // Its fields are swapped in: it stops when the step is back.
             self.deposed_ends = true;
-        } else if term_ended {
+        } else if term_ended == Some(EndReason::Stopped) {
+            self.stopped();
+        } else if term_ended.is_some() {
             // SPEC.md §8.9: the shell resigns and the processes fail over.
             // Unreachable with the model's few tokens per term; handled so
             // that a change to that limit cannot silently stall the model.
@@ -1313,6 +1433,9 @@ impl Step<'_> {
         let who = self.who();
         self.note(format_args!("{who} sends {response:?} on {connection:?}"));
         let coordinator_epoch = self.state.coordinator.epoch();
+        // Only the configurations with stops record the lands of a window,
+        // so that the others explore exactly the states they did.
+        let lands_in_window = self.model.stops > 0 && self.state.coordinator.in_grace();
         let Some(index) = self.linked(connection) else {
             self.state.last_step.violate(Violation::SentOnClosed);
             return;
@@ -1370,6 +1493,9 @@ impl Step<'_> {
                         {
                             facts.violate(Violation::RejoinMissedOutcome);
                         }
+                        if history.stopped_with.contains(&rejoin.flight) {
+                            facts.violate(Violation::StopLostLanding);
+                        }
                     }
                     // The flight it waited for: a rejoin names it; a plain
                     // run is only ever interrupted as a joiner of its key's
@@ -1422,6 +1548,9 @@ impl Step<'_> {
                     if let Some(token) = record.token {
                         history.landed.insert(token);
                         history.ever_landed.insert(token);
+                        if lands_in_window {
+                            history.landed_in_window.insert(token);
+                        }
                     }
                 }
                 _ => {}
@@ -1588,6 +1717,17 @@ struct Sends {
 /// only the canonical decimal text of a call number, as the client reads it.
 fn call_of(id: &RequestId) -> Option<CallId> {
     CallId::from_request_id(id)
+}
+
+/// Every live process is connected to the current term, and nothing is on
+/// its way on any connection: what a term asked to stop waits for before
+/// its grace window may end (`Action::GraceWindowEnds`).
+fn all_answered(state: &State) -> bool {
+    state.processes.iter().flatten().all(|process| {
+        process.link.as_ref().is_some_and(|link| {
+            !link.deposed && link.requests.is_empty() && link.responses.is_empty()
+        })
+    })
 }
 
 #[cfg(test)]

@@ -46,14 +46,15 @@
 //!
 //! Every bound is a budget of the action generator ([`Directory`]'s fields):
 //! calls, cancels, broken connections, process deaths, coordinator deaths,
-//! overlapping terms. No depth or state cap is used, so a finished run has
+//! overlapping terms, stops. No depth or state cap is used, so a finished run has
 //! explored every state the bounds allow ([`check::check`]). Processes are
 //! interchangeable, so [`State`]'s hash, which is all the checker keeps of a
 //! visited state, is the same for every permutation of them (symmetry
 //! reduction without a representative). The configurations CI checks are
 //! [`Directory::small`], [`Directory::two_keys`], [`Directory::disconnect`],
-//! [`Directory::detach`], [`Directory::reuse`], [`Directory::overlap`] and
-//! [`Directory::large`] (and variants in `tests/exhaustive.rs`);
+//! [`Directory::detach`], [`Directory::reuse`], [`Directory::overlap`],
+//! [`Directory::nested`], [`Directory::stop`] and [`Directory::large`] (and
+//! variants in `tests/exhaustive.rs`);
 //! [`Directory::detach_and_reuse`] runs on request.
 //! [`slots::Slots`] is a second, small model, of one term's connection
 //! slots (SPEC.md §11.3): accepts, refusals in the handshake, departures,

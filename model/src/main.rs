@@ -2,7 +2,7 @@
 //!
 //! - `explore [address]`: stateright's web explorer on the CI configuration,
 //!   for a person to step through the protocol;
-//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap|goal]`:
+//! - `check [small|two-keys|disconnect|detach|reuse|detach-reuse|large|overlap|nested|stop|goal]`:
 //!   an exhaustive check of a configuration of `Directory`, with its counts
 //!   and time;
 //! - `simulate [CONFIG] [--seed N] [--trace I] [--seconds S] [--traces N]
@@ -33,7 +33,7 @@ const USAGE: &str = "usage: single-flight-model explore [address]   (default 127
        single-flight-model simulate [CONFIG] [--seed N] [--trace I] [--seconds S] [--traces N]
                                     [--mutant NAME]
            CONFIG for check: small, two-keys, disconnect, detach, reuse, detach-reuse, large,
-                   overlap, goal; for simulate, also fleet (the default)
+                   overlap, nested, stop, goal; for simulate, also fleet (the default)
            --seed N      the run seed (default: a fresh one, printed)
            --trace I     walk trace I of run --seed N again and print it
            --seconds S   stop after S seconds (default 60 when --traces is not given)

@@ -34,6 +34,8 @@ pub const NO_REUSE_WITHOUT_WINDOW: &str =
     "a call without a reuse window never receives a kept value";
 pub const NO_CYCLE_LEFT_WAITING: &str = "no cycle of waiting flights is left waiting";
 pub const NO_FALSE_REFUSAL: &str = "a call refused for a cycle was in one";
+pub const STOP_LOSES_NO_LANDING: &str =
+    "a flight that landed in a stopped term's grace window is never lost to a later term";
 
 pub const REASSERT_SUCCEEDS: &str = "sometimes: a flight is reasserted after a failover";
 pub const LANDED_REASSERT_ACKNOWLEDGED: &str =
@@ -46,6 +48,8 @@ pub const DETACHED_FLIGHT_LANDS: &str =
 pub const STOP_SENT: &str = "sometimes: a stop is sent";
 pub const VALUE_REUSED: &str = "sometimes: a value is reused";
 pub const CYCLE_REFUSED: &str = "sometimes: a nested call is refused for a cycle";
+pub const STOP_SERVES_WINDOW: &str =
+    "sometimes: a term asked to stop ends with its grace window, in which a flight landed";
 /// Not a failure but a limit of what anything can promise when terms
 /// overlap (SPEC.md §12.5): both coordinators lead the key, and both works
 /// run. Fencing (§6) is what keeps the older one's writes out.
@@ -67,6 +71,7 @@ pub fn of(directory: &Directory) -> Vec<Property<Directory>> {
     let reuses = directory.reuse != Choice::Never;
     let overlaps = directory.overlaps > 0;
     let nests = directory.nested > 0;
+    let stops = directory.stops > 0;
     all()
         .into_iter()
         .filter(|property| match property.name {
@@ -76,6 +81,7 @@ pub fn of(directory: &Directory) -> Vec<Property<Directory>> {
             // other configurations cost what they did (SPEC.md §17).
             NO_CYCLE_LEFT_WAITING | NO_FALSE_REFUSAL | CYCLE_REFUSED => nests,
             TWO_TERMS_RUN_ONE_KEY => overlaps,
+            STOP_SERVES_WINDOW => stops,
             _ => true,
         })
         .collect()
@@ -152,6 +158,12 @@ pub fn all() -> Vec<Property<Directory>> {
         Property::<Directory>::always(NO_FALSE_REFUSAL, |_, state: &State| {
             !state.last_step.has(Violation::FalseCycleRefusal)
         }),
+        // SPEC.md §10.4: a term asked to stop in its grace window serves
+        // the window out, in which every rejoiner comes back; ended at
+        // once, it would leave them to a term that never knew the outcome.
+        Property::<Directory>::always(STOP_LOSES_NO_LANDING, |_, state: &State| {
+            !state.last_step.has(Violation::StopLostLanding)
+        }),
         Property::<Directory>::sometimes(REASSERT_SUCCEEDS, |_, state: &State| {
             state.last_step.saw(Witness::ReassertAccepted)
         }),
@@ -181,6 +193,9 @@ pub fn all() -> Vec<Property<Directory>> {
         }),
         Property::<Directory>::sometimes(TWO_TERMS_RUN_ONE_KEY, |_, state: &State| {
             two_terms_run_one_key(state)
+        }),
+        Property::<Directory>::sometimes(STOP_SERVES_WINDOW, |_, state: &State| {
+            state.last_step.saw(Witness::StopServedWindow)
         }),
     ]
 }
@@ -257,7 +272,7 @@ fn no_call_waiting(state: &State) -> bool {
 
 /// The flags of a step, in words, for a printed path.
 pub fn describe(facts: &StepFacts) -> String {
-    const VIOLATIONS: [Violation; 19] = [
+    const VIOLATIONS: [Violation; 20] = [
         Violation::SecondFlight,
         Violation::TokenNotIncreasing,
         Violation::EpochNotIncreasing,
@@ -277,8 +292,9 @@ pub fn describe(facts: &StepFacts) -> String {
         Violation::ReusedNotKept,
         Violation::ReusedWithoutWindow,
         Violation::FalseCycleRefusal,
+        Violation::StopLostLanding,
     ];
-    const WITNESSES: [Witness; 9] = [
+    const WITNESSES: [Witness; 10] = [
         Witness::ReassertAccepted,
         Witness::LandedReassertAcknowledged,
         Witness::RejoinInterrupted,
@@ -288,6 +304,7 @@ pub fn describe(facts: &StepFacts) -> String {
         Witness::StopSent,
         Witness::ValueReused,
         Witness::CycleRefused,
+        Witness::StopServedWindow,
     ];
     let mut words: Vec<String> = VIOLATIONS
         .iter()

@@ -64,7 +64,7 @@ pub const DEFAULT_SECONDS: u64 = 60;
 
 /// The configurations, by the names the command line takes: those of
 /// `check`, and the ones only walked.
-pub const CONFIGURATIONS: [Configuration; 12] = [
+pub const CONFIGURATIONS: [Configuration; 13] = [
     ("small", Directory::small),
     ("two-keys", Directory::two_keys),
     ("disconnect", Directory::disconnect),
@@ -74,6 +74,7 @@ pub const CONFIGURATIONS: [Configuration; 12] = [
     ("large", Directory::large),
     ("overlap", Directory::overlap),
     ("nested", Directory::nested),
+    ("stop", Directory::stop),
     ("goal", Directory::goal),
     ("fleet", Directory::fleet),
     ("fleet-without-overlaps", Directory::fleet_without_overlaps),
@@ -421,6 +422,12 @@ impl Simulation {
             detached: option(random, full.detached),
             reuse: option(random, full.reuse),
             // As overlaps: drawn only when there are any.
+            stops: if full.stops == 0 {
+                0
+            } else {
+                up_to(random, full.stops)
+            },
+            // As overlaps: drawn only when there are any.
             nested: if full.nested == 0 {
                 0
             } else {
@@ -604,7 +611,10 @@ pub fn kind(action: &Action) -> usize {
         Action::ConnectionBreaks { .. } => 7,
         // What befalls a coordinator, one kind: a term overlapping the
         // last, or the deposed one stopping, is a failover of its own sort.
-        Action::CoordinatorDies | Action::TermOverlaps | Action::DeposedStops => 8,
+        Action::CoordinatorDies
+        | Action::TermOverlaps
+        | Action::DeposedStops
+        | Action::StopRequested => 8,
         Action::GraceWindowEnds | Action::DeposedGraceWindowEnds => 9,
         Action::ReuseExpires { .. } | Action::DeposedReuseExpires { .. } => 10,
     }

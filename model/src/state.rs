@@ -161,6 +161,7 @@ pub struct Used {
     pub coordinator_deaths: u8,
     pub overlaps: u8,
     pub nested: u8,
+    pub stops: u8,
 }
 
 /// The past, as far as the properties need it.
@@ -194,6 +195,16 @@ pub struct History {
     /// the coordinator has not received: the only values it may hand out as
     /// `reused` (SPEC.md §16.2). Emptied when the term ends.
     pub reusable: BTreeSet<(Key, FencingToken)>,
+    /// The current term was asked to stop (SPEC.md §10.4).
+    pub stopping: bool,
+    /// Flights whose land the current term acknowledged in its grace
+    /// window, in the configurations with stops only; emptied when the
+    /// window ends without a stop, or the term dies.
+    pub landed_in_window: BTreeSet<FencingToken>,
+    /// Flights whose land a term acknowledged in its grace window and which
+    /// that term then ended by a stop: no later term knows their outcome,
+    /// and none may tell a rejoiner of theirs they were lost (§10.4).
+    pub stopped_with: BTreeSet<FencingToken>,
 }
 
 /// What the last step broke ([`Violation`]) and showed ([`Witness`]), as
@@ -261,6 +272,10 @@ pub enum Violation {
     /// waited for does not wait, through the works' nested calls, for its
     /// parent (SPEC.md §17.2).
     FalseCycleRefusal,
+    /// A rejoin was answered `interrupted` by a term that began after a
+    /// stop, for a flight whose land the stopped term acknowledged in its
+    /// grace window (SPEC.md §10.4).
+    StopLostLanding,
 }
 
 /// Something worth reaching, seen during a step (for `sometimes`
@@ -288,6 +303,9 @@ pub enum Witness {
     ValueReused,
     /// A nested call was answered `cycle` (SPEC.md §17.2).
     CycleRefused,
+    /// A term asked to stop in its grace window ended when the window did,
+    /// after a flight had landed in it (SPEC.md §10.4).
+    StopServedWindow,
 }
 
 impl StepFacts {

@@ -37,6 +37,8 @@ fn every_seeded_bug_is_caught() {
             | Mutant::ReusesOlderValues => Directory::reuse(),
             // Cycles of nested flights (SPEC.md §17) need nested calls.
             Mutant::SkipsCycleCheck | Mutant::RefusesNonCycle => Directory::nested(),
+            // The stop (SPEC.md §10.4) is an action of its own configuration.
+            Mutant::StopsInGraceAtOnce => Directory::stop(),
             _ => Directory::small(),
         };
         let report = hunt(directory.with_mutant(Some(mutant)));

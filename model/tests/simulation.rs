@@ -92,6 +92,8 @@ fn random_walks_find_every_seeded_bug() {
             // The fleet makes no nested calls (SPEC.md §17): walked in the
             // configuration that does.
             Mutant::SkipsCycleCheck | Mutant::RefusesNonCycle => "nested",
+            // Nor does it stop its coordinators (SPEC.md §10.4).
+            Mutant::StopsInGraceAtOnce => "stop",
             _ => "fleet",
         };
         let simulation = Simulation::new(configuration, Some(mutant), FIXED_SEED)

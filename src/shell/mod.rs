@@ -4,6 +4,7 @@
 
 mod api;
 pub mod blocking;
+mod backlog;
 mod builder;
 mod clock;
 mod codec;
@@ -37,7 +38,9 @@ pub use failure::{ERROR_NAME, IntoFailure};
 pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use server::{LOG_TARGET, MAX_QUEUED_BYTES};
+pub use backlog::MAX_QUEUED_BYTES;
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use server::LOG_TARGET;
 /// Connections a term serves at once (SPEC.md §11.3): the coordinator holds
 /// the slots and refuses a connection at accept when none is free.
 #[cfg(feature = "_internal")] // for the tests and harnesses only

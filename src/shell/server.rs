@@ -14,12 +14,15 @@ use tokio::task::AbortHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
+use super::backlog::{MAX_QUEUED_BYTES, SlowReaders};
 use super::clock::Clock;
 use super::lines::{LineError, Lines};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 pub(super) use crate::coordinator::Lifetime;
-use crate::coordinator::{self, ConnectionId, Coordinator, Effect, Ending, Event, Needed, Timer};
+use crate::coordinator::{
+    self, ConnectionId, Coordinator, Effect, EndReason, Ending, Event, Needed, Timer,
+};
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
     CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
@@ -33,13 +36,6 @@ use crate::transport::{Connection, Listener};
 /// filter. The cluster chaos harness's checker matches it in the workers'
 /// logs (the terms and their answers, RELIABILITY.md).
 pub const LOG_TARGET: &str = "single_flight::coordinator";
-
-/// Bytes of responses queued for one connection before the coordinator gives
-/// up on it (SPEC.md §11.3). One whole frame must fit (a `landed` may be that
-/// large) plus the small answers around it; a client that stops reading past
-/// that is closed, so it can neither block the coordinator nor grow its
-/// memory.
-pub const MAX_QUEUED_BYTES: usize = MAX_FRAME_BYTES + 1024 * 1024;
 
 /// Requests read ahead of the coordinator across all connections. When the
 /// coordinator falls behind, readers wait, and the kernel's socket buffers
@@ -182,8 +178,9 @@ struct Server<T, L> {
     /// than keys landed within the longest window.
     timers: DelayQueue<Timer>,
     reuse_timer_of: BTreeMap<Key, delay_queue::Key>,
-    /// When the term ends cleanly (SPEC.md §10.4, §16.4), decided by a pure
-    /// machine; `started` is when the term began serving, for its time.
+    /// When a term served while needed ends by itself (SPEC.md §16.4),
+    /// decided by a pure machine; `started` is when the term began serving,
+    /// for its time. A stop is the coordinator's to decide (§10.4).
     ending: Ending,
     started: tokio::time::Instant,
     /// What the periodic check ticks on (`super::clock`).
@@ -219,18 +216,17 @@ impl<T: Term, L: Listener> Server<T, L> {
     async fn serve(mut self, mut stopped: oneshot::Receiver<()>) {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
         let mut checks = self.clock.every(CHECK_INTERVAL);
-        if !self.step(Event::TermBegan) {
-            return self.end(End::Lost).await;
+        if let Err(end) = self.step(Event::TermBegan) {
+            return self.end(end).await;
         }
+        // The stop is reported once: a finished receiver is not polled again.
+        let mut stop_reported = false;
         let end = loop {
-            if self.ending.ends_after_event(self.coordinator.in_grace()) {
-                break End::Stopped;
-            }
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(incoming) => {
-                        if !self.accept(incoming, &reports) {
-                            break End::Lost;
+                        if let Err(end) = self.accept(incoming, &reports) {
+                            break end;
                         }
                     }
                     Err(error) => {
@@ -241,8 +237,8 @@ impl<T: Term, L: Listener> Server<T, L> {
                     }
                 },
                 Some(report) = inbox.recv() => {
-                    if !self.report(report) {
-                        break End::Lost;
+                    if let Err(end) = self.report(report) {
+                        break end;
                     }
                 }
                 Some(expired) = std::future::poll_fn(|context| self.timers.poll_expired(context)) => {
@@ -255,8 +251,8 @@ impl<T: Term, L: Listener> Server<T, L> {
                             self.reuse_timer_of.remove(key);
                         }
                     }
-                    if !self.step(Event::TimerFired { timer }) {
-                        break End::Lost;
+                    if let Err(end) = self.step(Event::TimerFired { timer }) {
+                        break end;
                     }
                 }
                 now = checks.tick() => {
@@ -269,9 +265,10 @@ impl<T: Term, L: Listener> Server<T, L> {
                         break End::Stopped;
                     }
                 }
-                _ = &mut stopped, if !self.ending.is_stopping() => {
-                    if self.ending.stop_asked(self.coordinator.in_grace()) {
-                        break End::Stopped;
+                _ = &mut stopped, if !stop_reported => {
+                    stop_reported = true;
+                    if let Err(end) = self.step(Event::StopRequested) {
+                        break end;
                     }
                     info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
                 }
@@ -292,17 +289,14 @@ impl<T: Term, L: Listener> Server<T, L> {
     }
 
     /// Starts the handshake of an accepted connection, unless the
-    /// coordinator refused it (SPEC.md §11.3); `false` when the term must
-    /// end.
-    fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) -> bool {
+    /// coordinator refused it (SPEC.md §11.3); an error when the term ends.
+    fn accept(&mut self, incoming: L::Incoming, reports: &mpsc::Sender<Report>) -> Result<(), End> {
         let connection = ConnectionId(self.next_connection);
         self.next_connection += 1;
-        if !self.step(Event::ConnectionAccepted { connection }) {
-            return false;
-        }
+        self.step(Event::ConnectionAccepted { connection })?;
         if !self.coordinator.in_handshake(connection) {
             // Refused: dropping `incoming` closes it.
-            return true;
+            return Ok(());
         }
         self.ending.connection_accepted();
         let task = tokio::spawn(connection_task::<L>(
@@ -314,11 +308,11 @@ impl<T: Term, L: Listener> Server<T, L> {
             self.seeded,
         ));
         self.readers.insert(connection, task.abort_handle());
-        true
+        Ok(())
     }
 
-    /// Feeds one report to the coordinator; `false` when the term must end.
-    fn report(&mut self, report: Report) -> bool {
+    /// Feeds one report to the coordinator; an error when the term ends.
+    fn report(&mut self, report: Report) -> Result<(), End> {
         match report {
             Report::Opened { connection, writer } => {
                 self.writers.insert(connection, writer);
@@ -352,15 +346,15 @@ impl<T: Term, L: Listener> Server<T, L> {
     }
 
     /// Runs one event through the coordinator and carries out its effects
-    /// in order; `false` when the term must end.
-    fn step(&mut self, event: Event) -> bool {
+    /// in order; an error when the term ends, and how.
+    fn step(&mut self, event: Event) -> Result<(), End> {
         // A term that can no longer prove it holds answers nothing more,
         // not even to the event that woke it: another coordinator may serve
         // already (SPEC.md §7).
         if !self.still_holds() {
-            return false;
+            return Err(End::Lost);
         }
-        let mut closed = Vec::new();
+        let mut slow = SlowReaders::default();
         let mut encoder = LineEncoder::default();
         // Taken while the effects are carried out: a nested step (below)
         // finds it empty and uses a buffer of its own.
@@ -376,28 +370,33 @@ impl<T: Term, L: Listener> Server<T, L> {
                     // thousands of joiners, and a process stopped among
                     // them must not go on answering when it resumes.
                     if !self.still_holds() {
-                        return false;
+                        return Err(End::Lost);
                     }
                     trace_response(connection, &response);
-                    if !self.enqueue(connection, encoder.line(&response)) {
-                        closed.push(connection);
-                    }
+                    self.enqueue(connection, encoder.line(&response), &mut slow);
                 }
                 Effect::Close { connection, reason } => {
                     warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
                     self.forget(connection);
                 }
                 Effect::StartTimer { timer, after } => self.start_timer(timer, after),
-                Effect::EndTerm => {
+                // The last effect of its step: the coordinator ignores
+                // every event from now on.
+                Effect::EndTerm {
+                    reason: EndReason::Stopped,
+                } => return Err(End::Stopped),
+                Effect::EndTerm {
+                    reason: EndReason::OutOfTokens,
+                } => {
                     warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
-                    return false;
+                    return Err(End::Lost);
                 }
             }
         }
         self.effects = effects;
         // §11.3: a client too slow to read loses its connection, after the
         // step, so that the effects of this event stay in order.
-        for connection in closed {
+        for connection in slow.take() {
             warn!(
                 target: LOG_TARGET,
                 ?connection,
@@ -405,11 +404,9 @@ impl<T: Term, L: Listener> Server<T, L> {
                 "closing a connection that does not read its responses"
             );
             self.forget(connection);
-            if !self.step(Event::ConnectionClosed { connection }) {
-                return false;
-            }
+            self.step(Event::ConnectionClosed { connection })?;
         }
-        true
+        Ok(())
     }
 
     /// Whether the term may still answer (SPEC.md §14.2); says so when not.
@@ -437,13 +434,21 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
     }
 
-    /// Queues a line for a connection; `false` if its queue is over the bound.
-    fn enqueue(&mut self, connection: ConnectionId, line: Vec<u8>) -> bool {
+    /// Queues a line for a connection, unless `slow` finds it over its
+    /// bound (SPEC.md §11.3); a connection whose writer is gone is closed as
+    /// well.
+    fn enqueue(&mut self, connection: ConnectionId, line: Vec<u8>, slow: &mut SlowReaders) {
         let Some(writer) = self.writers.get(&connection) else {
-            return true;
+            return;
         };
-        let queued = writer.queued.fetch_add(line.len(), Ordering::AcqRel) + line.len();
-        queued <= MAX_QUEUED_BYTES && writer.lines.send(line).is_ok()
+        let unwritten = writer.queued.load(Ordering::Acquire);
+        if !slow.admits(connection, unwritten, line.len()) {
+            return;
+        }
+        writer.queued.fetch_add(line.len(), Ordering::AcqRel);
+        if writer.lines.send(line).is_err() {
+            slow.writer_gone(connection);
+        }
     }
 
     /// Stops both tasks of a connection, which closes it. The writer is
@@ -731,6 +736,36 @@ mod tests {
         async fn resign(self, _clean: bool) {}
     }
 
+    /// The second term of a directory, after a failover, which records
+    /// whether it resigned cleanly.
+    struct Second {
+        clean: Arc<std::sync::Mutex<Option<bool>>>,
+    }
+
+    impl Term for Second {
+        type Error = io::Error;
+
+        fn epoch(&self) -> Epoch {
+            Epoch::new(2).unwrap()
+        }
+
+        fn follows_failover(&self) -> bool {
+            true
+        }
+
+        fn check(&mut self) -> Result<(), io::Error> {
+            Ok(())
+        }
+
+        fn warrant(&self) -> Warrant {
+            Warrant::always()
+        }
+
+        async fn resign(self, clean: bool) {
+            *self.clean.lock().unwrap() = Some(clean);
+        }
+    }
+
     /// Connections in memory: the test keeps the client's end of each.
     struct Pipes(mpsc::UnboundedReceiver<DuplexStream>);
 
@@ -844,6 +879,50 @@ mod tests {
         }
         assert_eq!(leader.line().await, None);
         serving.done.await.unwrap();
+    }
+
+    /// §10.4, §8.9: a term asked to stop inside its grace window serves the
+    /// window out, as its coordinator decides: a rejoin that comes after the
+    /// stop still receives the outcome of the flight that landed in the
+    /// window, and the term ends, cleanly, only when the window does. The
+    /// runtime's clock is paused, so the window's minute passes when
+    /// nothing else is left to do.
+    #[tokio::test(start_paused = true)]
+    async fn s10_4_a_term_asked_to_stop_in_its_window_serves_it_out() {
+        let (connect, incoming) = mpsc::unbounded_channel();
+        let options = Options {
+            grace_window: Duration::from_secs(60),
+            poll_interval: Duration::from_millis(10),
+            seeded: Seeded::NONE,
+            clock: Clock::Runtime,
+        };
+        let clean = Arc::new(std::sync::Mutex::new(None));
+        let term = Second {
+            clean: clean.clone(),
+        };
+        let serving = start(term, Pipes(incoming), &options);
+        // The flight 1:1 of the first term landed; its leader replays the
+        // land that the first term did not acknowledge (§8.3).
+        let mut leader = Client::connect(&connect).await;
+        leader
+            .send(r#"{"op":"reassert","id":"L","key":"k","token":"4294967297","outcome":{"value":"v"}}"#)
+            .await;
+        assert!(matches!(leader.response().await, Response::Ack { .. }));
+        serving.stop.send(()).unwrap();
+        let mut joiner = Client::connect(&connect).await;
+        joiner
+            .send(r#"{"op":"run","id":"J","key":"k","flight":"4294967297"}"#)
+            .await;
+        match joiner.response().await {
+            Response::Landed { outcome, .. } => {
+                assert_eq!(*outcome, crate::protocol::Outcome::Value("v".to_owned()));
+            }
+            other => panic!("the rejoin was answered {other:?}"),
+        }
+        assert!(!serving.done.is_finished(), "the window is still open");
+        serving.done.await.unwrap();
+        assert_eq!(*clean.lock().unwrap(), Some(true));
+        assert_eq!(joiner.line().await, None, "closed with the term");
     }
 
     /// §14.2: lines queued while the term held, then left unwritten while

@@ -94,6 +94,11 @@ pub enum Event {
         /// The timer, as the effect named it.
         timer: Timer,
     },
+    /// The process asks its term to stop (SPEC.md §10.4): the coordinator
+    /// answers [`Effect::EndTerm`] with [`EndReason::Stopped`] at once, or,
+    /// inside the grace window, once the window is over (at most the
+    /// window). Asked again, it changes nothing.
+    StopRequested,
 }
 
 /// A command for the shell, to be carried out in the order given.
@@ -125,10 +130,26 @@ pub enum Effect {
         /// How long from now.
         after: Duration,
     },
-    /// This term cannot go on (SPEC.md §8.9): resign the claim and close
-    /// every connection, so that the next term takes over with a greater
-    /// epoch. The coordinator ignores every event after this.
-    EndTerm,
+    /// End the term: resign the claim and close every connection (SPEC.md
+    /// §8.9, §10.4), so that the next term takes over with a greater epoch.
+    /// The coordinator ignores every event after this; it comes last among
+    /// its step's effects.
+    EndTerm {
+        /// Why the term ends.
+        reason: EndReason,
+    },
+}
+
+/// Why the coordinator ends its term.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndReason {
+    /// The process asked it to stop ([`Event::StopRequested`]), and its
+    /// grace window, if it had one, is over (SPEC.md §10.4): a clean end,
+    /// which the shell records as such when no flight is in progress.
+    Stopped,
+    /// A flight must be led and the term has minted its last token (SPEC.md
+    /// §6, §8.9): the term cannot go on.
+    OutOfTokens,
 }
 
 /// Why the coordinator closes a connection.

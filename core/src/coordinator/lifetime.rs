@@ -1,10 +1,13 @@
-//! When a served term ends cleanly (SPEC.md §10.4, §16.4): the decisions of
-//! the shell's serving loop, as a pure machine beside the [`Coordinator`].
-//! The shell tells it what happened and how long the term has been served;
-//! it answers whether the term ends. A term that is lost (its lock file, its
-//! lease, its tokens) ends at once and is not decided here.
+//! When a term served while it is needed ends by itself (SPEC.md §16.4): the
+//! decision of the shell's periodic check, as a pure machine beside the
+//! [`Coordinator`]. The shell tells it what happened and how long the term
+//! has been served; it answers whether the term ends. A stop asked by the
+//! process is the coordinator's own decision ([`Event::StopRequested`],
+//! §10.4), and a term that is lost (its lock file, its lease, its tokens)
+//! ends at once and is not decided here.
 //!
 //! [`Coordinator`]: super::Coordinator
+//! [`Event::StopRequested`]: super::Event::StopRequested
 
 use std::time::Duration;
 
@@ -41,12 +44,10 @@ pub struct Needed {
     pub kept: usize,
 }
 
-/// The ending of one served term.
+/// The ending of one served term by itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ending {
     lifetime: Lifetime,
-    /// The process has asked the term to stop.
-    stopping: bool,
     /// A connection has been accepted in this term.
     connected: bool,
 }
@@ -56,7 +57,6 @@ impl Ending {
     pub fn new(lifetime: Lifetime) -> Ending {
         Ending {
             lifetime,
-            stopping: false,
             connected: false,
         }
     }
@@ -64,28 +64,6 @@ impl Ending {
     /// A connection was accepted.
     pub fn connection_accepted(&mut self) {
         self.connected = true;
-    }
-
-    /// The process asks the term to stop: `true` when it ends now; inside the grace
-    /// window, is served until the window ends (SPEC.md §10.4). The
-    /// rejoiners of flights that landed in this term come back within it for
-    /// their outcomes, which only this term holds; ended now, the term would
-    /// be clean, and the next one would tell them their flights were lost.
-    pub fn stop_asked(&mut self, in_grace: bool) -> bool {
-        self.stopping = true;
-        self.ends_after_event(in_grace)
-    }
-
-    /// Whether the process has asked the term to stop: it is served only
-    /// until its grace window ends, and is not asked again.
-    pub fn is_stopping(&self) -> bool {
-        self.stopping
-    }
-
-    /// After anything the term served: `true` when it ends now, which a stop
-    /// asked inside the grace window does once the window is over.
-    pub fn ends_after_event(&self, in_grace: bool) -> bool {
-        self.stopping && !in_grace
     }
 
     /// At the shell's periodic check, `served` after the term began: `true`
@@ -115,27 +93,6 @@ mod tests {
         kept: 0,
     };
     const SOON: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn s10_4_a_stop_outside_the_grace_window_ends_the_term_at_once() {
-        let mut ending = Ending::new(Lifetime::UntilStopped);
-        assert!(ending.stop_asked(false));
-    }
-
-    #[test]
-    fn s10_4_a_stop_inside_the_grace_window_waits_for_its_end() {
-        let mut ending = Ending::new(Lifetime::UntilStopped);
-        assert!(!ending.stop_asked(true));
-        assert!(ending.is_stopping());
-        assert!(!ending.ends_after_event(true));
-        assert!(ending.ends_after_event(false));
-    }
-
-    #[test]
-    fn nothing_but_a_stop_ends_a_term_after_an_event() {
-        let ending = Ending::new(Lifetime::WhileNeeded);
-        assert!(!ending.ends_after_event(false));
-    }
 
     #[test]
     fn a_term_served_until_stopped_never_ends_by_itself() {

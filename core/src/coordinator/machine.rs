@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::cycles::{PartyRef, WaitFor};
-use super::io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
+use super::io::{CloseReason, ConnectionId, Effect, EndReason, Event, Term, Timer};
 use super::mutant::{Mutant, Seeded};
 use super::table::Table;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
@@ -48,6 +48,8 @@ pub const MAX_CONNECTIONS: usize = 4096;
 ///   (also after carrying out an [`Effect::Close`]). Never reuse a
 ///   [`ConnectionId`] within a term. Events for connections that are not
 ///   open are ignored, so a late event is harmless.
+/// - Report [`Event::StopRequested`] when the process asks the term to stop,
+///   and end it only at [`Effect::EndTerm`] (SPEC.md §10.4).
 /// - After [`Effect::EndTerm`], resign and close everything; the coordinator
 ///   ignores all further events.
 ///
@@ -74,7 +76,7 @@ pub const MAX_CONNECTIONS: usize = 4096;
 ///             Effect::Close { connection, .. } => close(connection),
 ///             // A timer whose event comes back through `next_event`.
 ///             Effect::StartTimer { timer, after: time } => after(time, Event::TimerFired { timer }),
-///             Effect::EndTerm => return resign(),
+///             Effect::EndTerm { .. } => return resign(),
 ///         }
 ///     }
 ///     event = next_event();
@@ -91,6 +93,9 @@ pub struct Coordinator {
     grace_window: Duration,
     /// Set by [`Effect::EndTerm`].
     ended: bool,
+    /// The process asked the term to stop inside its grace window: it ends
+    /// when the window does (SPEC.md §10.4).
+    stopping: bool,
     connections: Table<ConnectionId, Table<RequestId, Party>>,
     /// Connections accepted and not yet opened, refused or closed: each
     /// holds a slot, as an open one does (SPEC.md §11.3).
@@ -224,6 +229,7 @@ impl Coordinator {
             in_grace,
             grace_window,
             ended: false,
+            stopping: false,
             connections: Table::default(),
             handshaking: BTreeSet::new(),
             connection_limit: MAX_CONNECTIONS,
@@ -378,6 +384,30 @@ impl Coordinator {
             Event::TimerFired {
                 timer: Timer::Reuse { key, token },
             } => self.expire(&key, token),
+            Event::StopRequested => self.stop_asked(),
+        }
+    }
+
+    /// §10.4: a term asked to stop ends at once, unless its grace window is
+    /// open: the flights of earlier terms that landed in the window are
+    /// known to this term alone, and their rejoiners come back within the
+    /// window for their outcomes; ended now, the term would leave them to
+    /// the next one, which would tell them their flights were lost (§9.2).
+    /// It then ends with the window (`end_grace`).
+    fn stop_asked(&mut self) {
+        self.stopping = true;
+        if self.hook(Mutant::StopsInGraceAtOnce, self.in_grace, false) {
+            return;
+        }
+        self.end_term(EndReason::Stopped);
+    }
+
+    /// Ends the term once: the shell resigns and closes every connection,
+    /// and every later event is ignored.
+    fn end_term(&mut self, reason: EndReason) {
+        if !self.ended {
+            self.ended = true;
+            self.effects.push(Effect::EndTerm { reason });
         }
     }
 
@@ -572,8 +602,7 @@ impl Coordinator {
         let Some(token) = self.mint() else {
             // §8.9: the term has no tokens left. The party stays waiting; the
             // shell closes every connection and the next term takes over.
-            self.ended = true;
-            self.effects.push(Effect::EndTerm);
+            self.end_term(EndReason::OutOfTokens);
             return;
         };
         self.set_role(&party, Role::Leading { token });
@@ -981,6 +1010,12 @@ impl Coordinator {
             for key in keys {
                 self.stop_if_unwanted(&key);
             }
+        }
+        // §10.4: a term asked to stop in its window ends with it, once the
+        // window has settled what waited for it, so that those answers are
+        // written before the connections close.
+        if self.stopping {
+            self.end_term(EndReason::Stopped);
         }
     }
 

@@ -10,7 +10,7 @@ mod mutant;
 mod table;
 
 pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
-pub use io::{CloseReason, ConnectionId, Effect, Event, Term, Timer};
+pub use io::{CloseReason, ConnectionId, Effect, EndReason, Event, Term, Timer};
 pub use lifetime::{Ending, FIRST_CONNECTION_PATIENCE, Lifetime, Needed};
 pub use machine::{Coordinator, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
 #[cfg(single_flight_mutants)]

@@ -76,12 +76,18 @@ pub enum Mutant {
     /// rest of the term, so that enough failed handshakes shut every client
     /// out (issue 27's bug 5).
     KeepsRefusedSlots,
+    /// §10.4: a term asked to stop inside its grace window ends at once,
+    /// so that the rejoiners of the flights that landed in the window,
+    /// which only this term knows, are told by the next term that their
+    /// flights were lost (the stop's bug once shipped, when the shell
+    /// decided it).
+    StopsInGraceAtOnce,
 }
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
     /// Every seeded bug, in the order declared.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -99,6 +105,7 @@ impl Mutant {
         Mutant::SkipsCycleCheck,
         Mutant::RefusesNonCycle,
         Mutant::KeepsRefusedSlots,
+        Mutant::StopsInGraceAtOnce,
     ];
 }
 

@@ -659,8 +659,73 @@ fn exhausted_sequence_ends_the_term() {
         co.step(run(1, "1", "a")),
         vec![lead(1, "1", token(1, u32::MAX))]
     );
-    assert_eq!(co.step(run(1, "2", "b")), vec![Effect::EndTerm]);
+    assert_eq!(
+        co.step(run(1, "2", "b")),
+        vec![Effect::EndTerm {
+            reason: EndReason::OutOfTokens
+        }]
+    );
     assert_eq!(co.step(run(1, "3", "c")), vec![]);
+}
+
+/// The coordinator's answer that the term is over at a stop (§10.4).
+const STOPPED: Effect = Effect::EndTerm {
+    reason: EndReason::Stopped,
+};
+
+/// §10.4: a stop outside the grace window ends the term at once, and every
+/// later event is ignored, a second stop included.
+#[test]
+fn s10_4_a_stop_outside_the_grace_window_ends_the_term_at_once() {
+    let mut co = coordinator(1, Term::First, 2);
+    co.step(run(1, "1", "k"));
+    assert_eq!(co.step(Event::StopRequested), vec![STOPPED]);
+    assert_eq!(co.step(run(2, "1", "k")), vec![]);
+    assert_eq!(co.step(Event::StopRequested), vec![]);
+}
+
+/// §10.4: a stop inside the grace window is served out: the window's
+/// rejoins still get the outcome of a flight that landed in it, and the
+/// term ends with the window, after the window's last answers.
+#[test]
+fn s10_4_a_stop_inside_the_grace_window_ends_the_term_with_the_window() {
+    let mut co = coordinator(2, AFTER_FAILOVER, 3);
+    let old = token(1, 1);
+    co.step(reassert(1, "1", "k", old));
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
+    co.step(run(3, "1", "j"));
+    assert_eq!(co.step(Event::StopRequested), vec![]);
+    assert_eq!(co.step(Event::StopRequested), vec![], "asked again");
+    assert_eq!(
+        co.step(rejoin(2, "1", "k", old)),
+        vec![landed(2, "1", value("v"))]
+    );
+    assert_eq!(
+        co.step(GRACE_ENDED),
+        vec![lead(3, "1", token(2, 1)), STOPPED]
+    );
+    assert_eq!(co.step(GRACE_ENDED), vec![]);
+    assert_eq!(co.step(run(2, "2", "k")), vec![]);
+}
+
+/// §8.9, §10.4: a term ends once, however many reasons it has: a term
+/// asked to stop in its window that runs out of tokens as the window
+/// settles ends for want of tokens, and says so once.
+#[test]
+fn a_term_that_runs_out_of_tokens_at_a_stopped_window_ends_once() {
+    let mut co = coordinator(2, AFTER_FAILOVER, 2).with_next_sequence(u32::MAX);
+    co.step(run(1, "1", "a"));
+    co.step(run(2, "1", "b"));
+    co.step(Event::StopRequested);
+    assert_eq!(
+        co.step(GRACE_ENDED),
+        vec![
+            lead(1, "1", token(2, u32::MAX)),
+            Effect::EndTerm {
+                reason: EndReason::OutOfTokens
+            },
+        ]
+    );
 }
 
 /// §8.9: a connection with too many open requests is closed, and its
@@ -1185,11 +1250,14 @@ fn step_into_appends_what_step_returns() {
     ];
     let mut by_step = coordinator(1, Term::First, 3);
     let mut by_buffer = by_step.clone();
-    let mut buffer = vec![Effect::EndTerm];
+    let end = Effect::EndTerm {
+        reason: EndReason::Stopped,
+    };
+    let mut buffer = vec![end.clone()];
     for event in events {
         let returned = by_step.step(event.clone());
         by_buffer.step_into(event, &mut buffer);
-        assert_eq!(buffer[0], Effect::EndTerm, "what was there stays first");
+        assert_eq!(buffer[0], end, "what was there stays first");
         assert_eq!(buffer[1..], returned[..]);
         assert_eq!(by_buffer, by_step);
         buffer.truncate(1);

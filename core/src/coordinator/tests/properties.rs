@@ -192,7 +192,7 @@ impl Observer {
                     earlier.push(response.clone());
                 }
                 Effect::Close { connection, .. } => closed_now.push(*connection),
-                Effect::EndTerm => panic!("the sequence cannot run out here"),
+                Effect::EndTerm { .. } => panic!("the sequence cannot run out here"),
                 Effect::StartTimer { timer, .. } => {
                     assert_eq!(
                         *timer,
