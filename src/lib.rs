@@ -79,24 +79,35 @@
 
 use single_flight_core::{client, coordinator, protocol};
 
-/// Declares the library's inner modules: private, or public (and hidden)
-/// with the `_internal` feature, for the tests, benchmarks and chaos
-/// harness only, which reach them through [`_internal`].
-macro_rules! inner_modules {
-    ($($module:ident),* $(,)?) => {$(
-        #[cfg(feature = "_internal")]
-        #[doc(hidden)]
-        pub mod $module;
-        #[cfg(not(feature = "_internal"))]
-        mod $module;
-    )*};
-}
-
-inner_modules!(backend, election, shell, transport);
+// The library's inner modules: private, or public (and hidden) with the
+// `_internal` feature, for the tests, benchmarks and chaos harness only,
+// which reach them through [`_internal`]. Written out rather than declared
+// by a macro: rustfmt does not follow modules that a macro declares, so
+// `cargo fmt` would leave them unformatted and unchecked.
+#[cfg(feature = "_internal")]
+#[doc(hidden)]
+pub mod backend;
+#[cfg(not(feature = "_internal"))]
+mod backend;
+#[cfg(feature = "_internal")]
+#[doc(hidden)]
+pub mod election;
+#[cfg(not(feature = "_internal"))]
+mod election;
 /// The reading of TLS files again while the process runs, shared by the
 /// transport and etcd's client (SPEC.md §14.5).
 #[cfg(feature = "cluster")]
 mod reload;
+#[cfg(feature = "_internal")]
+#[doc(hidden)]
+pub mod shell;
+#[cfg(not(feature = "_internal"))]
+mod shell;
+#[cfg(feature = "_internal")]
+#[doc(hidden)]
+pub mod transport;
+#[cfg(not(feature = "_internal"))]
+mod transport;
 
 pub use backend::BackendError;
 #[cfg(feature = "cluster")]

@@ -238,7 +238,11 @@ impl Cluster {
     /// (`--etcd-password-file`) because `ps` shows every argument. A
     /// program that holds the password in memory writes it to a file of
     /// mode 0600, or to a memory file system.
-    pub fn etcd_user(mut self, name: impl Into<String>, password_file: impl Into<PathBuf>) -> Cluster {
+    pub fn etcd_user(
+        mut self,
+        name: impl Into<String>,
+        password_file: impl Into<PathBuf>,
+    ) -> Cluster {
         self.etcd.user = Some(EtcdUser {
             name: name.into(),
             password_file: password_file.into(),

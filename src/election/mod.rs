@@ -76,9 +76,7 @@ pub trait Election: Send + 'static {
 
     /// One attempt to become the coordinator: `Some` term if won, `None` if
     /// another process holds the term. It never waits for another process.
-    fn campaign(
-        &mut self,
-    ) -> impl Future<Output = Result<Option<Self::Term>, Self::Error>> + Send;
+    fn campaign(&mut self) -> impl Future<Output = Result<Option<Self::Term>, Self::Error>> + Send;
 
     /// Resolves when the coordinator that [`coordinator`](Self::coordinator)
     /// last reported no longer holds its term, for a client connected to it

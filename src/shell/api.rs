@@ -13,14 +13,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::codec::{Codec, Json};
-use super::landed::{Landed, Role};
 use super::driver::PANIC_LAND_TIMEOUT;
-use super::hub::{CallEvent, Command, Commands};
 use super::error::{RunError, Unavailable};
 use super::failure::{IntoFailure, panic_failure};
+use super::hub::{CallEvent, Command, Commands};
+use super::landed::{Landed, Role};
 use super::nested::{self, Working};
-use super::thread::Shared;
 use super::stats::{Counters, Stats};
+use super::thread::Shared;
 use crate::client::{CallId, CallOptions, Resolution};
 use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
 use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};

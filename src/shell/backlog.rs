@@ -29,7 +29,12 @@ impl SlowReaders {
     /// neither is any later line of the step for that connection: it is
     /// closed once the step is carried out, so that every other
     /// connection's answers of the step keep their order.
-    pub(super) fn admits(&mut self, connection: ConnectionId, unwritten: usize, line: usize) -> bool {
+    pub(super) fn admits(
+        &mut self,
+        connection: ConnectionId,
+        unwritten: usize,
+        line: usize,
+    ) -> bool {
         if self.closing.contains(&connection) {
             return false;
         }

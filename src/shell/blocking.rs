@@ -46,12 +46,12 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::api::{self, Answer, Finished};
-use super::thread;
-use super::landed::Landed;
 use super::codec::{Codec, Json};
 use super::error::{OpenError, RunError};
 use super::failure::IntoFailure;
+use super::landed::Landed;
 use super::nested;
+use super::thread;
 use crate::protocol::FencingToken;
 
 /// Single-flight for the processes that share one directory, for blocking

@@ -7,12 +7,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::api::SingleFlight;
-use super::thread::{Opened, opened_with, start_thread};
 use super::error::OpenError;
 use super::options::Options;
 use super::serve::{self, ServeError};
 use super::server::Lifetime;
 use super::status::{self, Status, StatusError};
+use super::thread::{Opened, opened_with, start_thread};
 use crate::backend::Place;
 use crate::backend::local::Directory;
 
@@ -103,10 +103,7 @@ impl Builder {
     ///     .await
     /// # }
     /// ```
-    pub async fn serve(
-        self,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<(), ServeError> {
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         serve::serve(self.place, self.options, Lifetime::UntilStopped, shutdown).await
     }
 

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use rustix::time::{
-    Itimerspec, Timespec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, timerfd_create,
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
     timerfd_settime,
 };
 use tokio::io::Interest;
@@ -102,7 +102,8 @@ impl Ticks {
                     // must go on whatever happens to the timer.
                     tracing::warn!(%error, "the kernel timer of a periodic check failed; it ticks on the runtime's timer from now on");
                     let period = *period;
-                    *self = Ticks::Runtime(tokio::time::interval_at(Instant::now() + period, period));
+                    *self =
+                        Ticks::Runtime(tokio::time::interval_at(Instant::now() + period, period));
                 }
             }
         }

@@ -280,9 +280,11 @@ where
                 if !serving {
                     self.serving = None;
                 }
-                self.attempting = Some(Box::pin(
-                    finder.attempt(serving, self.options.poll_interval, self.options.seeded),
-                ));
+                self.attempting = Some(Box::pin(finder.attempt(
+                    serving,
+                    self.options.poll_interval,
+                    self.options.seeded,
+                )));
             }
             Work::Disconnect => {
                 if self.gone.is_none() && self.connected {
@@ -314,7 +316,10 @@ where
         {
             self.counters.failover();
         }
-        let flush = self.options.seeded.hook(Mutant::WritersNeverFlush, true, false);
+        let flush = self
+            .options
+            .seeded
+            .hook(Mutant::WritersNeverFlush, true, false);
         self.hub.lock().connect(wire, framer, flush);
         self.connected = true;
         Ok(())

@@ -184,7 +184,10 @@ impl<E: fmt::Display> fmt::Display for RunError<E> {
                 write!(f, "the call for {key:?} is not valid: {reason}")
             }
             RunError::Codec { key, reason } => {
-                write!(f, "the value of the call for {key:?} did not cross: {reason}")
+                write!(
+                    f,
+                    "the value of the call for {key:?} did not cross: {reason}"
+                )
             }
             RunError::Protocol { key, reason } => write!(
                 f,

@@ -145,7 +145,10 @@ mod tests {
         let failure = io::Error::from_raw_os_error(28).to_failure();
         assert_eq!(failure.name, ERROR_NAME);
         assert_eq!(failure.code, Some(FailureCode::Number(28)));
-        assert_eq!(failure.message, io::Error::from_raw_os_error(28).to_string());
+        assert_eq!(
+            failure.message,
+            io::Error::from_raw_os_error(28).to_string()
+        );
     }
 
     /// §9.6: `panic!` makes a `&str` payload without arguments and a

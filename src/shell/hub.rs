@@ -203,7 +203,9 @@ impl Hub {
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic under the lock is a bug of this module; the state is the
         // machine's, whole after every step, so the next holder goes on.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// `None` once the connector has stopped; otherwise when it wants
@@ -264,7 +266,11 @@ impl Hub {
                     return Ok(());
                 }
                 state.calls.insert(call, events);
-                if state.link.as_ref().is_some_and(|link| link.lender.is_some()) {
+                if state
+                    .link
+                    .as_ref()
+                    .is_some_and(|link| link.lender.is_some())
+                {
                     // The caller that reads for itself may be on another
                     // runtime, or not polled for a while: the thread reads
                     // for every call again (§10.1).
@@ -279,7 +285,10 @@ impl Hub {
                     // then").
                     let _ = self.read_once(&mut state);
                 }
-                self.step(&mut state, connector::Event::CallStarted { call, key, options });
+                self.step(
+                    &mut state,
+                    connector::Event::CallStarted { call, key, options },
+                );
             }
             Command::WorkFinished {
                 call,
@@ -647,7 +656,11 @@ impl State {
         }
         self.panicked.retain(|_, waiter| !waiter.is_closed());
         let awaits = self.connector.awaits_answers() || !self.panicked.is_empty();
-        let reader = if awaits { Reader::Thread } else { Reader::Nobody };
+        let reader = if awaits {
+            Reader::Thread
+        } else {
+            Reader::Nobody
+        };
         if let Some(link) = &mut self.link {
             link.set_reader(reader);
         }

@@ -3,8 +3,8 @@
 //! generic over the backend (`crate::backend`) and never names one.
 
 mod api;
-pub mod blocking;
 mod backlog;
+pub mod blocking;
 mod builder;
 mod clock;
 mod codec;
@@ -27,18 +27,18 @@ mod status;
 mod thread;
 
 pub use api::{Call, Detached, SingleFlight};
-pub use landed::{Landed, Role};
+#[cfg(feature = "_internal")] // for the tests and harnesses only
+pub use backlog::MAX_QUEUED_BYTES;
 pub use builder::Builder;
 pub use codec::{Codec, Json};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use driver::PANIC_LAND_TIMEOUT;
 pub use error::{OpenError, RunError, Unavailable};
 pub use failure::{ERROR_NAME, IntoFailure};
+pub use landed::{Landed, Role};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
-#[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use backlog::MAX_QUEUED_BYTES;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use server::LOG_TARGET;
 /// Connections a term serves at once (SPEC.md §11.3): the coordinator holds
@@ -46,6 +46,6 @@ pub use server::LOG_TARGET;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use single_flight_core::coordinator::MAX_CONNECTIONS;
 pub use stats::Stats;
+pub use status::{Status, StatusError};
 #[cfg(feature = "_internal")] // for the simulation only
 pub use thread::{Settings, open_on};
-pub use status::{Status, StatusError};

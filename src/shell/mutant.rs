@@ -36,7 +36,10 @@ pub enum Mutant {
     /// `start_thread`'s: open where the driver runs.
     #[cfg_attr(
         not(feature = "_internal"),
-        allow(dead_code, reason = "its hook is in `open_on`, which only `_internal` has")
+        allow(
+            dead_code,
+            reason = "its hook is in `open_on`, which only `_internal` has"
+        )
     )]
     BackendOpenedByCaller,
     /// A seeded bug of the connector, the core's client machine (bugs 2

@@ -78,11 +78,11 @@ impl<F: Future<Output = ()>> Visit for Serve<F> {
             self.lifetime,
             self.shutdown,
         )
-            .await
-            .map_err(|error| match error {
-                Stopped::Election(error) => ServeError::Backend(error),
-                Stopped::Listen(error) => ServeError::Listen { place, error },
-            })
+        .await
+        .map_err(|error| match error {
+            Stopped::Election(error) => ServeError::Backend(error),
+            Stopped::Listen(error) => ServeError::Listen { place, error },
+        })
     }
 }
 
@@ -112,7 +112,9 @@ impl Outage {
     /// poll interval. How long the election was out, if it was.
     fn answered(&mut self, now: Instant) -> Option<Duration> {
         self.pause = self.first;
-        self.since.take().map(|since| now.saturating_duration_since(since))
+        self.since
+            .take()
+            .map(|since| now.saturating_duration_since(since))
     }
 
     /// A campaign failed at `now` because the election is out: the next

@@ -25,9 +25,8 @@ use crate::coordinator::{
 };
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
-    PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
-    limits::MAX_FRAME_BYTES,
+    CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME,
+    PROTOCOL_VERSION, Response, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
 };
 use crate::transport::{Connection, Listener};
 
@@ -493,9 +492,11 @@ impl<T: Term, L: Listener> Server<T, L> {
                 writer.task
             })
             .collect();
-        let patience =
-            self.seeded
-                .hook(Mutant::FixedEndOfTermFlush, flush_patience(queued), FLUSH_TIMEOUT);
+        let patience = self.seeded.hook(
+            Mutant::FixedEndOfTermFlush,
+            flush_patience(queued),
+            FLUSH_TIMEOUT,
+        );
         let aborts: Vec<AbortHandle> = tasks.iter().map(|task| task.abort_handle()).collect();
         let flushed = async {
             for task in tasks {
@@ -542,23 +543,22 @@ async fn connection_task<L: Listener>(
     warrant: Warrant,
     seeded: Seeded,
 ) {
-    let (mut lines, writer) = match handshake::<L>(incoming, connection, hello, warrant, seeded)
-        .await
-    {
-        Ok(open) => open,
-        Err(refused) => {
-            // The slot is freed, or failed handshakes would fill the table of
-            // connections and shut every client out (§11.3).
-            let refused = refused == NotOpened::Refused;
-            let _ = reports
-                .send(Report::Abandoned {
-                    connection,
-                    refused,
-                })
-                .await;
-            return;
-        }
-    };
+    let (mut lines, writer) =
+        match handshake::<L>(incoming, connection, hello, warrant, seeded).await {
+            Ok(open) => open,
+            Err(refused) => {
+                // The slot is freed, or failed handshakes would fill the table of
+                // connections and shut every client out (§11.3).
+                let refused = refused == NotOpened::Refused;
+                let _ = reports
+                    .send(Report::Abandoned {
+                        connection,
+                        refused,
+                    })
+                    .await;
+                return;
+            }
+        };
     if reports
         .send(Report::Opened { connection, writer })
         .await
@@ -624,7 +624,13 @@ async fn handshake<L: Listener>(
     };
     let (lines_out, outgoing) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
-    let task = tokio::spawn(write_lines(writer, outgoing, queued.clone(), warrant, seeded));
+    let task = tokio::spawn(write_lines(
+        writer,
+        outgoing,
+        queued.clone(),
+        warrant,
+        seeded,
+    ));
     let mut lines = Lines::new(reader);
     let mut our_hello = serde_json::to_vec(&hello).expect("a hello always serializes");
     our_hello.push(b'\n');
@@ -938,13 +944,7 @@ mod tests {
             let holds = holds.clone();
             move || holds.load(Ordering::Acquire)
         });
-        let writer = tokio::spawn(write_lines(
-            theirs,
-            outgoing,
-            queued,
-            warrant,
-            Seeded::NONE,
-        ));
+        let writer = tokio::spawn(write_lines(theirs, outgoing, queued, warrant, Seeded::NONE));
         let mut client = BufReader::new(ours);
         lines.send(b"while it held\n".to_vec()).unwrap();
         let mut line = String::new();

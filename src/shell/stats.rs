@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::landed::{Landed, Role};
 use super::error::RunError;
+use super::landed::{Landed, Role};
 
 /// This process's calls since its [`SingleFlight`](super::SingleFlight)
 /// opened, by how each returned, and the failovers it lived through

@@ -10,10 +10,10 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::driver::Driver;
 use super::clock::Clock;
-use super::hub::{Closes, Commands, Hub};
+use super::driver::Driver;
 use super::error::OpenError;
+use super::hub::{Closes, Commands, Hub};
 use super::mutant::Seeded;
 use super::options::Options;
 use super::stats::Counters;
@@ -160,15 +160,21 @@ pub(super) fn start_thread(
 ) -> Result<(Arc<Shared>, Opened), OpenError> {
     let directory = place.directory().map(Path::to_owned);
     let (answer, opened) = oneshot::channel();
-    let shared = start(directory, Runs::OwnThread, options.seeded, options.clock, move |inbox, hub, counters| {
-        place.with(Drive {
-            options,
-            counters,
-            answer,
-            inbox,
-            hub,
-        })
-    })?;
+    let shared = start(
+        directory,
+        Runs::OwnThread,
+        options.seeded,
+        options.clock,
+        move |inbox, hub, counters| {
+            place.with(Drive {
+                options,
+                counters,
+                answer,
+                inbox,
+                hub,
+            })
+        },
+    )?;
     Ok((shared, opened))
 }
 
@@ -252,7 +258,9 @@ where
     use super::mutant::Mutant;
     let options = Options {
         grace_window: settings.grace_window,
-        poll_interval: settings.poll_interval.max(std::time::Duration::from_millis(1)),
+        poll_interval: settings
+            .poll_interval
+            .max(std::time::Duration::from_millis(1)),
         seeded: settings.seeded,
         clock: Clock::Runtime,
     };
@@ -266,12 +274,18 @@ where
         Box::pin(open)
     };
     let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(None, runs, options.seeded, options.clock, move |inbox, hub, counters| async move {
-        let (election, transport) = opened.await;
-        Driver::new(election, transport, options, hub, counters)
-            .run(inbox)
-            .await;
-    })
+    let shared = start(
+        None,
+        runs,
+        options.seeded,
+        options.clock,
+        move |inbox, hub, counters| async move {
+            let (election, transport) = opened.await;
+            Driver::new(election, transport, options, hub, counters)
+                .run(inbox)
+                .await;
+        },
+    )
     .expect("spawning on a runtime cannot fail");
     super::SingleFlight::from_shared(shared)
 }

@@ -10,9 +10,9 @@
 //! - `tcp` (feature `cluster`): TCP between the hosts of a cluster, with
 //!   mutual TLS 1.3, or plain on loopback.
 
+mod halves;
 #[cfg(feature = "cluster")]
 pub mod tcp;
-mod halves;
 pub mod unix;
 pub mod wire;
 

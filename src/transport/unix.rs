@@ -60,10 +60,7 @@ impl Transport for UnixTransport {
     type Writer = Writer;
     type Listener = UnixSocketListener;
 
-    async fn connect(
-        &self,
-        _: &(),
-    ) -> Result<Connection<Reader, Writer>, ConnectError> {
+    async fn connect(&self, _: &()) -> Result<Connection<Reader, Writer>, ConnectError> {
         let stream = tokio::net::UnixStream::connect(self.sockets.socket())
             .await
             .and_then(tokio::net::UnixStream::into_std)
@@ -72,9 +69,7 @@ impl Transport for UnixTransport {
     }
 
     /// The socket itself, which lends (§10.1).
-    fn wire(
-        connection: Connection<Reader, Writer>,
-    ) -> io::Result<Box<dyn super::wire::Wire>> {
+    fn wire(connection: Connection<Reader, Writer>) -> io::Result<Box<dyn super::wire::Wire>> {
         let stream = halves::reunite(connection.reader, connection.writer)?;
         Ok(Box::new(super::wire::SocketWire::new(stream)?))
     }

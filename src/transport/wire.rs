@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rustix::event::epoll;
 use rustix::time::{
-    Itimerspec, Timespec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, timerfd_create,
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
     timerfd_settime,
 };
 use tokio::io::unix::AsyncFd;
@@ -539,7 +539,6 @@ fn interest(reader: Reader, writes: bool) -> epoll::EventFlags {
 pub struct Lent(AsyncFd<OwnedFd>);
 
 impl Lent {
-
     /// Waits until something may have arrived; `clear` after reading what
     /// did.
     pub async fn readable(&self) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, OwnedFd>> {
@@ -632,7 +631,10 @@ mod tests {
         let lent = wire.lend().expect("a socket lends").expect("registered");
         wire.set_reader(Reader::Caller);
         assert!(!wakes_the_thread(&mut wire).await, "a caller reads it");
-        assert!(matches!(wire.try_read(&mut buf), Ok(13)), "the caller's read");
+        assert!(
+            matches!(wire.try_read(&mut buf), Ok(13)),
+            "the caller's read"
+        );
         wire.give_back(lent);
         // The thread's turn once it is to read again:
         // `what_came_while_the_thread_did_not_read_wakes_it_when_it_is_to`.
@@ -720,7 +722,10 @@ mod tests {
             assert!(wakes_the_thread(&mut wire).await, "{meanwhile:?}");
             let mut buf = [0; 64];
             let read = wire.poll_read(&mut Context::from_waker(Waker::noop()), &mut buf);
-            assert!(matches!(read, Poll::Ready(Ok(13))), "{meanwhile:?}: {read:?}");
+            assert!(
+                matches!(read, Poll::Ready(Ok(13))),
+                "{meanwhile:?}: {read:?}"
+            );
             assert!(!check_armed(&wire), "{meanwhile:?}: the read disarmed it");
             assert!(!wakes_the_thread(&mut wire).await, "{meanwhile:?}: once");
         }

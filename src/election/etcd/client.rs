@@ -26,17 +26,17 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 use tracing::{debug, error, info};
 
+use super::EtcdTls;
+#[cfg(feature = "_internal")]
+use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use super::proto::etcdserverpb::{
     self as pb, auth_client::AuthClient, compare, kv_client::KvClient, lease_client::LeaseClient,
     request_op, watch_client::WatchClient, watch_request,
 };
 #[cfg(feature = "_internal")]
-use super::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use super::proto::v3lockpb;
 #[cfg(feature = "_internal")]
 use super::proto::v3lockpb::lock_client::LockClient;
-#[cfg(feature = "_internal")]
-use super::proto::v3lockpb;
-use super::EtcdTls;
 use super::tls::{self, Contents, EtcdTlsError};
 use crate::reload::{Decision, Reload, Schedule};
 
@@ -343,7 +343,10 @@ impl Client {
             .expect("only a client with credentials asks for a token");
         let _asking = authentication.asking.lock().await;
         let current = authentication.token.lock().expect("never poisoned").clone();
-        if let Some(current) = current.as_ref().filter(|current| !stale(Some(current), generation)) {
+        if let Some(current) = current
+            .as_ref()
+            .filter(|current| !stale(Some(current), generation))
+        {
             return Ok(current.clone());
         }
         let credentials = &authentication.credentials;
@@ -391,9 +394,7 @@ impl Client {
         match attempt(token.clone()).await {
             Err(status) if self.authentication.is_some() && token_refused(&status) => {
                 debug!(error = %describe(&status), "etcd refused the token; asking for a new one");
-                let token = self
-                    .new_token(token.map(|token| token.generation))
-                    .await?;
+                let token = self.new_token(token.map(|token| token.generation)).await?;
                 attempt(Some(token)).await
             }
             other => other,
@@ -429,7 +430,7 @@ impl Client {
     }
 
     /// Writes a key, under `lease` unless it is 0.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn put(
         &self,
         key: impl Into<Vec<u8>>,
@@ -548,9 +549,7 @@ impl Client {
             Err(status) => return Err(status),
         };
         debug!(reason = %refused, "etcd refused a watch; asking for a new token");
-        let token = self
-            .new_token(token.map(|token| token.generation))
-            .await?;
+        let token = self.new_token(token.map(|token| token.generation)).await?;
         match self.open_watch(&key, start_revision, Some(&token)).await? {
             Opened::Watching(watch) => Ok(*watch),
             Opened::Canceled(status) => Err(status),
@@ -605,17 +604,21 @@ impl Client {
 
     /// etcd's own lock (its `v3lock` service): waits until this caller holds
     /// the lock `name` under `lease`, and returns the key to unlock it with.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn lock(&self, name: impl Into<Vec<u8>>, lease: i64) -> Result<Vec<u8>, Status> {
         let request = v3lockpb::LockRequest {
             name: name.into(),
             lease,
         };
-        Ok(LockClient::new(self.channel()).lock(request).await?.into_inner().key)
+        Ok(LockClient::new(self.channel())
+            .lock(request)
+            .await?
+            .into_inner()
+            .key)
     }
 
     /// Releases a lock that [`Client::lock`] took.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn unlock(&self, key: Vec<u8>) -> Result<(), Status> {
         LockClient::new(self.channel())
             .unlock(v3lockpb::UnlockRequest { key })
@@ -625,10 +628,13 @@ impl Client {
 
     /// The answering member's status: its ID (in the header) and the
     /// leader's, as it knows them.
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub async fn status(&self) -> Result<StatusResponse, Status> {
         let request = pb::StatusRequest {};
-        Ok(MaintenanceClient::new(self.channel()).status(request).await?.into_inner())
+        Ok(MaintenanceClient::new(self.channel())
+            .status(request)
+            .await?
+            .into_inner())
     }
 }
 
@@ -826,9 +832,18 @@ mod tests {
         };
         assert!(stale(None, None), "no token yet");
         assert!(stale(None, Some(3)), "no token yet");
-        assert!(stale(Some(&token(3)), Some(3)), "the refused token is in use");
-        assert!(!stale(Some(&token(4)), Some(3)), "another request replaced it");
-        assert!(!stale(Some(&token(1)), None), "a first token came meanwhile");
+        assert!(
+            stale(Some(&token(3)), Some(3)),
+            "the refused token is in use"
+        );
+        assert!(
+            !stale(Some(&token(4)), Some(3)),
+            "another request replaced it"
+        );
+        assert!(
+            !stale(Some(&token(1)), None),
+            "a first token came meanwhile"
+        );
     }
 
     /// §14.9: the reasons etcd 3.4 gives for canceling a watch at its
@@ -855,6 +870,9 @@ mod tests {
             password: "s3cret".to_owned(),
         };
         let shown = format!("{credentials:?}");
-        assert!(shown.contains("alice") && !shown.contains("s3cret"), "{shown}");
+        assert!(
+            shown.contains("alice") && !shown.contains("s3cret"),
+            "{shown}"
+        );
     }
 }

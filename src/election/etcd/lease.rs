@@ -89,7 +89,10 @@ mod tests {
         let sent = start + ms(800);
         let answered = sent + ms(3000);
         lease.renewed(sent, TTL);
-        assert_eq!(lease.left(answered), Some(TTL - STEP_DOWN_MARGIN - ms(3000)));
+        assert_eq!(
+            lease.left(answered),
+            Some(TTL - STEP_DOWN_MARGIN - ms(3000))
+        );
         assert!(!lease.holds(sent + TTL - STEP_DOWN_MARGIN));
     }
 

@@ -12,8 +12,8 @@ use tonic::Status;
 use tracing::{debug, info, warn};
 
 use client::{Client, ConnectError, Credentials, EventType, TxnRequest, describe, response_op};
-use proto::etcdserverpb::KeyValue;
 use lease::Lease;
+use proto::etcdserverpb::KeyValue;
 use renew::{Proof, Reach, Renewals};
 use retry::{Backoff, Jitter, with_retries};
 
@@ -30,8 +30,8 @@ mod error;
 mod lease;
 mod proto;
 mod renew;
-mod tls;
 mod retry;
+mod tls;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
 /// bounds how long a dead coordinator's host keeps its key, hence the
@@ -249,7 +249,10 @@ fn read_password(user: &EtcdUser) -> Result<String, EtcdError> {
     };
     let mut bytes = Vec::new();
     std::fs::File::open(&user.password_file)
-        .and_then(|file| file.take(MAX_PASSWORD_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .and_then(|file| {
+            file.take(MAX_PASSWORD_FILE_BYTES + 1)
+                .read_to_end(&mut bytes)
+        })
         .map_err(|error| refuse(error.to_string()))?;
     if bytes.len() as u64 > MAX_PASSWORD_FILE_BYTES {
         return Err(refuse(format!(
@@ -428,13 +431,23 @@ impl EtcdElection {
         let mut jitter = Jitter::from_os();
         // §14.9: a wrong password fails the opening, not a later call.
         if options.user.is_some() {
-            with_retries(&client, &mut jitter, "authenticating", |client| async move {
-                client.authenticate().await
-            })
+            with_retries(
+                &client,
+                &mut jitter,
+                "authenticating",
+                |client| async move { client.authenticate().await },
+            )
             .await
             .map_err(|error| {
                 let access = (Permission::Read, keys.base().to_owned());
-                refused(&options.user, &endpoints, &keys, "authenticating", access, error)
+                refused(
+                    &options.user,
+                    &endpoints,
+                    &keys,
+                    "authenticating",
+                    access,
+                    error,
+                )
             })?;
         }
         Ok(EtcdElection {
@@ -456,13 +469,13 @@ impl EtcdElection {
     }
 
     /// The key that names the coordinator (SPEC.md §14.1).
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub fn coordinator_key(&self) -> &str {
         &self.keys.coordinator
     }
 
     /// The key that holds the last epoch (SPEC.md §14.1).
-#[cfg(feature = "_internal")] // for the tests and harnesses only
+    #[cfg(feature = "_internal")] // for the tests and harnesses only
     pub fn epoch_key(&self) -> &str {
         &self.keys.epoch
     }
@@ -556,7 +569,13 @@ impl EtcdElection {
             let range = format!("the range of every key under {base}");
             self.request_failed(what, (Permission::Read, range), error)
         })?;
-        let find = |key: &str| answer.kvs.iter().find(|kv| kv.key == key.as_bytes()).cloned();
+        let find = |key: &str| {
+            answer
+                .kvs
+                .iter()
+                .find(|kv| kv.key == key.as_bytes())
+                .cloned()
+        };
         Ok(Found {
             coordinator: find(&self.keys.coordinator),
             epoch: find(&self.keys.epoch),
@@ -645,7 +664,10 @@ impl Election for EtcdElection {
         // the rest see its key put; then a read again.
         let pause = campaign_window(read_took).mul_f64(self.jitter.fraction().sqrt());
         if self.put_within(pause, read_at).await {
-            debug!(?pause, "another process took the coordinator key during the pause");
+            debug!(
+                ?pause,
+                "another process took the coordinator key during the pause"
+            );
             return Ok(None);
         }
         let found = self.read_keys("reading the coordinator key").await?;
@@ -678,7 +700,10 @@ impl Election for EtcdElection {
         )
         .await
         .map_err(|error| {
-            let access = (Permission::Write, format!("the key {}", self.keys.coordinator));
+            let access = (
+                Permission::Write,
+                format!("the key {}", self.keys.coordinator),
+            );
             self.request_failed("granting a lease", access, error)
         })?;
         let granted = Duration::from_secs(granted.max(0) as u64);
@@ -714,11 +739,7 @@ impl Election for EtcdElection {
                     "the keys {}, {} and {}",
                     self.keys.coordinator, self.keys.epoch, self.keys.clean
                 );
-                return Err(self.request_failed(
-                    "campaigning",
-                    (Permission::Write, keys),
-                    error,
-                ));
+                return Err(self.request_failed("campaigning", (Permission::Write, keys), error));
             }
         };
         let (revision, was_clean) = if won.succeeded {
@@ -728,10 +749,13 @@ impl Election for EtcdElection {
             });
             (won.header.map_or(0, |header| header.revision), was_clean)
         } else {
-            let holder = won.responses.iter().find_map(|answer| match &answer.response {
-                Some(response_op::Response::ResponseRange(range)) => range.kvs.first().cloned(),
-                _ => None,
-            });
+            let holder = won
+                .responses
+                .iter()
+                .find_map(|answer| match &answer.response {
+                    Some(response_op::Response::ResponseRange(range)) => range.kvs.first().cloned(),
+                    _ => None,
+                });
             match holder {
                 // An earlier attempt won. Whether it deleted a clean key is
                 // not known: the term opens a grace window (§10.2), which
@@ -763,14 +787,22 @@ impl Election for EtcdElection {
         // a request is tried; a term still unproven then ends at its first
         // check.
         let proven = async {
-            while proof.left(Instant::now()).is_none_or(|left| left < granted / 3) {
+            while proof
+                .left(Instant::now())
+                .is_none_or(|left| left < granted / 3)
+            {
                 if proof.lost().is_some() || renewed.changed().await.is_err() {
                     break;
                 }
             }
         };
-        if tokio::time::timeout(REQUEST_PATIENCE, proven).await.is_err() {
-            warn!("no renewal of the new term's lease succeeded; the term ends unproven (SPEC.md §14.2)");
+        if tokio::time::timeout(REQUEST_PATIENCE, proven)
+            .await
+            .is_err()
+        {
+            warn!(
+                "no renewal of the new term's lease succeeded; the term ends unproven (SPEC.md §14.2)"
+            );
         }
         Ok(Some(EtcdTerm {
             client: self.client.clone(),
@@ -995,7 +1027,11 @@ mod tests {
         assert_eq!(password_from(b" sp ace ".to_vec()).unwrap(), " sp ace ");
         assert!(password_from(b"\n".to_vec()).unwrap_err().contains("empty"));
         assert!(password_from(Vec::new()).unwrap_err().contains("empty"));
-        assert!(password_from(b"\xff\n".to_vec()).unwrap_err().contains("UTF-8"));
+        assert!(
+            password_from(b"\xff\n".to_vec())
+                .unwrap_err()
+                .contains("UTF-8")
+        );
     }
 
     /// §14.9: etcd 3.4's refusals of a user or a request, as it words
@@ -1016,7 +1052,14 @@ mod tests {
         ] {
             assert_eq!(refusal(&other), None, "{other:?}");
             assert!(matches!(
-                refused(&None, "e", &Keys::new(&EtcdOptions::new(vec![], "c")), "x", (Permission::Read, "k".into()), other),
+                refused(
+                    &None,
+                    "e",
+                    &Keys::new(&EtcdOptions::new(vec![], "c")),
+                    "x",
+                    (Permission::Read, "k".into()),
+                    other
+                ),
                 EtcdError::EtcdRequest { .. }
             ));
         }
@@ -1025,13 +1068,30 @@ mod tests {
             password_file: PathBuf::from("/run/secrets/etcd"),
         });
         let keys = Keys::new(&EtcdOptions::new(vec![], "ci"));
-        let access = (Permission::Write, "the key single-flight/ci/coordinator".to_owned());
-        let error = refused(&user, "http://e:2379", &keys, "campaigning", access, denied).to_string();
-        for words in ["\"alice\"", "write permission", "single-flight/ci/coordinator", "readwrite single-flight/ci/"] {
+        let access = (
+            Permission::Write,
+            "the key single-flight/ci/coordinator".to_owned(),
+        );
+        let error =
+            refused(&user, "http://e:2379", &keys, "campaigning", access, denied).to_string();
+        for words in [
+            "\"alice\"",
+            "write permission",
+            "single-flight/ci/coordinator",
+            "readwrite single-flight/ci/",
+        ] {
             assert!(error.contains(words), "{words:?} in {error}");
         }
         let access = (Permission::Read, "single-flight/ci/".to_owned());
-        let error = refused(&user, "http://e:2379", &keys, "authenticating", access, wrong).to_string();
+        let error = refused(
+            &user,
+            "http://e:2379",
+            &keys,
+            "authenticating",
+            access,
+            wrong,
+        )
+        .to_string();
         for words in ["\"alice\"", "/run/secrets/etcd", "password"] {
             assert!(error.contains(words), "{words:?} in {error}");
         }

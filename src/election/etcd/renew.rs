@@ -13,8 +13,8 @@ use tokio::sync::{oneshot, watch};
 use tonic::Code;
 use tracing::{info, warn};
 
-use super::REQUEST_TIMEOUT;
 use super::EtcdTls;
+use super::REQUEST_TIMEOUT;
 use super::client::{Client, Credentials, KeepAlive, describe};
 use super::lease::Lease;
 

@@ -183,7 +183,10 @@ mod tests {
         }
         let mut cap = FIRST_RETRY;
         for pause in &pauses[..pauses.len() - 1] {
-            assert!(*pause >= cap / 2 && *pause < cap, "{pause:?} within {cap:?}");
+            assert!(
+                *pause >= cap / 2 && *pause < cap,
+                "{pause:?} within {cap:?}"
+            );
             cap = (cap * 2).min(LONGEST_RETRY);
         }
         assert!(now >= start + Duration::from_secs(10));
@@ -237,7 +240,10 @@ mod tests {
             assert!((0.0..1.0).contains(&fraction));
             buckets[(fraction * 10.0) as usize] += 1;
         }
-        assert!(buckets.iter().all(|&n| (800..1200).contains(&n)), "{buckets:?}");
+        assert!(
+            buckets.iter().all(|&n| (800..1200).contains(&n)),
+            "{buckets:?}"
+        );
         let (mut a, mut b) = (Jitter::from_os(), Jitter::from_os());
         assert_ne!(a.next(), b.next());
     }

@@ -226,11 +226,17 @@ G1DSM5l7tjoY524CUEbfdf9cDDyqSVXMq3jblV854cSWY6mBAYPPcBSl
         );
         let error = load(&files(), &contents(FileRead::TooLarge, CERTIFICATE, KEY)).unwrap_err();
         assert_eq!(error.file, EtcdTlsFile::Ca);
-        assert!(error.problem.starts_with("it is larger than 1048576 bytes"), "{error}");
+        assert!(
+            error.problem.starts_with("it is larger than 1048576 bytes"),
+            "{error}"
+        );
         let error = load(&files(), &contents(read("no PEM"), CERTIFICATE, KEY)).unwrap_err();
         assert_eq!(
             (error.file, error.problem.as_str()),
-            (EtcdTlsFile::Ca, "it holds no certificate (a PEM block \"BEGIN CERTIFICATE\")")
+            (
+                EtcdTlsFile::Ca,
+                "it holds no certificate (a PEM block \"BEGIN CERTIFICATE\")"
+            )
         );
 
         let error = load(&files(), &contents(read(CA), KEY, KEY)).unwrap_err();
@@ -238,20 +244,28 @@ G1DSM5l7tjoY524CUEbfdf9cDDyqSVXMq3jblV854cSWY6mBAYPPcBSl
             (error.file, error.path.as_path()),
             (EtcdTlsFile::Certificate, Path::new("/etc/etcd/client.pem"))
         );
-        assert!(error.to_string().contains("--etcd-cert (without it, --tls-cert)"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("--etcd-cert (without it, --tls-cert)"),
+            "{error}"
+        );
 
         let error = load(&files(), &contents(read(CA), CERTIFICATE, CERTIFICATE)).unwrap_err();
         assert_eq!(
             (error.file, error.problem.as_str()),
-            (EtcdTlsFile::Key, "it holds no private key (PKCS#8, PKCS#1 or SEC1 PEM; an encrypted key must be decrypted first, e.g. with `openssl pkey`)")
+            (
+                EtcdTlsFile::Key,
+                "it holds no private key (PKCS#8, PKCS#1 or SEC1 PEM; an encrypted key must be decrypted first, e.g. with `openssl pkey`)"
+            )
         );
 
         let error = load(&files(), &contents(read(CA), CERTIFICATE, OTHER_KEY)).unwrap_err();
         assert_eq!(error.file, EtcdTlsFile::Key);
         assert!(
-            error
-                .problem
-                .starts_with("it is not a usable private key of the certificate in /etc/etcd/client.pem"),
+            error.problem.starts_with(
+                "it is not a usable private key of the certificate in /etc/etcd/client.pem"
+            ),
             "{error}"
         );
     }

@@ -13,9 +13,9 @@ use rusqlite::{Connection, DEFAULT_NAME, ErrorCode, FileControl, OpenFlags};
 
 use crate::protocol::Epoch;
 
+use super::LocalError;
 use super::directory::{DirectoryOptions, prepare_directory};
 use super::epoch::{self, EPOCH_FILE};
-use super::LocalError;
 
 /// The name of the lock file in the flight directory (SPEC.md §7.1). It holds
 /// no data: what matters is the lock on it.

@@ -169,11 +169,7 @@ pub(super) fn remove_stale_temp_files(directory: &Path) {
 /// never retried: after a failed fsync the kernel may have dropped the dirty
 /// pages and a second fsync can report success for data that is gone
 /// (PostgreSQL's "fsyncgate").
-pub(super) fn write_epoch(
-    directory: &Path,
-    path: &Path,
-    epoch: Epoch,
-) -> Result<(), LocalError> {
+pub(super) fn write_epoch(directory: &Path, path: &Path, epoch: Epoch) -> Result<(), LocalError> {
     let temp = directory.join(format!(
         "{EPOCH_TEMP_PREFIX}{}.{}",
         std::process::id(),

@@ -11,7 +11,6 @@ use crate::protocol::Epoch;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LocalError {
-
     /// The directory was refused (§7.4).
     #[error(transparent)]
     Directory(#[from] DirectoryError),

@@ -43,16 +43,16 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+use super::wire::Wire;
 pub use stream::PeerStream;
-pub use tls::{TlsConfigError, TlsFiles, certificate_expiry};
-pub use validity::rfc3339;
+#[cfg(not(feature = "_internal"))]
+use tls::Reloader;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use tls::{EXPIRY_WARNING, TLS_RELOAD_INTERVAL};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use tls::{MAX_PEM_FILE_BYTES, Reloader, TlsConfigs, TlsFile};
-#[cfg(not(feature = "_internal"))]
-use tls::Reloader;
-use super::wire::Wire;
+pub use tls::{TlsConfigError, TlsFiles, certificate_expiry};
+pub use validity::rfc3339;
 
 use super::{ConnectError, Connection, Listener, PeerRefused, Transport};
 use tls::{

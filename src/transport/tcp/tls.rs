@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use super::validity::{not_after, rfc3339};
+use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::{self, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, CertificateRevocationListDer, UnixTime};
@@ -345,11 +345,7 @@ impl Contents {
             ca: FileRead::read(&files.ca),
             certificate: FileRead::read(&files.certificate),
             key: FileRead::read(&files.key),
-            crls: files
-                .crls
-                .iter()
-                .map(|path| FileRead::read(path))
-                .collect(),
+            crls: files.crls.iter().map(|path| FileRead::read(path)).collect(),
         }
     }
 }
@@ -374,7 +370,6 @@ fn parse_crls(
     }
     Ok(crls)
 }
-
 
 /// When to warn that this process's certificate expires soon: once for each
 /// certificate loaded, at the first look within [`EXPIRY_WARNING`] of its
@@ -461,7 +456,10 @@ impl Reloader {
     /// process reads its files itself, [`certificate_expiry`]).
     #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
     pub fn certificate_expiry(&self) -> (PathBuf, UnixTime) {
-        (self.files.certificate.clone(), self.lock().configs.not_after)
+        (
+            self.files.certificate.clone(),
+            self.lock().configs.not_after,
+        )
     }
 
     /// This process's certificate file (`--tls-cert`).
@@ -534,7 +532,11 @@ fn warn_of_expiry(
         .as_secs();
     let not_after = configs.not_after.as_secs();
     if expiry.due(&configs.leaf, not_after, now) {
-        let when = if not_after < now { "expired" } else { "expires" };
+        let when = if not_after < now {
+            "expired"
+        } else {
+            "expires"
+        };
         warn!(
             "this process's certificate {} (--tls-cert) {when} at {}; renew it: the file is read again within {TLS_RELOAD_INTERVAL:?} of a change (SPEC.md §14.5)",
             files.certificate.display(),
@@ -754,8 +756,12 @@ mod tests {
             "the coordinator at 10.0.0.1:7000 refused this process's certificate: this process's certificate (--tls-cert /etc/sf/host.pem) was revoked by the cluster's CRL (TLS alert CertificateRevoked); give --tls-cert and --tls-key a new certificate of the cluster's CA"
         );
         assert!(
-            refused_certificate("the coordinator at h:1", AlertDescription::CertificateExpired, file)
-                .contains("(--tls-cert /etc/sf/host.pem) has expired")
+            refused_certificate(
+                "the coordinator at h:1",
+                AlertDescription::CertificateExpired,
+                file
+            )
+            .contains("(--tls-cert /etc/sf/host.pem) has expired")
         );
     }
 }
