@@ -320,6 +320,7 @@ fn lands_settle_by_ack_or_by_a_lost_flight() {
 fn an_idle_close_stops_at_once() {
     let mut connector = Connector::new();
     assert_eq!(timer(&mut connector, ms(0), 0), vec![Effect::StartAttempt]);
+    assert!(!connector.is_stopped());
     assert_eq!(
         connector.step(ms(1), Event::CloseRequested),
         vec![Effect::Stop]
