@@ -198,11 +198,33 @@ mod tests {
             hash_of(&again)
         });
         assert_ne!(hash_of(&small), hash_of(&forward));
+        assert_ne!(small, forward, "tables of other entries are not equal");
+        let mut again = Table::default();
+        for n in (0..100).rev() {
+            again.insert(n, "x");
+        }
+        assert_eq!(forward, again, "tables of the same entries are equal");
         assert_eq!(
             forward.sorted().first().map(|(key, _)| **key),
             Some(0),
             "walks are in key order"
         );
+    }
+
+    /// A table that never held more than `MIN_SHRINK_CAPACITY` entries keeps
+    /// its capacity as they go: it never pays for a rehash.
+    #[test]
+    fn a_small_table_is_never_shrunk() {
+        let mut table = Table::default();
+        for n in 0..20u64 {
+            table.insert(n, "x");
+        }
+        let capacity = table.capacity();
+        assert!(capacity <= MIN_SHRINK_CAPACITY);
+        for n in 0..19u64 {
+            table.remove(&n);
+        }
+        assert_eq!(table.capacity(), capacity);
     }
 
     fn backward_with_all(mut table: Table<u64, &'static str>) -> Table<u64, &'static str> {
