@@ -211,6 +211,34 @@ mod tests {
         );
     }
 
+    /// A table shrunk as its entries go keeps room for twice those left, so
+    /// that a few insertions after a shrink do not grow it again at once;
+    /// and it never holds more than four times its entries for long.
+    #[test]
+    fn a_shrunk_table_keeps_room_for_twice_its_entries() {
+        let mut table = Table::default();
+        for n in 0..10_000u64 {
+            table.insert(n, "x");
+        }
+        let mut shrinks = 0;
+        // In a scattered order, as flights end: the removals leave
+        // tombstones, and the table's capacity is not a power of two's.
+        for n in 0..10_000u64 {
+            let before = table.capacity();
+            table.remove(&(n * 7_919 % 10_000));
+            if table.capacity() < before {
+                shrinks += 1;
+                assert!(
+                    table.capacity() >= 2 * table.len(),
+                    "{} entries in {} slots",
+                    table.len(),
+                    table.capacity()
+                );
+            }
+        }
+        assert!(shrinks > 1, "shrunk {shrinks} times");
+    }
+
     /// A table that never held more than `MIN_SHRINK_CAPACITY` entries keeps
     /// its capacity as they go: it never pays for a rehash.
     #[test]
