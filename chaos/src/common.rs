@@ -242,6 +242,12 @@ pub struct Shared {
     /// cluster form's partitions of that host): bytes wait, and a connection
     /// may be aborted by TCP while the coordinator lives.
     cuts: Mutex<Vec<(usize, u64, u64)>>,
+    /// Held for reading by the hostile clients that need a living
+    /// coordinator for seconds (`hostile::needs_quiet`), for writing by the
+    /// local form's nemesis while it injects a fault: those clients run
+    /// while the harness knows that it disturbs nobody, and each fault
+    /// waits for at most one of them.
+    pub quiet: tokio::sync::RwLock<()>,
     pub stopping: AtomicBool,
     /// The number of the next worker process.
     next_worker: AtomicU32,
@@ -263,6 +269,7 @@ impl Shared {
             disturbances: Mutex::new(Vec::new()),
             stops: Mutex::new(Vec::new()),
             cuts: Mutex::new(Vec::new()),
+            quiet: tokio::sync::RwLock::new(()),
             stopping: AtomicBool::new(false),
             next_worker: AtomicU32::new(1),
             coordinator_fds_max: Mutex::new(0),
@@ -325,12 +332,12 @@ impl Shared {
         }
     }
 
-    /// Whether the coordinator process `pid` was stopped, or the harness's
-    /// path to it cut, at some time in `[from, to]` (or in the
-    /// `HINDRANCE_SLACK_US` after): what it owed a hostile client may have
-    /// come late, or its connection may have been aborted, through no fault
-    /// of its own.
-    pub fn hindered(&self, pid: u32, from: u64, to: u64) -> bool {
+    /// Whether the coordinator process `pid` was stopped, and whether the
+    /// harness's path to its host was cut, at some time in `[from, to]` (or
+    /// in the `HINDRANCE_SLACK_US` after): what it owed a hostile client may
+    /// have come late, or TCP may have aborted its connection, through no
+    /// fault of its own.
+    pub fn hindered(&self, pid: u32, from: u64, to: u64) -> (bool, bool) {
         let overlaps = |a: u64, b: u64| a <= to && from <= b.saturating_add(HINDRANCE_SLACK_US);
         // The host of a process that is no longer known is not known
         // either: every cut counts then.
@@ -338,17 +345,19 @@ impl Shared {
             let slot = self.procs.lock().expect("procs lock").alive.get(&pid)?.0;
             Some(launch.host_of(slot))
         });
-        self.stops
+        let stopped = self
+            .stops
             .lock()
             .expect("stops lock")
             .iter()
-            .any(|&(stopped, a, b)| stopped == pid && overlaps(a, b))
-            || self
-                .cuts
-                .lock()
-                .expect("cuts lock")
-                .iter()
-                .any(|&(cut, a, b)| host.is_none_or(|host| host == cut) && overlaps(a, b))
+            .any(|&(stopped, a, b)| stopped == pid && overlaps(a, b));
+        let cut = self
+            .cuts
+            .lock()
+            .expect("cuts lock")
+            .iter()
+            .any(|&(cut, a, b)| host.is_none_or(|host| host == cut) && overlaps(a, b));
+        (stopped, cut)
     }
 
     pub fn seen(&self) -> Option<Seen> {

@@ -203,6 +203,11 @@ async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numbe
     } else {
         (None, Some(FLOOD_ALONE.read().await))
     };
+    let _quiet = if needs_quiet(kind) {
+        Some(shared.quiet.read().await)
+    } else {
+        None
+    };
     let found = Witness::find(shared, target).await;
     let t = now_us();
     let before = shared.seen().map(|s| (s.epoch, s.pid));
@@ -223,12 +228,14 @@ async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numbe
     };
     let end = now_us();
     let after = shared.seen().map(|s| (s.epoch, s.pid));
+    let (stopped, cut) = pid.map_or((true, true), |pid| shared.hindered(pid, t, end));
     let observed = Observed {
         lived,
         disturbed: before != after || shared.disturbed(t, end),
-        hindered: pid.is_none_or(|pid| shared.hindered(pid, t, end)),
+        stopped,
+        cut,
     };
-    let (verdict, detail) = decide(outcome, needs_witness(kind), observed);
+    let (verdict, detail) = decide(outcome, proof(kind), observed);
     shared.log(Record::Hostile {
         t,
         kind: hostile_name(kind),
@@ -251,39 +258,61 @@ struct Observed {
     /// A fault the nemesis logged (a kill, a stop, a socket replaced, a
     /// partition, etcd's members down) overlapped the attack.
     disturbed: bool,
-    /// The coordinator that was attacked was stopped, or the harness's path
-    /// to its host was cut, during the attack: what it owed may have come
-    /// late, and TCP may have aborted a connection it would have kept.
-    hindered: bool,
+    /// The coordinator that was attacked was stopped during the attack:
+    /// what it owed may have come late.
+    stopped: bool,
+    /// The harness's path to the coordinator's host was cut during the
+    /// attack: bytes waited, and TCP may have aborted a connection that the
+    /// coordinator would have kept.
+    cut: bool,
+}
+
+/// What shows that a client's success was the coordinator's doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proof {
+    /// Answers, judged by themselves: no fault makes a coordinator answer
+    /// as specified.
+    Answers,
+    /// A close, which a dying coordinator or an aborted TCP connection
+    /// gives too: the witness must show that the coordinator lived through
+    /// it, with the path to it never cut.
+    Close,
+    /// A refusal at the TLS handshake that the coordinator logged naming
+    /// the client, which nothing else writes; the witness must show that
+    /// the same coordinator then went on answering (SPEC.md §14.5).
+    Refusal,
 }
 
 /// The verdict on one client from what it saw and what it knows (SPEC.md
-/// §11.3). A close is what the closing clients expect, and a dying
-/// coordinator closes too: such a close is as specified only when the
-/// witness shows that the coordinator lived through it and nothing else
-/// (a cut link) could have closed it. Answers are judged by themselves: no
-/// fault makes a coordinator answer as specified. A miss — a wrong answer,
-/// a connection kept open, an answer that never came — is a violation when
-/// the coordinator lived and was neither stopped nor cut off meanwhile (it
-/// had every chance to do right), or when no fault at all came near it.
-fn decide(outcome: Attack, needs_witness: bool, observed: Observed) -> (Verdict, String) {
+/// §11.3, §11.4). A success counts as specified when its `proof` holds. A
+/// miss — a wrong answer, a connection kept open, an answer that never
+/// came — is a violation when the coordinator lived and was neither stopped
+/// nor cut off meanwhile (it had every chance to do right), or when no
+/// fault at all came near it; otherwise nothing can be concluded.
+fn decide(outcome: Attack, proof: Proof, observed: Observed) -> (Verdict, String) {
     let Observed {
         lived,
         disturbed,
-        hindered,
+        stopped,
+        cut,
     } = observed;
     let witness = if lived {
         "; the coordinator answered the witness after"
     } else {
         "; the coordinator did not answer the witness after"
     };
+    let proven = match proof {
+        Proof::Answers => true,
+        Proof::Close => lived && !cut,
+        Proof::Refusal => lived,
+    };
     match outcome {
-        Ok(detail) if !needs_witness => (Verdict::AsSpecified, detail),
-        Ok(detail) if lived && !hindered => (Verdict::AsSpecified, detail + witness),
+        Ok(detail) if proof == Proof::Answers => (Verdict::AsSpecified, detail),
+        Ok(detail) if proven => (Verdict::AsSpecified, detail + witness),
         Ok(detail) if !lived && !disturbed => (Verdict::Violation, detail + witness),
         Ok(detail) => (Verdict::Inconclusive, detail + witness),
         Err(Miss::Unreachable(detail)) => (Verdict::Inconclusive, detail),
-        Err(Miss::Wrong(detail)) if (lived && !hindered) || (!lived && !disturbed) => {
+        Err(Miss::Wrong(detail)) if (lived && !stopped && !cut) || (!lived && !disturbed) => {
             (Verdict::Violation, detail + witness)
         }
         // The flood has checked that no other fault coincided.
@@ -292,22 +321,31 @@ fn decide(outcome: Attack, needs_witness: bool, observed: Observed) -> (Verdict,
     }
 }
 
-/// Clients whose success the witness must confirm: those that expect a
-/// close, which a dying coordinator gives too, and those refused at the
-/// TLS handshake, after which the same coordinator must go on answering
-/// (SPEC.md §14.5).
-fn needs_witness(kind: Hostile) -> bool {
-    closing_kind(kind)
-        || matches!(
-            kind,
-            Hostile::NoCertificate
-                | Hostile::OtherCaCertificate
-                | Hostile::WrongKey
-                | Hostile::RevokedCertificate
-                | Hostile::ExpiredCertificate
-                | Hostile::PlainTcp
-                | Hostile::SilentTcp
-        )
+/// Clients that need their coordinator to live for seconds, and whose
+/// success is a close that its death would give too: in the local form
+/// they wait for the fault under way and no fault starts until they end
+/// (`Shared::quiet`). The local nemesis kills a coordinator every two or
+/// three seconds, so that most of them would otherwise see it die.
+fn needs_quiet(kind: Hostile) -> bool {
+    matches!(
+        kind,
+        Hostile::NoHello | Hostile::NoRead | Hostile::Flood | Hostile::SilentTcp
+    )
+}
+
+/// What proves a client's success.
+fn proof(kind: Hostile) -> Proof {
+    match kind {
+        Hostile::NoCertificate
+        | Hostile::OtherCaCertificate
+        | Hostile::WrongKey
+        | Hostile::RevokedCertificate
+        | Hostile::ExpiredCertificate
+        | Hostile::PlainTcp
+        | Hostile::SilentTcp => Proof::Refusal,
+        kind if closing_kind(kind) => Proof::Close,
+        _ => Proof::Answers,
+    }
 }
 
 /// Clients of megabytes or thousands of connections.
@@ -1357,10 +1395,26 @@ fn descriptors_of(pid: u32) -> usize {
 mod tests {
     use super::*;
 
+    /// The coordinator lived, and nothing came near it.
     const CALM: Observed = Observed {
         lived: true,
         disturbed: false,
-        hindered: false,
+        stopped: false,
+        cut: false,
+    };
+
+    /// Faults elsewhere (a worker killed, a socket replaced, etcd's leader
+    /// stopped) while the attacked coordinator lived, running and reachable.
+    const BUSY: Observed = Observed {
+        disturbed: true,
+        ..CALM
+    };
+
+    /// The attacked coordinator died during the attack.
+    const DIED: Observed = Observed {
+        lived: false,
+        disturbed: true,
+        ..CALM
     };
 
     fn closed() -> Attack {
@@ -1373,90 +1427,74 @@ mod tests {
 
     #[test]
     fn s11_3_a_close_while_the_witness_lived_is_as_specified_whatever_else_went_on() {
-        let busy = Observed {
-            disturbed: true,
-            ..CALM
+        assert_eq!(decide(closed(), Proof::Close, CALM).0, Verdict::AsSpecified);
+        assert_eq!(decide(closed(), Proof::Close, BUSY).0, Verdict::AsSpecified);
+        // A stop delays a close; it never makes one.
+        let stopped = Observed {
+            stopped: true,
+            ..BUSY
         };
-        assert_eq!(decide(closed(), true, busy).0, Verdict::AsSpecified);
-        assert_eq!(decide(closed(), true, CALM).0, Verdict::AsSpecified);
+        assert_eq!(decide(closed(), Proof::Close, stopped).0, Verdict::AsSpecified);
     }
 
     #[test]
-    fn s11_3_a_close_proves_nothing_when_the_coordinator_died_or_was_cut_off() {
-        let died = Observed {
-            lived: false,
-            disturbed: true,
-            hindered: false,
-        };
-        assert_eq!(decide(closed(), true, died).0, Verdict::Inconclusive);
-        let cut = Observed {
-            disturbed: true,
-            hindered: true,
-            ..CALM
-        };
-        assert_eq!(decide(closed(), true, cut).0, Verdict::Inconclusive);
+    fn s11_3_a_close_proves_nothing_when_the_coordinator_died_or_its_link_was_cut() {
+        assert_eq!(decide(closed(), Proof::Close, DIED).0, Verdict::Inconclusive);
+        let cut = Observed { cut: true, ..BUSY };
+        assert_eq!(decide(closed(), Proof::Close, cut).0, Verdict::Inconclusive);
+    }
+
+    #[test]
+    fn s14_5_a_logged_refusal_counts_over_a_cut_link_once_the_coordinator_answers_after() {
+        let refused = || Ok("closed: UnknownCA; the coordinator logged a refusal".into());
+        let cut = Observed { cut: true, ..BUSY };
+        assert_eq!(decide(refused(), Proof::Refusal, cut).0, Verdict::AsSpecified);
+        assert_eq!(decide(refused(), Proof::Refusal, DIED).0, Verdict::Inconclusive);
     }
 
     #[test]
     fn s11_3_a_coordinator_that_stops_answering_with_no_fault_near_is_a_violation() {
         let silent = Observed {
             lived: false,
-            disturbed: false,
-            hindered: false,
+            ..CALM
         };
-        assert_eq!(decide(closed(), true, silent).0, Verdict::Violation);
+        assert_eq!(decide(closed(), Proof::Close, silent).0, Verdict::Violation);
+        let refused = Ok("the coordinator logged a refusal".into());
+        assert_eq!(decide(refused, Proof::Refusal, silent).0, Verdict::Violation);
     }
 
     #[test]
-    fn s11_3_a_connection_kept_open_by_a_live_unhindered_coordinator_is_a_violation_under_faults() {
-        // A kill elsewhere, a socket replaced, etcd down: none of them
-        // excuses a live coordinator that kept a bad client.
-        let busy = Observed {
-            disturbed: true,
-            ..CALM
-        };
-        assert_eq!(decide(kept_open(), true, busy).0, Verdict::Violation);
-        assert_eq!(decide(kept_open(), true, CALM).0, Verdict::Violation);
+    fn s11_3_a_connection_kept_open_by_a_live_running_coordinator_is_a_violation_under_faults() {
+        assert_eq!(decide(kept_open(), Proof::Close, CALM).0, Verdict::Violation);
+        assert_eq!(decide(kept_open(), Proof::Close, BUSY).0, Verdict::Violation);
         let stopped = Observed {
-            hindered: true,
-            disturbed: true,
-            ..CALM
+            stopped: true,
+            ..BUSY
         };
-        assert_eq!(decide(kept_open(), true, stopped).0, Verdict::Inconclusive);
-        let died = Observed {
-            lived: false,
-            disturbed: true,
-            hindered: false,
-        };
-        assert_eq!(decide(kept_open(), true, died).0, Verdict::Inconclusive);
+        assert_eq!(decide(kept_open(), Proof::Close, stopped).0, Verdict::Inconclusive);
+        let cut = Observed { cut: true, ..BUSY };
+        assert_eq!(decide(kept_open(), Proof::Close, cut).0, Verdict::Inconclusive);
+        assert_eq!(decide(kept_open(), Proof::Close, DIED).0, Verdict::Inconclusive);
     }
 
     #[test]
     fn s11_3_answers_are_judged_by_themselves() {
-        let died = Observed {
-            lived: false,
-            disturbed: true,
-            hindered: true,
-        };
         let answered = || Ok("unsupported, and the connection still answers".into());
-        assert_eq!(decide(answered(), false, died).0, Verdict::AsSpecified);
+        assert_eq!(decide(answered(), Proof::Answers, DIED).0, Verdict::AsSpecified);
+        let wrong = || Err(Miss::Wrong("an unknown op was answered Lead".into()));
+        assert_eq!(decide(wrong(), Proof::Answers, BUSY).0, Verdict::Violation);
         let unreachable = || Err(Miss::Unreachable("connect: refused".into()));
-        assert_eq!(decide(unreachable(), false, CALM).0, Verdict::Inconclusive);
+        assert_eq!(decide(unreachable(), Proof::Answers, CALM).0, Verdict::Inconclusive);
     }
 
     #[test]
     fn s11_3_a_flood_that_kept_descriptors_is_a_violation_while_its_coordinator_lived() {
         let kept = || Err(Miss::Sure("descriptors not given back".into()));
-        let busy = Observed {
-            disturbed: true,
-            hindered: true,
-            ..CALM
+        let stopped = Observed {
+            stopped: true,
+            ..BUSY
         };
-        assert_eq!(decide(kept(), false, busy).0, Verdict::Violation);
-        let died = Observed {
-            lived: false,
-            ..busy
-        };
-        assert_eq!(decide(kept(), false, died).0, Verdict::Inconclusive);
+        assert_eq!(decide(kept(), Proof::Answers, stopped).0, Verdict::Violation);
+        assert_eq!(decide(kept(), Proof::Answers, DIED).0, Verdict::Inconclusive);
     }
 }

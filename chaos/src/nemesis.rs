@@ -27,7 +27,12 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) {
         fault_name,
         move |fault, draw, number| {
             let shared = lane_shared.clone();
-            async move { inject(&shared, fault, draw, number).await }
+            async move {
+                // After the hostile clients that need a quiet coordinator;
+                // none starts while the fault runs.
+                let _quiet = shared.quiet.write().await;
+                inject(&shared, fault, draw, number).await
+            }
         },
     )
     .await;
