@@ -888,7 +888,10 @@ pub fn check(paths: &Paths) -> Report {
             ok + inconclusive + bad
         );
     }
-    let inconclusive: usize = hostile.values().map(|[_, inconclusive, _]| inconclusive).sum();
+    let inconclusive: usize = hostile
+        .values()
+        .map(|[_, inconclusive, _]| inconclusive)
+        .sum();
     let conclusive = injected_hostile - inconclusive;
     let _ = writeln!(
         text,

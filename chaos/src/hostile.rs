@@ -219,9 +219,7 @@ async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numbe
                 attack(shared, target, &witness.at, kind, draw, number),
             )
             .await
-            .unwrap_or_else(|_| {
-                Err(Miss::Wrong(format!("did not end within {ATTACK_BOUND:?}")))
-            });
+            .unwrap_or_else(|_| Err(Miss::Wrong(format!("did not end within {ATTACK_BOUND:?}"))));
             let lived = witness.answered().await;
             (outcome, lived, Some(witness.at.pid))
         }
@@ -325,11 +323,12 @@ fn decide(outcome: Attack, proof: Proof, observed: Observed) -> (Verdict, String
 /// success is a close that its death would give too: in the local form
 /// they wait for the fault under way and no fault starts until they end
 /// (`Shared::quiet`). The local nemesis kills a coordinator every two or
-/// three seconds, so that most of them would otherwise see it die.
+/// three seconds, so that most of them would otherwise see it die. (The
+/// flood's success is judged by answers, not by a close.)
 fn needs_quiet(kind: Hostile) -> bool {
     matches!(
         kind,
-        Hostile::NoHello | Hostile::NoRead | Hostile::Flood | Hostile::SilentTcp
+        Hostile::NoHello | Hostile::NoRead | Hostile::SilentTcp
     )
 }
 
@@ -480,9 +479,12 @@ impl Witness {
 
     /// Whether the coordinator still answers a `status` on the witness.
     async fn answered(&mut self) -> bool {
-        if send(&mut self.connection, b"{\"op\":\"status\",\"id\":\"witness\"}\n")
-            .await
-            .is_err()
+        if send(
+            &mut self.connection,
+            b"{\"op\":\"status\",\"id\":\"witness\"}\n",
+        )
+        .await
+        .is_err()
         {
             return false;
         }
@@ -1268,7 +1270,9 @@ async fn refused_identity(target: &Target, at: &At, kind: Hostile) -> Attack {
     }
     // That the same coordinator then answers a valid client is the
     // witness's to show (`judge`).
-    Ok(format!("{what}: {closed}; the coordinator logged {logged:?}"))
+    Ok(format!(
+        "{what}: {closed}; the coordinator logged {logged:?}"
+    ))
 }
 
 /// A client that does not speak TLS to a TLS coordinator: the protocol's
@@ -1434,12 +1438,18 @@ mod tests {
             stopped: true,
             ..BUSY
         };
-        assert_eq!(decide(closed(), Proof::Close, stopped).0, Verdict::AsSpecified);
+        assert_eq!(
+            decide(closed(), Proof::Close, stopped).0,
+            Verdict::AsSpecified
+        );
     }
 
     #[test]
     fn s11_3_a_close_proves_nothing_when_the_coordinator_died_or_its_link_was_cut() {
-        assert_eq!(decide(closed(), Proof::Close, DIED).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(closed(), Proof::Close, DIED).0,
+            Verdict::Inconclusive
+        );
         let cut = Observed { cut: true, ..BUSY };
         assert_eq!(decide(closed(), Proof::Close, cut).0, Verdict::Inconclusive);
     }
@@ -1448,8 +1458,14 @@ mod tests {
     fn s14_5_a_logged_refusal_counts_over_a_cut_link_once_the_coordinator_answers_after() {
         let refused = || Ok("closed: UnknownCA; the coordinator logged a refusal".into());
         let cut = Observed { cut: true, ..BUSY };
-        assert_eq!(decide(refused(), Proof::Refusal, cut).0, Verdict::AsSpecified);
-        assert_eq!(decide(refused(), Proof::Refusal, DIED).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(refused(), Proof::Refusal, cut).0,
+            Verdict::AsSpecified
+        );
+        assert_eq!(
+            decide(refused(), Proof::Refusal, DIED).0,
+            Verdict::Inconclusive
+        );
     }
 
     #[test]
@@ -1460,31 +1476,55 @@ mod tests {
         };
         assert_eq!(decide(closed(), Proof::Close, silent).0, Verdict::Violation);
         let refused = Ok("the coordinator logged a refusal".into());
-        assert_eq!(decide(refused, Proof::Refusal, silent).0, Verdict::Violation);
+        assert_eq!(
+            decide(refused, Proof::Refusal, silent).0,
+            Verdict::Violation
+        );
     }
 
     #[test]
     fn s11_3_a_connection_kept_open_by_a_live_running_coordinator_is_a_violation_under_faults() {
-        assert_eq!(decide(kept_open(), Proof::Close, CALM).0, Verdict::Violation);
-        assert_eq!(decide(kept_open(), Proof::Close, BUSY).0, Verdict::Violation);
+        assert_eq!(
+            decide(kept_open(), Proof::Close, CALM).0,
+            Verdict::Violation
+        );
+        assert_eq!(
+            decide(kept_open(), Proof::Close, BUSY).0,
+            Verdict::Violation
+        );
         let stopped = Observed {
             stopped: true,
             ..BUSY
         };
-        assert_eq!(decide(kept_open(), Proof::Close, stopped).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(kept_open(), Proof::Close, stopped).0,
+            Verdict::Inconclusive
+        );
         let cut = Observed { cut: true, ..BUSY };
-        assert_eq!(decide(kept_open(), Proof::Close, cut).0, Verdict::Inconclusive);
-        assert_eq!(decide(kept_open(), Proof::Close, DIED).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(kept_open(), Proof::Close, cut).0,
+            Verdict::Inconclusive
+        );
+        assert_eq!(
+            decide(kept_open(), Proof::Close, DIED).0,
+            Verdict::Inconclusive
+        );
     }
 
     #[test]
     fn s11_3_answers_are_judged_by_themselves() {
         let answered = || Ok("unsupported, and the connection still answers".into());
-        assert_eq!(decide(answered(), Proof::Answers, DIED).0, Verdict::AsSpecified);
+        assert_eq!(
+            decide(answered(), Proof::Answers, DIED).0,
+            Verdict::AsSpecified
+        );
         let wrong = || Err(Miss::Wrong("an unknown op was answered Lead".into()));
         assert_eq!(decide(wrong(), Proof::Answers, BUSY).0, Verdict::Violation);
         let unreachable = || Err(Miss::Unreachable("connect: refused".into()));
-        assert_eq!(decide(unreachable(), Proof::Answers, CALM).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(unreachable(), Proof::Answers, CALM).0,
+            Verdict::Inconclusive
+        );
     }
 
     #[test]
@@ -1494,7 +1534,13 @@ mod tests {
             stopped: true,
             ..BUSY
         };
-        assert_eq!(decide(kept(), Proof::Answers, stopped).0, Verdict::Violation);
-        assert_eq!(decide(kept(), Proof::Answers, DIED).0, Verdict::Inconclusive);
+        assert_eq!(
+            decide(kept(), Proof::Answers, stopped).0,
+            Verdict::Violation
+        );
+        assert_eq!(
+            decide(kept(), Proof::Answers, DIED).0,
+            Verdict::Inconclusive
+        );
     }
 }

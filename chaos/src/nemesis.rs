@@ -30,12 +30,30 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) {
             async move {
                 // After the hostile clients that need a quiet coordinator;
                 // none starts while the fault runs.
-                let _quiet = shared.quiet.write().await;
+                let _quiet = if may_reach_the_coordinator(fault) {
+                    Some(shared.quiet.write().await)
+                } else {
+                    None
+                };
                 inject(&shared, fault, draw, number).await
             }
         },
     )
     .await;
+}
+
+/// Faults that may kill, stop or close the coordinator (a leader or a
+/// joiner may be its process). The others touch files only: a replaced
+/// socket fails new connections for a moment, never an open one.
+fn may_reach_the_coordinator(fault: Fault) -> bool {
+    !matches!(
+        fault,
+        Fault::RemoveSocket
+            | Fault::RenameSocket
+            | Fault::ReplaceSocket
+            | Fault::LeftoverTemps
+            | Fault::CorruptEpoch
+    )
 }
 
 /// Runs one lane of faults until `until`: each after its gap, logged as
