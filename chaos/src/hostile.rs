@@ -53,6 +53,13 @@ const LIGHT_AT_ONCE: usize = 4;
 /// blocks the writes longer, and makes the verdict inconclusive.
 const WRITE_PATIENCE: Duration = Duration::from_secs(6);
 
+/// Attempts of one hostile client while its verdict is inconclusive: the
+/// cluster form's nemesis takes the coordinator away every few seconds
+/// and does not wait for anyone (its faults are what the run must count),
+/// so that a client that needs its coordinator for seconds sees it die
+/// more often than not.
+const CLIENT_ATTEMPTS: usize = 3;
+
 /// How long a client looks for a coordinator that completes a handshake
 /// before it gives up (inconclusive): longer than a cluster's failover, the
 /// TTL, the watch and the grace window, with etcd's quorum coming back.
@@ -193,8 +200,50 @@ pub async fn calm(
     }
 }
 
-/// Runs one hostile client and logs its verdict.
+/// Runs one hostile client and logs its verdict. While a fault leaves it
+/// inconclusive (its coordinator died under it, most often), it does the
+/// same again with the next coordinator, `CLIENT_ATTEMPTS` times in all;
+/// the detail says which attempt concluded and why the ones before did
+/// not.
 async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, number: u64) -> Verdict {
+    let t = now_us();
+    let mut before = Vec::new();
+    let (verdict, detail) = loop {
+        // Each attempt's keys are its own (`duplicate_id` needs a key that
+        // nobody leads, an earlier attempt's lead included).
+        let numbered = number * CLIENT_ATTEMPTS as u64 + before.len() as u64;
+        let (verdict, detail) = attempt(shared, target, kind, draw, numbered).await;
+        if verdict != Verdict::Inconclusive || before.len() + 1 == CLIENT_ATTEMPTS {
+            break (verdict, detail);
+        }
+        before.push(detail);
+    };
+    let detail = if before.is_empty() {
+        detail
+    } else {
+        format!(
+            "{detail} (attempt {} of {CLIENT_ATTEMPTS}; inconclusive before: {})",
+            before.len() + 1,
+            before.join(" / ")
+        )
+    };
+    shared.log(Record::Hostile {
+        t,
+        kind: hostile_name(kind),
+        verdict,
+        detail,
+    });
+    verdict
+}
+
+/// One attempt of a hostile client, and its verdict.
+async fn attempt(
+    shared: &Shared,
+    target: &Target,
+    kind: Hostile,
+    draw: u64,
+    number: u64,
+) -> (Verdict, String) {
     // A flood's connections past `MAX_CONNECTIONS` are closed at accept,
     // which is what the closing clients expect for another reason: nobody
     // speaks to the coordinator during a flood but the flood itself.
@@ -233,14 +282,7 @@ async fn judge(shared: &Shared, target: &Target, kind: Hostile, draw: u64, numbe
         stopped,
         cut,
     };
-    let (verdict, detail) = decide(outcome, proof(kind), observed);
-    shared.log(Record::Hostile {
-        t,
-        kind: hostile_name(kind),
-        verdict,
-        detail,
-    });
-    verdict
+    decide(outcome, proof(kind), observed)
 }
 
 /// Taken for writing by a flood, for reading by every other client.
