@@ -320,12 +320,14 @@ impl Shared {
     /// Records that the harness's path to the host `host` is cut from
     /// `from` to `to`; returns a handle to move the end once the link is
     /// healed.
+    #[cfg(feature = "cluster")]
     pub fn cut(&self, host: usize, from: u64, to: u64) -> usize {
         let mut cuts = self.cuts.lock().expect("cuts lock");
         cuts.push((host, from, to));
         cuts.len() - 1
     }
 
+    #[cfg(feature = "cluster")]
     pub fn end_cut(&self, handle: usize, to: u64) {
         if let Some(cut) = self.cuts.lock().expect("cuts lock").get_mut(handle) {
             cut.2 = cut.2.max(to);

@@ -582,6 +582,7 @@ async fn connect_once(
 /// The coordinator's status, within a bound, and the pid of the process
 /// that answered: `None` when nobody answers (no coordinator, a stopped one,
 /// one cut off).
+#[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
 async fn status_pid(shared: &Shared, target: &Target, at: &At) -> Option<u32> {
     match target {
         Target::Socket => fresh_status(&shared.paths.flights).await.map(|s| s.pid),
@@ -1145,6 +1146,7 @@ async fn flood(shared: &Shared, target: &Target, at: &At, rng: &mut Rng) -> Atta
 }
 
 /// One connection of a flood, held until the flood ends.
+#[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
 async fn flood_connection(
     shared: &Shared,
     target: &Target,
