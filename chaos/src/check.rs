@@ -888,6 +888,16 @@ pub fn check(paths: &Paths) -> Report {
             ok + inconclusive + bad
         );
     }
+    let inconclusive: usize = hostile
+        .values()
+        .map(|[_, inconclusive, _]| inconclusive)
+        .sum();
+    let conclusive = injected_hostile - inconclusive;
+    let _ = writeln!(
+        text,
+        "  hostile clients: {injected_hostile}, conclusive {conclusive} ({:.0} %), inconclusive {inconclusive}",
+        percent(conclusive, injected_hostile)
+    );
     if !skipped.is_empty() {
         let list: Vec<String> = skipped.iter().map(|(k, c)| format!("{k} {c}")).collect();
         let _ = writeln!(
@@ -1055,5 +1065,14 @@ pub fn verdict(config: &RunConfig, paths: &Paths, passed: bool, started: Instant
         }
         println!("chaos: passed with seed {}", config.seed);
         0
+    }
+}
+
+/// `part` of `whole` in percent; 100 of nothing.
+fn percent(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        100.0
+    } else {
+        part as f64 * 100.0 / whole as f64
     }
 }

@@ -820,10 +820,14 @@ async fn inject(shared: &Arc<Shared>, scene: &Scene, fault: ClusterFault, draw: 
                 });
             }
             log_outage(shared, t, t + span * 1000, host, holds, "partitioned");
+            // The harness reaches the host through its link too: the
+            // hostile clients of a coordinator there are cut off with it.
+            let cut = shared.cut(host, t, t + span * 1000);
             scene.partitioned.lock().expect("lock").push(host);
             scene.hosts.partition(host);
             sleep_ms(span).await;
             scene.hosts.heal(host);
+            shared.end_cut(cut, now_us());
             scene
                 .partitioned
                 .lock()

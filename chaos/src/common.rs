@@ -217,6 +217,11 @@ pub const WORKER_PORT_BASE: u16 = 20_000;
 /// same host could hold them.
 pub const MAX_WORKERS: u32 = 12_000;
 
+/// How long after a stop or a cut ends it may still hinder a hostile client:
+/// a resumed coordinator works off what waited, and a healed link carries
+/// the retransmissions that were waiting.
+const HINDRANCE_SLACK_US: u64 = 1_000_000;
+
 pub struct Shared {
     pub config: RunConfig,
     /// The cluster form's hosts; `None` in the local form.
@@ -229,6 +234,20 @@ pub struct Shared {
     /// Times when the coordinator was down, stopped or unreachable because
     /// of a fault: a hostile client's surprise then proves nothing.
     disturbances: Mutex<Vec<(u64, u64)>>,
+    /// When each process was stopped by the nemesis (pid, from, to; `to`
+    /// is `u64::MAX` until it is resumed): a coordinator stopped during a
+    /// hostile client may have kept it waiting.
+    stops: Mutex<Vec<(u32, u64, u64)>>,
+    /// When the harness's own path to the coordinator's host was cut (the
+    /// cluster form's partitions of that host): bytes wait, and a connection
+    /// may be aborted by TCP while the coordinator lives.
+    cuts: Mutex<Vec<(usize, u64, u64)>>,
+    /// Held for reading by the hostile clients that need a living
+    /// coordinator for seconds (`hostile::needs_quiet`), for writing by the
+    /// local form's nemesis while it injects a fault: those clients run
+    /// while the harness knows that it disturbs nobody, and each fault
+    /// waits for at most one of them.
+    pub quiet: tokio::sync::RwLock<()>,
     pub stopping: AtomicBool,
     /// The number of the next worker process.
     next_worker: AtomicU32,
@@ -248,6 +267,9 @@ impl Shared {
             view: Mutex::new(View::default()),
             seen: Mutex::new(None),
             disturbances: Mutex::new(Vec::new()),
+            stops: Mutex::new(Vec::new()),
+            cuts: Mutex::new(Vec::new()),
+            quiet: tokio::sync::RwLock::new(()),
             stopping: AtomicBool::new(false),
             next_worker: AtomicU32::new(1),
             coordinator_fds_max: Mutex::new(0),
@@ -295,6 +317,51 @@ impl Shared {
             .any(|(handle, &(a, b))| handle != except && a <= to && from <= b)
     }
 
+    /// Records that the harness's path to the host `host` is cut from
+    /// `from` to `to`; returns a handle to move the end once the link is
+    /// healed.
+    #[cfg(feature = "cluster")]
+    pub fn cut(&self, host: usize, from: u64, to: u64) -> usize {
+        let mut cuts = self.cuts.lock().expect("cuts lock");
+        cuts.push((host, from, to));
+        cuts.len() - 1
+    }
+
+    #[cfg(feature = "cluster")]
+    pub fn end_cut(&self, handle: usize, to: u64) {
+        if let Some(cut) = self.cuts.lock().expect("cuts lock").get_mut(handle) {
+            cut.2 = cut.2.max(to);
+        }
+    }
+
+    /// Whether the coordinator process `pid` was stopped, and whether the
+    /// harness's path to its host was cut, at some time in `[from, to]` (or
+    /// in the `HINDRANCE_SLACK_US` after): what it owed a hostile client may
+    /// have come late, or TCP may have aborted its connection, through no
+    /// fault of its own.
+    pub fn hindered(&self, pid: u32, from: u64, to: u64) -> (bool, bool) {
+        let overlaps = |a: u64, b: u64| a <= to && from <= b.saturating_add(HINDRANCE_SLACK_US);
+        // The host of a process that is no longer known is not known
+        // either: every cut counts then.
+        let host = self.launch.as_ref().and_then(|launch| {
+            let slot = self.procs.lock().expect("procs lock").alive.get(&pid)?.0;
+            Some(launch.host_of(slot))
+        });
+        let stopped = self
+            .stops
+            .lock()
+            .expect("stops lock")
+            .iter()
+            .any(|&(stopped, a, b)| stopped == pid && overlaps(a, b));
+        let cut = self
+            .cuts
+            .lock()
+            .expect("cuts lock")
+            .iter()
+            .any(|&(cut, a, b)| host.is_none_or(|host| host == cut) && overlaps(a, b));
+        (stopped, cut)
+    }
+
     pub fn seen(&self) -> Option<Seen> {
         self.seen.lock().expect("seen lock").clone()
     }
@@ -335,14 +402,30 @@ impl Shared {
 
     pub fn stop(&self, pid: u32) -> bool {
         self.procs.lock().expect("procs lock").stopped.insert(pid);
-        self.log(Record::Stop { t: now_us(), pid });
+        let t = now_us();
+        self.stops
+            .lock()
+            .expect("stops lock")
+            .push((pid, t, u64::MAX));
+        self.log(Record::Stop { t, pid });
         signal(pid, Signal::STOP)
     }
 
     pub fn cont(&self, pid: u32) -> bool {
         let resumed = signal(pid, Signal::CONT);
         self.procs.lock().expect("procs lock").stopped.remove(&pid);
-        self.log(Record::Cont { t: now_us(), pid });
+        let t = now_us();
+        if let Some(stop) = self
+            .stops
+            .lock()
+            .expect("stops lock")
+            .iter_mut()
+            .rev()
+            .find(|(stopped, _, to)| *stopped == pid && *to == u64::MAX)
+        {
+            stop.2 = t;
+        }
+        self.log(Record::Cont { t, pid });
         resumed
     }
 }

@@ -27,10 +27,33 @@ pub async fn run(shared: Arc<Shared>, schedule: Schedule, until: Instant) {
         fault_name,
         move |fault, draw, number| {
             let shared = lane_shared.clone();
-            async move { inject(&shared, fault, draw, number).await }
+            async move {
+                // After the hostile clients that need a quiet coordinator;
+                // none starts while the fault runs.
+                let _quiet = if may_reach_the_coordinator(fault) {
+                    Some(shared.quiet.write().await)
+                } else {
+                    None
+                };
+                inject(&shared, fault, draw, number).await
+            }
         },
     )
     .await;
+}
+
+/// Faults that may kill, stop or close the coordinator (a leader or a
+/// joiner may be its process). The others touch files only: a replaced
+/// socket fails new connections for a moment, never an open one.
+fn may_reach_the_coordinator(fault: Fault) -> bool {
+    !matches!(
+        fault,
+        Fault::RemoveSocket
+            | Fault::RenameSocket
+            | Fault::ReplaceSocket
+            | Fault::LeftoverTemps
+            | Fault::CorruptEpoch
+    )
 }
 
 /// Runs one lane of faults until `until`: each after its gap, logged as

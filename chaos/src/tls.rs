@@ -143,31 +143,16 @@ impl TlsClients {
         self.stderr.join(format!("worker-{worker}.txt"))
     }
 
-    /// A TCP connection to the coordinator within `bound`, and its address.
-    pub async fn tcp(&self, bound: Duration) -> Result<(TcpStream, String), String> {
-        let (address, _) = self.coordinator().ok_or("no coordinator key")?;
-        let stream = tokio::time::timeout(bound, TcpStream::connect(&address))
+    /// A TCP connection to `address` within `bound`.
+    pub async fn tcp_to(&self, address: &str, bound: Duration) -> Result<TcpStream, String> {
+        tokio::time::timeout(bound, TcpStream::connect(address))
             .await
             .map_err(|_| format!("connect to {address} did not finish"))?
-            .map_err(|e| format!("connect to {address}: {e}"))?;
-        Ok((stream, address))
+            .map_err(|e| format!("connect to {address}: {e}"))
     }
 
-    /// A TLS connection to the coordinator as `identity`, and our end's
-    /// address (as the coordinator names us in its log).
-    pub async fn connect(
-        &self,
-        identity: Identity,
-    ) -> Result<(TlsStream<TcpStream>, Option<SocketAddr>), SetupError> {
-        let (address, _) = self.coordinator().ok_or(SetupError {
-            reached: false,
-            local: None,
-            why: "no coordinator key".into(),
-        })?;
-        self.connect_to(&address, identity).await
-    }
-
-    /// The same to `address`.
+    /// A TLS connection to the coordinator at `address` as `identity`, and
+    /// our end's address (as the coordinator names us in its log).
     pub async fn connect_to(
         &self,
         address: &str,
