@@ -12,6 +12,7 @@ use crate::fence::{WriteRow, read_writes};
 use crate::records::{Ending, Record, Verdict, read_log};
 use crate::rows::{CLOCK_SLACK_US, Row, percentile};
 use crate::worker::DELIBERATE_PANIC;
+use single_flight::_internal::shell::PANIC_LAND_TIMEOUT;
 
 /// How much later than its deadline a call may end, not counting the time
 /// its process was stopped or its thread blocked in a fenced write
@@ -560,9 +561,25 @@ pub fn check(paths: &Paths) -> Report {
         let last = &done[done.len() - 1];
         let elapsed = last.t.saturating_sub(record.t);
         let held = held_within(worker, record.t, last.t);
+        // A leader whose work panicked waits for its land to be settled
+        // before the panic goes on, up to `PANIC_LAND_TIMEOUT`, whatever
+        // its deadline (SPEC.md §9.6): a failover then makes it wait that
+        // long.
+        let panicked = last.end == Ending::Failure
+            && last.led == Some(true)
+            && last
+                .text
+                .as_deref()
+                .is_some_and(|text| text.starts_with(DELIBERATE_PANIC));
+        let deadline_us = record.deadline_ms * 1000
+            + if panicked {
+                PANIC_LAND_TIMEOUT.as_micros() as u64
+            } else {
+                0
+            };
         let running = elapsed.saturating_sub(held);
-        let bound = record.deadline_ms * 1000 + LATE_SLACK_US;
-        max_late_us = max_late_us.max(running.saturating_sub(record.deadline_ms * 1000));
+        let bound = deadline_us + LATE_SLACK_US;
+        max_late_us = max_late_us.max(running.saturating_sub(deadline_us));
         if running > bound {
             late.hit(|| {
                 format!(
