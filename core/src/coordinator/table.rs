@@ -239,6 +239,29 @@ mod tests {
         assert!(shrinks > 1, "shrunk {shrinks} times");
     }
 
+    /// The table's hasher reads every byte of a key: keys that differ in
+    /// any byte, at any length, hash apart (a hasher that ignored some
+    /// would put them all in one bucket, and every lookup would walk it).
+    #[test]
+    fn keys_that_differ_hash_apart() {
+        let hash = |bytes: &[u8]| {
+            let mut hasher = Fx::default();
+            hasher.write(bytes);
+            hasher.finish()
+        };
+        let keys: Vec<Vec<u8>> = (0..=16)
+            .flat_map(|length| {
+                (0..length).map(move |at| {
+                    let mut key = vec![b'k'; length];
+                    key[at] = b'j';
+                    key
+                })
+            })
+            .collect();
+        let hashes: std::collections::BTreeSet<u64> = keys.iter().map(|key| hash(key)).collect();
+        assert_eq!(hashes.len(), keys.len());
+    }
+
     /// A table that never held more than `MIN_SHRINK_CAPACITY` entries keeps
     /// its capacity as they go: it never pays for a rehash.
     #[test]
