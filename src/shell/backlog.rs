@@ -41,12 +41,12 @@ impl SlowReaders {
         if unwritten.saturating_add(line) <= MAX_QUEUED_BYTES {
             return true;
         }
-        self.closing.push(connection);
+        self.writer_gone(connection);
         false
     }
 
-    /// The writer of `connection` is gone (its socket failed): the
-    /// connection is closed after the step, as a slow one is.
+    /// The writer of `connection` is gone (its socket failed), or it is
+    /// found slow: the connection is closed after the step, once.
     pub(super) fn writer_gone(&mut self, connection: ConnectionId) {
         if !self.closing.contains(&connection) {
             self.closing.push(connection);

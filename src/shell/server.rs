@@ -838,15 +838,20 @@ mod tests {
         }
     }
 
+    /// A term's options for these tests: a grace window and a clock.
+    fn options(grace_window: Duration, clock: Clock) -> Options {
+        Options {
+            grace_window,
+            poll_interval: Duration::from_millis(10),
+            seeded: Seeded::NONE,
+            clock,
+        }
+    }
+
     /// A term of `Lapsing`, a leader of `k` and three joiners of its flight.
     async fn flight_of_three(asks: &Arc<AtomicUsize>) -> (Serving, Client, Vec<Client>) {
         let (connect, incoming) = mpsc::unbounded_channel();
-        let options = Options {
-            grace_window: Duration::from_secs(1),
-            poll_interval: Duration::from_millis(10),
-            seeded: Seeded::NONE,
-            clock: Clock::System,
-        };
+        let options = options(Duration::from_secs(1), Clock::System);
         let term = Lapsing { asks: asks.clone() };
         let serving = start(term, Pipes(incoming), &options);
         let mut leader = Client::connect(&connect).await;
@@ -896,12 +901,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn s10_4_a_term_asked_to_stop_in_its_window_serves_it_out() {
         let (connect, incoming) = mpsc::unbounded_channel();
-        let options = Options {
-            grace_window: Duration::from_secs(60),
-            poll_interval: Duration::from_millis(10),
-            seeded: Seeded::NONE,
-            clock: Clock::Runtime,
-        };
+        let options = options(Duration::from_secs(60), Clock::Runtime);
         let clean = Arc::new(std::sync::Mutex::new(None));
         let term = Second {
             clean: clean.clone(),
