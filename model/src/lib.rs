@@ -102,6 +102,7 @@ mod directory;
 pub mod properties;
 pub mod simulate;
 pub mod slots;
+pub mod tier;
 mod state;
 
 pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};

@@ -1,0 +1,808 @@
+//! The model of the host tier (SPEC.md §18): hosts whose processes reach the
+//! cluster through their host coordinator, checked on the shipped cluster
+//! coordinator (with its relay windows, §18.2), the shipped relay machine
+//! (§18.3) and the shipped client (§9), through the death of a host
+//! coordinator and of the cluster's coordinator (§18.4).
+//!
+//! Like [`crate::Directory`], a plain [`stateright::Model`] whose
+//! connections are pairs of ordered queues that break as a whole, both ends
+//! told. Each host has one relay (its host coordinator) and one client
+//! process; the cluster has one coordinator. Time is not modelled but for
+//! one assumption, the one SPEC.md §18.4 makes: a window (the cluster's
+//! grace window, a host's relay window) ends only once every host is
+//! connected again and nothing is on its way, so that every replay reached
+//! the cluster before it (`calm`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use single_flight_core::client::{self, CallId, Client, Resolution};
+use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Term, Timer};
+use single_flight_core::protocol::{Epoch, FencingToken, HostId, Incoming, Key, Request, Response};
+use single_flight_core::relay::{self, Relay};
+use stateright::{Model, Property};
+
+use crate::directory::Ending;
+
+/// The grace window and the relay window the cluster's terms are created
+/// with. Time is not modelled: a window ends when an action ends it.
+const WINDOW: Duration = Duration::from_secs(2);
+
+/// The names of the hosts, by index.
+const HOST_NAMES: [&str; 2] = ["host-a", "host-b"];
+
+/// The names of the keys, by index.
+const KEY_NAMES: [&str; 2] = ["a", "b"];
+
+/// A cluster of hosts, each with a host coordinator and one process, and
+/// the bounds of what may happen to it (each a budget of the action
+/// generator, as in [`crate::Directory`]).
+#[derive(Clone, Debug)]
+pub struct Tier {
+    /// Hosts (at most [`HOST_NAMES`]).
+    pub hosts: usize,
+    /// Keys the calls choose from (at most [`KEY_NAMES`]).
+    pub keys: usize,
+    /// Calls started in the whole run, by all processes together.
+    pub calls: u8,
+    /// Calls cancelled by their caller.
+    pub cancels: u8,
+    /// Host coordinators that die; another is elected on the host at once.
+    pub host_coordinator_deaths: u8,
+    /// Cluster coordinators that die; the next term (the next epoch, a
+    /// grace window) begins at once.
+    pub cluster_coordinator_deaths: u8,
+    /// A seeded bug of the cluster coordinator (SPEC.md §12.3), or none.
+    pub coordinator_mutant: Option<coordinator::Mutant>,
+    /// A seeded bug of the relay, or none.
+    pub relay_mutant: Option<relay::Mutant>,
+}
+
+impl Tier {
+    /// Checked in CI (SPEC.md §12.1, §18): two hosts, one key, three calls,
+    /// one death of each kind of coordinator.
+    pub fn two_hosts() -> Tier {
+        Tier {
+            hosts: 2,
+            keys: 1,
+            calls: 3,
+            cancels: 0,
+            host_coordinator_deaths: 1,
+            cluster_coordinator_deaths: 1,
+            coordinator_mutant: None,
+            relay_mutant: None,
+        }
+    }
+
+    /// [`Tier::two_hosts`] with a cancel instead of the cluster's failover:
+    /// a leader's caller that leaves, or a joiner's, on either host.
+    pub fn cancel() -> Tier {
+        Tier {
+            cancels: 1,
+            cluster_coordinator_deaths: 0,
+            ..Tier::two_hosts()
+        }
+    }
+
+    pub fn with_mutants(
+        self,
+        coordinator_mutant: Option<coordinator::Mutant>,
+        relay_mutant: Option<relay::Mutant>,
+    ) -> Tier {
+        Tier {
+            coordinator_mutant,
+            relay_mutant,
+            ..self
+        }
+    }
+
+    fn key(index: usize) -> Key {
+        Key::new(KEY_NAMES[index]).expect("the model's key names are valid keys")
+    }
+
+    fn host_id(host: usize) -> HostId {
+        HostId::new(HOST_NAMES[host]).expect("the model's host names are valid host ids")
+    }
+
+    fn cluster_coordinator(&self, epoch: Epoch, term: Term) -> Coordinator {
+        Coordinator::new(epoch, term)
+            .with_relay_window(WINDOW)
+            .with_mutant(self.coordinator_mutant)
+    }
+
+    fn relay(&self) -> Relay {
+        Relay::new().with_mutant(self.relay_mutant)
+    }
+
+    /// Applies `action` to a copy of `state`; with `log`, says what happened.
+    pub fn apply(&self, state: &TierState, action: &TierAction, log: Option<&mut String>) -> TierState {
+        let mut step = Step {
+            model: self,
+            state: state.clone(),
+            log,
+        };
+        step.state.violations = BTreeSet::new();
+        step.act(action);
+        step.state
+    }
+
+    /// The actions of the path, replayed with what happened in each.
+    pub fn narrate(&self, actions: &[TierAction]) -> String {
+        let mut state = self.init_states().remove(0);
+        let mut text = String::new();
+        for (number, action) in actions.iter().enumerate() {
+            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
+            let mut log = String::new();
+            state = self.apply(&state, action, Some(&mut log));
+            text.push_str(&log);
+            if !state.violations.is_empty() {
+                let _ = writeln!(text, "       !! {:?}", state.violations);
+            }
+        }
+        text
+    }
+}
+
+/// One moment of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TierState {
+    /// The cluster coordinator of the current term.
+    pub cluster: Coordinator,
+    /// The next connection number of the cluster's term.
+    pub next_cluster_connection: u64,
+    /// The timers the cluster's current term started and that have not
+    /// fired: its grace window, relay windows. A death drops them.
+    pub timers: BTreeSet<Timer>,
+    /// The hosts, by index.
+    pub hosts: Vec<Host>,
+    pub used: Used,
+    pub history: History,
+    /// What the step that led here broke; cleared at every step.
+    pub violations: BTreeSet<Violation>,
+}
+
+/// One host: its host coordinator (a relay) and its process.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Host {
+    pub relay: Relay,
+    /// The relay's connection to the cluster's coordinator.
+    pub upstream: Option<Queues>,
+    /// The next connection number of the relay's term.
+    pub next_local_connection: u64,
+    pub client: Client,
+    /// The process's connection to its host coordinator.
+    pub link: Option<Queues>,
+    /// The work its leading calls run, under their tokens.
+    pub work: BTreeMap<CallId, FencingToken>,
+    /// Every call it started, numbered from 1.
+    pub calls: BTreeMap<CallId, Call>,
+}
+
+/// A connection: requests one way, responses the other, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Queues {
+    pub connection: ConnectionId,
+    pub requests: VecDeque<Request>,
+    pub responses: VecDeque<Response>,
+}
+
+impl Queues {
+    fn new(connection: ConnectionId) -> Queues {
+        Queues {
+            connection,
+            requests: VecDeque::new(),
+            responses: VecDeque::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.requests.is_empty() && self.responses.is_empty()
+    }
+}
+
+/// What the model knows of one call, from what its process read and did.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Call {
+    pub key: usize,
+    /// The flight it was last answered `joined` to.
+    pub joined: Option<FencingToken>,
+    /// The token it leads under, once its work started.
+    pub token: Option<FencingToken>,
+    /// It leads and its work runs, or its land is not settled.
+    pub holds_lead: bool,
+    pub resolved: bool,
+    pub cancelled: bool,
+}
+
+/// Budgets of the bounded actions, counted up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Used {
+    pub calls: u8,
+    pub cancels: u8,
+    pub host_coordinator_deaths: u8,
+    pub cluster_coordinator_deaths: u8,
+}
+
+/// The past, as far as the properties need it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct History {
+    /// The greatest token a work of each key started with.
+    pub started: BTreeMap<usize, FencingToken>,
+    /// Flights whose leader was told `ack` in the current cluster term: the
+    /// cluster has its outcome, and every joiner must receive it (§18.3).
+    /// A cluster coordinator's death forgets them: what a failover of the
+    /// cluster's coordinator loses is §10.3's.
+    pub acked: BTreeSet<FencingToken>,
+    /// A joiner received an outcome after a host coordinator died.
+    pub landed_after_host_death: bool,
+    /// A flight was taken back by a reassert through a new host coordinator.
+    pub host_coordinator_died: bool,
+}
+
+/// A rule a step broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Violation {
+    /// A work started while another of its key ran.
+    TwoWorksOfOneKey,
+    /// A work started with a token not above every earlier one of its key.
+    TokenNotIncreasing,
+    /// A call resolved twice.
+    ResolvedTwice,
+    /// A joiner received an outcome its flight did not land.
+    WrongOutcome,
+    /// A joiner was interrupted while its flight's leader held the lead.
+    InterruptedWhileLeaderLives,
+    /// A joiner was interrupted after its flight's leader was told `ack`.
+    AckedLandLost,
+    /// A machine sent on a connection that was not open.
+    SentOnClosed,
+    /// An answer no call of this model asks for (`cycle`, `reused`,
+    /// `unsupported`).
+    UnexpectedAnswer,
+}
+
+/// One thing that may happen next.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum TierAction {
+    CallStarts { host: usize, key: usize },
+    /// The host's process connects to its host coordinator.
+    Connects { host: usize },
+    /// The host coordinator connects to the cluster's coordinator.
+    RelayConnects { host: usize },
+    /// The host coordinator reads its process's next request.
+    RequestArrives { host: usize },
+    /// The process reads its next response.
+    ResponseArrives { host: usize },
+    /// The cluster coordinator reads the host coordinator's next request.
+    RelayedRequestArrives { host: usize },
+    /// The host coordinator reads the cluster coordinator's next response.
+    RelayedResponseArrives { host: usize },
+    WorkFinishes { host: usize, call: CallId },
+    CallerCancels { host: usize, call: CallId },
+    /// The host coordinator's process dies (SPEC.md §18.4): its connections
+    /// close at both ends, and another process of the host wins the host
+    /// directory's next term at once.
+    HostCoordinatorDies { host: usize },
+    /// The cluster coordinator dies: every relay's upstream connection
+    /// closes, and the next cluster term begins with a grace window.
+    ClusterCoordinatorDies,
+    /// A timer of the cluster's term fires (a grace or relay window ends),
+    /// only when `calm`.
+    TimerFires { timer: Timer },
+}
+
+impl Model for Tier {
+    type State = TierState;
+    type Action = TierAction;
+
+    /// The cluster's first term, every host connected to it and idle.
+    fn init_states(&self) -> Vec<TierState> {
+        let mut cluster = self.cluster_coordinator(Epoch::FIRST, Term::First);
+        let began = cluster.step(coordinator::Event::TermBegan);
+        debug_assert!(began.is_empty());
+        let hosts = (0..self.hosts)
+            .map(|_| Host {
+                relay: self.relay(),
+                upstream: None,
+                next_local_connection: 0,
+                client: Client::new(),
+                link: None,
+                work: BTreeMap::new(),
+                calls: BTreeMap::new(),
+            })
+            .collect();
+        let state = TierState {
+            cluster,
+            next_cluster_connection: 0,
+            timers: BTreeSet::new(),
+            hosts,
+            used: Used::default(),
+            history: History::default(),
+            violations: BTreeSet::new(),
+        };
+        let mut step = Step {
+            model: self,
+            state,
+            log: None,
+        };
+        for host in 0..self.hosts {
+            step.act(&TierAction::RelayConnects { host });
+            step.act(&TierAction::Connects { host });
+        }
+        vec![step.state]
+    }
+
+    fn actions(&self, state: &TierState, actions: &mut Vec<TierAction>) {
+        for (index, host) in state.hosts.iter().enumerate() {
+            if state.used.calls < self.calls {
+                for key in 0..self.keys {
+                    actions.push(TierAction::CallStarts { host: index, key });
+                }
+            }
+            match &host.link {
+                None => actions.push(TierAction::Connects { host: index }),
+                Some(link) => {
+                    if !link.requests.is_empty() {
+                        actions.push(TierAction::RequestArrives { host: index });
+                    }
+                    if !link.responses.is_empty() {
+                        actions.push(TierAction::ResponseArrives { host: index });
+                    }
+                }
+            }
+            match &host.upstream {
+                None => actions.push(TierAction::RelayConnects { host: index }),
+                Some(upstream) => {
+                    if !upstream.requests.is_empty() {
+                        actions.push(TierAction::RelayedRequestArrives { host: index });
+                    }
+                    if !upstream.responses.is_empty() {
+                        actions.push(TierAction::RelayedResponseArrives { host: index });
+                    }
+                }
+            }
+            for &call in host.work.keys() {
+                actions.push(TierAction::WorkFinishes { host: index, call });
+            }
+            if state.used.cancels < self.cancels {
+                for (&call, record) in &host.calls {
+                    if !record.resolved && !record.cancelled {
+                        actions.push(TierAction::CallerCancels { host: index, call });
+                    }
+                }
+            }
+            if state.used.host_coordinator_deaths < self.host_coordinator_deaths {
+                actions.push(TierAction::HostCoordinatorDies { host: index });
+            }
+        }
+        if state.used.cluster_coordinator_deaths < self.cluster_coordinator_deaths {
+            actions.push(TierAction::ClusterCoordinatorDies);
+        }
+        if calm(state) {
+            for timer in &state.timers {
+                actions.push(TierAction::TimerFires {
+                    timer: timer.clone(),
+                });
+            }
+        }
+    }
+
+    fn next_state(&self, state: &TierState, action: TierAction) -> Option<TierState> {
+        Some(self.apply(state, &action, None))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        properties()
+    }
+}
+
+/// Every host connected at both levels, and nothing on its way: the moment
+/// a window may end (SPEC.md §18.4's assumption about time).
+fn calm(state: &TierState) -> bool {
+    state.hosts.iter().all(|host| {
+        host.link.as_ref().is_some_and(Queues::is_empty)
+            && host.upstream.as_ref().is_some_and(Queues::is_empty)
+    })
+}
+
+/// Nothing can happen but new calls, cancels and deaths: every connection
+/// calm, no work running, no window open.
+fn settled(state: &TierState) -> bool {
+    calm(state) && state.timers.is_empty() && state.hosts.iter().all(|host| host.work.is_empty())
+}
+
+pub const NO_TWO_WORKS: &str = "no work of a key starts while another of it runs";
+pub const TIER_TOKENS_INCREASE: &str = "tokens increase per key across hosts";
+pub const TIER_ANSWERED_ONCE: &str = "a call is answered for good once";
+pub const TIER_JOINER_GETS_ITS_OUTCOME: &str = "a joiner on any host gets its flight's outcome";
+pub const LIVE_LEADER_NOT_INTERRUPTED: &str =
+    "no joiner is interrupted while its flight's leader holds the lead";
+pub const ACKED_LAND_REACHES_JOINERS: &str = "a land acknowledged to its leader reaches every joiner";
+pub const TIER_NOTHING_ON_CLOSED: &str = "nothing is sent on a closed connection";
+pub const TIER_NO_CALL_LEFT_WAITING: &str = "no call is left waiting once the cluster is settled";
+pub const LANDED_THROUGH_NEW_HOST_COORDINATOR: &str =
+    "sometimes: a joiner receives its outcome after a host coordinator died";
+
+/// The properties of the host tier (SPEC.md §18.4).
+pub fn properties() -> Vec<Property<Tier>> {
+    fn holds(violation: Violation) -> impl Fn(&Tier, &TierState) -> bool {
+        move |_, state| !state.violations.contains(&violation)
+    }
+    vec![
+        Property::always(NO_TWO_WORKS, holds(Violation::TwoWorksOfOneKey)),
+        Property::always(TIER_TOKENS_INCREASE, holds(Violation::TokenNotIncreasing)),
+        Property::always(TIER_ANSWERED_ONCE, holds(Violation::ResolvedTwice)),
+        Property::always(TIER_JOINER_GETS_ITS_OUTCOME, |_, state: &TierState| {
+            !state.violations.contains(&Violation::WrongOutcome)
+                && !state.violations.contains(&Violation::UnexpectedAnswer)
+        }),
+        Property::always(
+            LIVE_LEADER_NOT_INTERRUPTED,
+            holds(Violation::InterruptedWhileLeaderLives),
+        ),
+        Property::always(ACKED_LAND_REACHES_JOINERS, holds(Violation::AckedLandLost)),
+        Property::always(TIER_NOTHING_ON_CLOSED, holds(Violation::SentOnClosed)),
+        Property::always(TIER_NO_CALL_LEFT_WAITING, |_, state: &TierState| {
+            !settled(state)
+                || state.hosts.iter().all(|host| {
+                    host.calls
+                        .values()
+                        .all(|call| (call.resolved || call.cancelled) && !call.holds_lead)
+                })
+        }),
+        Property::sometimes(LANDED_THROUGH_NEW_HOST_COORDINATOR, |_, state: &TierState| {
+            state.history.landed_after_host_death
+        }),
+    ]
+}
+
+/// One action being applied: the state machines are stepped and their
+/// effects carried out as the shell would.
+struct Step<'a> {
+    model: &'a Tier,
+    state: TierState,
+    log: Option<&'a mut String>,
+}
+
+impl Step<'_> {
+    fn note(&mut self, text: impl FnOnce() -> String) {
+        if let Some(log) = self.log.as_deref_mut() {
+            let _ = writeln!(log, "       {}", text());
+        }
+    }
+
+    fn act(&mut self, action: &TierAction) {
+        match *action {
+            TierAction::CallStarts { host, key } => {
+                self.state.used.calls += 1;
+                let call = CallId(self.state.hosts[host].calls.len() as u64 + 1);
+                self.state.hosts[host].calls.insert(
+                    call,
+                    Call {
+                        key,
+                        joined: None,
+                        token: None,
+                        holds_lead: false,
+                        resolved: false,
+                        cancelled: false,
+                    },
+                );
+                self.client(
+                    host,
+                    client::Event::CallStarted {
+                        call,
+                        key: Tier::key(key),
+                        options: client::CallOptions::default(),
+                    },
+                );
+            }
+            TierAction::Connects { host } => {
+                let number = self.state.hosts[host].next_local_connection;
+                self.state.hosts[host].next_local_connection += 1;
+                let connection = ConnectionId(number);
+                self.state.hosts[host].link = Some(Queues::new(connection));
+                self.relay(host, relay::Event::ConnectionOpened { connection });
+                if self.state.hosts[host].link.is_some() {
+                    self.client(host, client::Event::ConnectionReady);
+                }
+            }
+            TierAction::RelayConnects { host } => {
+                let connection = ConnectionId(self.state.next_cluster_connection);
+                self.state.next_cluster_connection += 1;
+                self.state.hosts[host].upstream = Some(Queues::new(connection));
+                self.cluster(coordinator::Event::ConnectionOpened {
+                    connection,
+                    relay: Some(Tier::host_id(host)),
+                });
+                if self.state.hosts[host].upstream.is_some() {
+                    self.relay(host, relay::Event::UpstreamReady);
+                }
+            }
+            TierAction::RequestArrives { host } => {
+                let link = self.state.hosts[host].link.as_mut().expect("enabled when connected");
+                let connection = link.connection;
+                let request = link.requests.pop_front().expect("enabled when queued");
+                self.note(|| format!("host {host} coordinator reads {request:?}"));
+                self.relay(
+                    host,
+                    relay::Event::RequestReceived {
+                        connection,
+                        request: Incoming::Request(request),
+                    },
+                );
+            }
+            TierAction::ResponseArrives { host } => {
+                let link = self.state.hosts[host].link.as_mut().expect("enabled when connected");
+                let response = link.responses.pop_front().expect("enabled when queued");
+                self.note(|| format!("host {host} process reads {response:?}"));
+                self.read(host, &response);
+                self.client(host, client::Event::ResponseReceived { response });
+            }
+            TierAction::RelayedRequestArrives { host } => {
+                let upstream = self.state.hosts[host].upstream.as_mut().expect("enabled when connected");
+                let connection = upstream.connection;
+                let request = upstream.requests.pop_front().expect("enabled when queued");
+                self.note(|| format!("cluster coordinator reads {request:?} from host {host}"));
+                self.cluster(coordinator::Event::RequestReceived {
+                    connection,
+                    request: Incoming::Request(request),
+                });
+            }
+            TierAction::RelayedResponseArrives { host } => {
+                let upstream = self.state.hosts[host].upstream.as_mut().expect("enabled when connected");
+                let response = upstream.responses.pop_front().expect("enabled when queued");
+                self.note(|| format!("host {host} coordinator reads {response:?} from the cluster"));
+                self.relay(host, relay::Event::UpstreamResponse { response });
+            }
+            TierAction::WorkFinishes { host, call } => {
+                let token = self.state.hosts[host].work.remove(&call).expect("enabled when running");
+                let outcome = Ending::of(token).outcome(token);
+                self.client(host, client::Event::WorkFinished { call, outcome });
+            }
+            TierAction::CallerCancels { host, call } => {
+                self.state.used.cancels += 1;
+                let record = self.state.hosts[host].calls.get_mut(&call).expect("a call");
+                record.cancelled = true;
+                // The shell drops the work of a call whose caller left.
+                if self.state.hosts[host].work.remove(&call).is_some() {
+                    self.state.hosts[host].calls.get_mut(&call).expect("a call").holds_lead = false;
+                }
+                self.client(host, client::Event::CallCancelled { call });
+            }
+            TierAction::HostCoordinatorDies { host } => {
+                self.state.used.host_coordinator_deaths += 1;
+                self.state.history.host_coordinator_died = true;
+                self.state.hosts[host].relay = self.model.relay();
+                if self.state.hosts[host].link.take().is_some() {
+                    self.client(host, client::Event::ConnectionLost);
+                }
+                if let Some(upstream) = self.state.hosts[host].upstream.take() {
+                    self.cluster(coordinator::Event::ConnectionClosed {
+                        connection: upstream.connection,
+                    });
+                }
+            }
+            TierAction::ClusterCoordinatorDies => {
+                self.state.used.cluster_coordinator_deaths += 1;
+                self.state.history.acked.clear();
+                self.state.timers.clear();
+                let epoch = self.state.cluster.epoch().next().expect("the model's epochs are few");
+                self.state.cluster = self.model.cluster_coordinator(
+                    epoch,
+                    Term::AfterFailover {
+                        grace_window: WINDOW,
+                    },
+                );
+                self.state.next_cluster_connection = 0;
+                self.cluster(coordinator::Event::TermBegan);
+                for host in 0..self.state.hosts.len() {
+                    if self.state.hosts[host].upstream.take().is_some() {
+                        self.relay(host, relay::Event::UpstreamLost);
+                    }
+                }
+            }
+            TierAction::TimerFires { ref timer } => {
+                self.state.timers.remove(timer);
+                self.cluster(coordinator::Event::TimerFired {
+                    timer: timer.clone(),
+                });
+            }
+        }
+    }
+
+    /// What the process learns from a response before its client does: the
+    /// flight a call joined, and a leader told `ack` (the cluster has its
+    /// outcome, §18.3).
+    fn read(&mut self, host: usize, response: &Response) {
+        let (id, joined) = match response {
+            Response::Joined { id, flight } => (id, Some(*flight)),
+            Response::Ack { id } => (id, None),
+            _ => return,
+        };
+        let Some(call) = CallId::from_request_id(id) else {
+            return;
+        };
+        let Some(record) = self.state.hosts[host].calls.get_mut(&call) else {
+            return;
+        };
+        match joined {
+            Some(flight) => record.joined = Some(flight),
+            None => {
+                if let Some(token) = record.token {
+                    self.state.history.acked.insert(token);
+                }
+            }
+        }
+    }
+
+    fn cluster(&mut self, event: coordinator::Event) {
+        let effects = self.state.cluster.step(event);
+        for effect in effects {
+            match effect {
+                coordinator::Effect::Send { connection, response } => {
+                    match self.upstream_of(connection) {
+                        Some(host) => {
+                            self.note(|| format!("cluster coordinator sends host {host} {response:?}"));
+                            let upstream = self.state.hosts[host].upstream.as_mut().expect("found");
+                            upstream.responses.push_back(response);
+                        }
+                        None => {
+                            self.state.violations.insert(Violation::SentOnClosed);
+                        }
+                    }
+                }
+                coordinator::Effect::Close { connection, .. } => {
+                    if let Some(host) = self.upstream_of(connection) {
+                        self.note(|| format!("cluster coordinator closes host {host}'s connection"));
+                        self.state.hosts[host].upstream = None;
+                        self.cluster(coordinator::Event::ConnectionClosed { connection });
+                        self.relay(host, relay::Event::UpstreamLost);
+                    }
+                }
+                coordinator::Effect::StartTimer { timer, .. } => {
+                    self.state.timers.insert(timer);
+                }
+                coordinator::Effect::EndTerm { .. } => {
+                    unreachable!("no term of the model stops or runs out of tokens")
+                }
+            }
+        }
+    }
+
+    fn upstream_of(&self, connection: ConnectionId) -> Option<usize> {
+        self.state.hosts.iter().position(|host| {
+            host.upstream
+                .as_ref()
+                .is_some_and(|upstream| upstream.connection == connection)
+        })
+    }
+
+    fn relay(&mut self, host: usize, event: relay::Event) {
+        let effects = self.state.hosts[host].relay.step(event);
+        for effect in effects {
+            match effect {
+                relay::Effect::Send { connection, response } => {
+                    match self.state.hosts[host].link.as_mut() {
+                        Some(link) if link.connection == connection => {
+                            link.responses.push_back(response);
+                        }
+                        _ => {
+                            self.state.violations.insert(Violation::SentOnClosed);
+                        }
+                    }
+                }
+                relay::Effect::Close { connection, .. } => {
+                    let open = self.state.hosts[host]
+                        .link
+                        .as_ref()
+                        .is_some_and(|link| link.connection == connection);
+                    if open {
+                        self.note(|| format!("host {host} coordinator closes its process's connection"));
+                        self.state.hosts[host].link = None;
+                        self.relay(host, relay::Event::ConnectionClosed { connection });
+                        self.client(host, client::Event::ConnectionLost);
+                    }
+                }
+                relay::Effect::SendUpstream { request } => match self.state.hosts[host].upstream.as_mut() {
+                    Some(upstream) => {
+                        upstream.requests.push_back(request);
+                    }
+                    None => {
+                        self.state.violations.insert(Violation::SentOnClosed);
+                    }
+                },
+            }
+        }
+    }
+
+    fn client(&mut self, host: usize, event: client::Event) {
+        let effects = self.state.hosts[host].client.step(event);
+        for effect in effects {
+            match effect {
+                client::Effect::Send(request) => {
+                    if let Some(link) = self.state.hosts[host].link.as_mut() {
+                        link.requests.push_back(request);
+                    }
+                }
+                client::Effect::StartWork { call, token } => self.starts(host, call, token),
+                client::Effect::Resolve { call, resolution } => self.resolves(host, call, resolution),
+                client::Effect::StopWork { call, .. } => {
+                    self.state.hosts[host].work.remove(&call);
+                    if let Some(record) = self.state.hosts[host].calls.get_mut(&call) {
+                        record.holds_lead = false;
+                    }
+                }
+                client::Effect::LandSettled { call } => {
+                    if let Some(record) = self.state.hosts[host].calls.get_mut(&call) {
+                        record.holds_lead = false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A work starts: no other work of its key runs (§18.4: no rerun while
+    /// a run is live), and its token is above every earlier one of its key.
+    fn starts(&mut self, host: usize, call: CallId, token: FencingToken) {
+        let key = self.state.hosts[host].calls[&call].key;
+        let running = self.state.hosts.iter().any(|other| {
+            other
+                .work
+                .keys()
+                .any(|running| other.calls[running].key == key)
+        });
+        if running {
+            self.state.violations.insert(Violation::TwoWorksOfOneKey);
+        }
+        if self.state.history.started.get(&key).is_some_and(|&last| last >= token) {
+            self.state.violations.insert(Violation::TokenNotIncreasing);
+        }
+        self.state.history.started.insert(key, token);
+        self.state.hosts[host].work.insert(call, token);
+        let record = self.state.hosts[host].calls.get_mut(&call).expect("a call");
+        record.token = Some(token);
+        record.holds_lead = true;
+        self.note(|| format!("host {host} call {} leads {token}", call.0));
+    }
+
+    fn resolves(&mut self, host: usize, call: CallId, resolution: Resolution) {
+        self.note(|| format!("host {host} call {} resolves {resolution:?}", call.0));
+        let record = self.state.hosts[host].calls.get_mut(&call).expect("a call");
+        if record.resolved {
+            self.state.violations.insert(Violation::ResolvedTwice);
+        }
+        record.resolved = true;
+        let joined = record.joined;
+        match resolution {
+            Resolution::Led { .. } => {}
+            Resolution::Joined { flight, outcome } => {
+                if outcome != Ending::of(flight).outcome(flight) {
+                    self.state.violations.insert(Violation::WrongOutcome);
+                }
+                if self.state.history.host_coordinator_died {
+                    self.state.history.landed_after_host_death = true;
+                }
+            }
+            Resolution::Interrupted | Resolution::Lost => {
+                if let Some(flight) = joined {
+                    let leader_holds = self.state.hosts.iter().any(|other| {
+                        other
+                            .calls
+                            .values()
+                            .any(|call| call.token == Some(flight) && call.holds_lead)
+                    });
+                    if leader_holds {
+                        self.state.violations.insert(Violation::InterruptedWhileLeaderLives);
+                    }
+                    if self.state.history.acked.contains(&flight) {
+                        self.state.violations.insert(Violation::AckedLandLost);
+                    }
+                }
+            }
+            Resolution::Reused { .. } | Resolution::Unsupported | Resolution::Cycle { .. } => {
+                self.state.violations.insert(Violation::UnexpectedAnswer);
+            }
+        }
+    }
+}
