@@ -426,23 +426,29 @@ pub const LANDED_THROUGH_NEW_HOST_COORDINATOR: &str =
 
 /// The properties of the host tier (SPEC.md §18.4).
 pub fn properties() -> Vec<Property<Tier>> {
-    fn holds(violation: Violation) -> impl Fn(&Tier, &TierState) -> bool {
-        move |_, state| !state.violations.contains(&violation)
-    }
     vec![
-        Property::always(NO_TWO_WORKS, holds(Violation::TwoWorksOfOneKey)),
-        Property::always(TIER_TOKENS_INCREASE, holds(Violation::TokenNotIncreasing)),
-        Property::always(TIER_ANSWERED_ONCE, holds(Violation::ResolvedTwice)),
+        Property::always(NO_TWO_WORKS, |_, state: &TierState| {
+            !state.violations.contains(&Violation::TwoWorksOfOneKey)
+        }),
+        Property::always(TIER_TOKENS_INCREASE, |_, state: &TierState| {
+            !state.violations.contains(&Violation::TokenNotIncreasing)
+        }),
+        Property::always(TIER_ANSWERED_ONCE, |_, state: &TierState| {
+            !state.violations.contains(&Violation::ResolvedTwice)
+        }),
         Property::always(TIER_JOINER_GETS_ITS_OUTCOME, |_, state: &TierState| {
             !state.violations.contains(&Violation::WrongOutcome)
                 && !state.violations.contains(&Violation::UnexpectedAnswer)
         }),
-        Property::always(
-            LIVE_LEADER_NOT_INTERRUPTED,
-            holds(Violation::InterruptedWhileLeaderLives),
-        ),
-        Property::always(ACKED_LAND_REACHES_JOINERS, holds(Violation::AckedLandLost)),
-        Property::always(TIER_NOTHING_ON_CLOSED, holds(Violation::SentOnClosed)),
+        Property::always(LIVE_LEADER_NOT_INTERRUPTED, |_, state: &TierState| {
+            !state.violations.contains(&Violation::InterruptedWhileLeaderLives)
+        }),
+        Property::always(ACKED_LAND_REACHES_JOINERS, |_, state: &TierState| {
+            !state.violations.contains(&Violation::AckedLandLost)
+        }),
+        Property::always(TIER_NOTHING_ON_CLOSED, |_, state: &TierState| {
+            !state.violations.contains(&Violation::SentOnClosed)
+        }),
         Property::always(TIER_NO_CALL_LEFT_WAITING, |_, state: &TierState| {
             !settled(state)
                 || state.hosts.iter().all(|host| {
