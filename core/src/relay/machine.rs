@@ -521,13 +521,7 @@ impl Relay {
         group.members.insert(arrival, party.clone());
         if let Answer::Led(token) | Answer::Joined(token) = group.answer {
             let (connection, id) = party;
-            self.send(
-                connection,
-                Response::Joined {
-                    id,
-                    flight: token,
-                },
-            );
+            self.send(connection, Response::Joined { id, flight: token });
         }
     }
 
@@ -606,9 +600,10 @@ impl Relay {
             return;
         };
         match &mut group.request {
-            None => self
-                .effects
-                .push(Effect::SendUpstream(Request::Land { id: upstream, outcome })),
+            None => self.effects.push(Effect::SendUpstream(Request::Land {
+                id: upstream,
+                outcome,
+            })),
             // A reassert still waiting for an upstream connection (only a
             // reassert's group leads before it is sent): the outcome rides
             // on it, which makes it the landed reassert that a client
@@ -938,13 +933,7 @@ impl Relay {
         let (connection, id) = leader;
         self.send(connection, Response::Lead { id, token });
         for (connection, id) in joiners {
-            self.send(
-                connection,
-                Response::Joined {
-                    id,
-                    flight: token,
-                },
-            );
+            self.send(connection, Response::Joined { id, flight: token });
         }
     }
 
@@ -959,13 +948,7 @@ impl Relay {
             self.index(number, token);
         }
         for (connection, id) in joiners {
-            self.send(
-                connection,
-                Response::Joined {
-                    id,
-                    flight: token,
-                },
-            );
+            self.send(connection, Response::Joined { id, flight: token });
         }
     }
 

@@ -613,7 +613,10 @@ fn losing_upstream_closes_every_local_connection_and_forgets_every_group_18_3() 
         vec![closed(1), closed(2), closed(3)]
     );
     assert_eq!((relay.groups(), relay.upstream_parties()), (0, 0));
-    assert!(relay.in_handshake(c(4)), "a connection in its handshake has no call yet");
+    assert!(
+        relay.in_handshake(c(4)),
+        "a connection in its handshake has no call yet"
+    );
     assert_eq!(relay.step(Event::UpstreamLost), vec![]);
     // The replay waits for the next upstream connection.
     relay.step(Event::ConnectionOpened { connection: c(5) });
@@ -719,10 +722,7 @@ fn a_group_beyond_the_upstream_bound_waits_until_one_closes_18_3() {
     assert_eq!(relay.upstream_parties(), 1);
     assert_eq!(
         relay.step(up(Response::Interrupted { id: id("1") })),
-        vec![
-            interrupted(1, "1"),
-            upstream(run_request("2", "b", None))
-        ]
+        vec![interrupted(1, "1"), upstream(run_request("2", "b", None))]
     );
     // A group that waits for the bound and is withdrawn never goes up.
     relay.step(run(1, "4", "c"));
@@ -856,4 +856,35 @@ fn upstream_answers_that_fit_no_open_party_are_ignored_18_3() {
         assert_eq!(relay.step(up(answer.clone())), vec![], "{answer:?}");
     }
     assert_eq!(relay, before);
+}
+
+/// §18.3 "Withdrawals", §15.3: a leader that detaches while its reassert
+/// waits for an upstream connection has its `detach` relayed right after
+/// the reassert.
+#[test]
+fn a_detach_of_a_waiting_reassert_follows_it_upstream_18_3() {
+    let mut relay = Relay::new();
+    relay.step(Event::ConnectionOpened { connection: c(1) });
+    let t = token(1, 1);
+    relay.step(request(1, reassert_request("1", "k", t, None)));
+    assert_eq!(relay.step(detach(1, "1")), vec![]);
+    assert_eq!(
+        relay.step(Event::UpstreamReady),
+        vec![
+            upstream(reassert_request("1", "k", t, None)),
+            upstream(Request::Detach { id: id("1") })
+        ]
+    );
+}
+
+/// §18.3 "`status`", §3.5: a cluster older than `status` answers it
+/// `unsupported`, which goes to the asker with its own id.
+#[test]
+fn unsupported_in_answer_to_a_relayed_status_goes_to_its_asker_18_3() {
+    let mut relay = connected(1);
+    relay.step(request(1, Request::Status { id: id("s") }));
+    assert_eq!(
+        relay.step(up(Response::Unsupported { id: id("1") })),
+        vec![send(1, Response::Unsupported { id: id("s") })]
+    );
 }

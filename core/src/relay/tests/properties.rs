@@ -56,7 +56,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(c, k, t, l)| Op::Reassert(c, k, t, l)),
         3 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Land(c, p)),
         2 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Cancel(c, p)),
-        1 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Detach(c, p)),
+        2 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Detach(c, p)),
         1 => n.clone().prop_map(Op::Status),
         1 => n.clone().prop_map(Op::Unknown),
         1 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Duplicate(c, p)),
@@ -194,7 +194,10 @@ impl Observer {
                 let token = FencingToken::new(Epoch::new(2).unwrap(), self.next_sequence).unwrap();
                 let known = self.tokens[choice % self.tokens.len()];
                 let mut options = vec![
-                    Response::Lead { id: id.clone(), token },
+                    Response::Lead {
+                        id: id.clone(),
+                        token,
+                    },
                     Response::Joined {
                         id: id.clone(),
                         flight: known,
@@ -343,7 +346,12 @@ impl Observer {
     fn sent_upstream(&mut self, request: &Request) {
         let id = request.id().clone();
         let opened = match request {
-            Request::Run { reuse, .. } => Some((Kind::Run { reuse: reuse.is_some() }, State::Asked)),
+            Request::Run { reuse, .. } => Some((
+                Kind::Run {
+                    reuse: reuse.is_some(),
+                },
+                State::Asked,
+            )),
             Request::Reassert { outcome, .. } => {
                 if let Some(outcome) = outcome {
                     self.land_went_up(&id, outcome);
@@ -469,7 +477,11 @@ fn run_sequence(ops: Vec<Op>) {
                 };
                 let effects = relay.step(event);
                 if !observer.open.contains(&connection) {
-                    assert_eq!(effects, vec![], "requests of closed connections are ignored");
+                    assert_eq!(
+                        effects,
+                        vec![],
+                        "requests of closed connections are ignored"
+                    );
                 }
                 observer.check(&relay, None, &effects);
             }
@@ -552,9 +564,10 @@ fn run_sequence(ops: Vec<Op>) {
                 // final, and no `rejected`, which may have refused its
                 // reassert or its land.
                 let over = observer.withdrawn.contains(&party)
-                    || answers.unwrap_or(&[]).iter().any(|r| {
-                        Observer::is_final(r) || matches!(r, Response::Rejected { .. })
-                    });
+                    || answers
+                        .unwrap_or(&[])
+                        .iter()
+                        .any(|r| Observer::is_final(r) || matches!(r, Response::Rejected { .. }));
                 if over || !observer.open.contains(&connection) {
                     continue;
                 }
