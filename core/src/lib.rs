@@ -8,7 +8,7 @@
 //! that happened as events and returns what to do as plain data:
 //!
 //! - [`protocol`]: messages, framing, handshake, limits and the fencing token
-//!   (SPEC.md §3–§6); it knows nothing of either machine;
+//!   (SPEC.md §3–§6); it knows nothing of the machines;
 //! - [`coordinator`]: who leads, who joins, what a failover keeps (§8);
 //! - [`client`]: one process's calls, their replay after a failover (§9);
 //! - [`relay`]: a host coordinator's relay, which stands for its host's
