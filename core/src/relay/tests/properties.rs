@@ -642,7 +642,7 @@ fn run_sequence(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(4000))]
 
     /// §18.3's invariants over random sequences of local and upstream
     /// events.
