@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::io::{CloseReason, Effect, Event};
+use super::mutant::{Mutant, Seeded};
 use crate::coordinator::{self, ConnectionId, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
 use crate::protocol::{FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
 
@@ -86,6 +87,9 @@ pub struct Relay {
     /// The caller's buffer of effects while a step is in progress
     /// ([`Relay::step_into`]); always empty between steps.
     effects: Vec<Effect>,
+    /// A seeded bug (SPEC.md §12.3), only in the model's build: zero-sized
+    /// and always none in every other.
+    pub(super) seeded: Seeded,
 }
 
 /// What one open local connection has open.
@@ -205,6 +209,7 @@ impl Relay {
             plain: BTreeMap::new(),
             rejoinable: BTreeMap::new(),
             effects: Vec::new(),
+            seeded: Seeded::default(),
         }
     }
 
@@ -614,6 +619,11 @@ impl Relay {
             Some(_) => {}
         }
         group.landing = Some(landing);
+        // The seeded bug of SPEC.md §12.3: settled here, as if upstream had
+        // acknowledged already.
+        if self.hook(Mutant::AcksBeforeUpstream, false, true) {
+            self.settle_land(number, true);
+        }
     }
 
     /// §8.6 through §18.3: a `cancel` withdraws the party; an id that is not

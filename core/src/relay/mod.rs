@@ -8,9 +8,12 @@
 
 mod io;
 mod machine;
+mod mutant;
 
 pub use io::{CloseReason, Effect, Event};
 pub use machine::Relay;
+#[cfg(single_flight_mutants)]
+pub use mutant::Mutant;
 
 #[cfg(test)]
 mod tests;
