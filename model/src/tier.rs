@@ -559,7 +559,7 @@ impl Step<'_> {
                 let upstream = self.state.hosts[host].upstream.as_mut().expect("enabled when connected");
                 let response = upstream.responses.pop_front().expect("enabled when queued");
                 self.note(|| format!("host {host} coordinator reads {response:?} from the cluster"));
-                self.relay(host, relay::Event::UpstreamResponse { response });
+                self.relay(host, relay::Event::UpstreamResponse(response));
             }
             TierAction::WorkFinishes { host, call } => {
                 let token = self.state.hosts[host].work.remove(&call).expect("enabled when running");
@@ -710,7 +710,7 @@ impl Step<'_> {
                         self.client(host, client::Event::ConnectionLost);
                     }
                 }
-                relay::Effect::SendUpstream { request } => match self.state.hosts[host].upstream.as_mut() {
+                relay::Effect::SendUpstream(request) => match self.state.hosts[host].upstream.as_mut() {
                     Some(upstream) => {
                         upstream.requests.push_back(request);
                     }
