@@ -241,7 +241,10 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                 let connection = ConnectionId(observer.connections.len() as u64);
                 observer.connections.push(connection);
                 observer.open.insert(connection);
-                let effects = coordinator.step(Event::ConnectionOpened { connection });
+                let effects = coordinator.step(Event::ConnectionOpened {
+                    connection,
+                    relay: None,
+                });
                 assert_eq!(effects, vec![]);
             }
             Op::Close(n) => {
