@@ -11,6 +11,7 @@ use crate::protocol::{
 mod cycles;
 mod extensions;
 mod properties;
+mod relay;
 
 /// A term after a failover, with the default grace window of a directory.
 const AFTER_FAILOVER: Term = Term::AfterFailover {

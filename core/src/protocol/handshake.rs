@@ -35,10 +35,25 @@ pub struct ClientHello {
 }
 
 /// The `relay` member of a host coordinator's hello (SPEC.md §18.1).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Relay {
     /// The host for which the client relays.
     pub host: HostId,
+}
+
+/// Read by hand: a derived reader also takes a struct from an array
+/// (`["build-7"]`), and §18.1 asks for an object holding `host`. Members it
+/// does not know are ignored, as in any message (§3).
+impl<'de> Deserialize<'de> for Relay {
+    fn deserialize<D: Deserializer<'de>>(reader: D) -> Result<Relay, D::Error> {
+        use serde::de::Error;
+        let mut members = serde_json::Map::<String, serde_json::Value>::deserialize(reader)?;
+        let host = members
+            .remove("host")
+            .ok_or_else(|| D::Error::missing_field("host"))?;
+        let host = HostId::deserialize(host).map_err(D::Error::custom)?;
+        Ok(Relay { host })
+    }
 }
 
 /// The id of a host whose coordinator relays to the cluster (SPEC.md
