@@ -224,15 +224,17 @@ struct Relays {
     /// The open relay windows, each named by the relay connection whose
     /// close opened it last, as its timer is ([`Timer::RelayWindow`]).
     windows: BTreeMap<HostId, ConnectionId>,
-    /// The flights in progress without a leader, by token, with the host
-    /// whose relay connection led them.
-    orphans: BTreeMap<FencingToken, HostId>,
+    /// The flights in progress without a leader, by key, with their token
+    /// and the host whose relay connection led them. By key and not by
+    /// token, as the next two: a client may name one token with two keys,
+    /// and one key has one flight in progress.
+    orphans: BTreeMap<Key, (FencingToken, HostId)>,
     /// The flights in progress joined by a host whose relay connection
-    /// closed while its window is open, by token.
-    joined_by: BTreeMap<FencingToken, BTreeSet<HostId>>,
+    /// closed while its window is open.
+    joined_by: BTreeMap<(Key, FencingToken), BTreeSet<HostId>>,
     /// The endings of the flights joined by each host that ended in its
     /// window (`None`: interrupted), for its rejoins.
-    endings: BTreeMap<HostId, BTreeMap<FencingToken, Option<Arc<Outcome>>>>,
+    endings: BTreeMap<HostId, BTreeMap<(Key, FencingToken), Option<Arc<Outcome>>>>,
 }
 
 /// A value kept for reuse (SPEC.md §16.2).
@@ -697,7 +699,7 @@ impl Coordinator {
         if in_progress && self.hook(Mutant::JoinsHeldFlights, !self.in_grace, true) {
             return self.join(party, &key, token);
         }
-        if let Some(outcome) = self.relay_ending(party.0, token) {
+        if let Some(outcome) = self.relay_ending(party.0, &key, token) {
             return self.finish(&party, outcome);
         }
         if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
@@ -990,14 +992,14 @@ impl Coordinator {
             self.detached.remove(&token);
         }
         if !self.relays.orphans.is_empty() {
-            self.relays.orphans.remove(&token);
+            self.relays.orphans.remove(key);
         }
         // §18.2: the hosts whose relay connection had joined it remember its
         // ending for their rejoins while their window is open.
         let joined_by = if self.relays.joined_by.is_empty() {
             None
         } else {
-            self.relays.joined_by.remove(&token)
+            self.relays.joined_by.remove(&(key.clone(), token))
         };
         let keep = if self.keeps.is_empty() {
             None
@@ -1018,7 +1020,7 @@ impl Coordinator {
         let mut outcome = outcome.filter(|_| wanted).map(Arc::new);
         for host in joined_by.into_iter().flatten() {
             let endings = self.relays.endings.entry(host).or_default();
-            endings.insert(token, outcome.clone());
+            endings.insert((key.clone(), token), outcome.clone());
         }
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());
@@ -1383,7 +1385,8 @@ impl Coordinator {
                 }
                 Role::Joining { token } => {
                     if in_progress(token) {
-                        let hosts = self.relays.joined_by.entry(token).or_default();
+                        let flight = (party.key.clone(), token);
+                        let hosts = self.relays.joined_by.entry(flight).or_default();
                         hosts.insert(host.clone());
                     }
                     self.withdrawn(&party_ref, party, Withdrawal::Close);
@@ -1411,7 +1414,9 @@ impl Coordinator {
         if let Some(flight) = self.flights.get_mut(key) {
             flight.leader = None;
         }
-        self.relays.orphans.insert(token, host.clone());
+        self.relays
+            .orphans
+            .insert(key.clone(), (token, host.clone()));
         if !self.waits.is_empty() {
             self.waits.remove(party);
         }
@@ -1434,15 +1439,17 @@ impl Coordinator {
         let Some(host) = self.relays.host_of.get(&connection) else {
             return false;
         };
-        self.relays.orphans.get(&token) == Some(host)
-            && self.flights.get(key).is_some_and(|f| f.token == token)
+        self.relays
+            .orphans
+            .get(key)
+            .is_some_and(|(orphan, by)| *orphan == token && by == host)
     }
 
     /// A reassert of a flight orphaned by its host takes it back: running,
     /// its party leads it again without an answer; landed, it lands it as
     /// its leader's `land` would (§8.5).
     fn adopt(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Option<Outcome>) {
-        self.relays.orphans.remove(&token);
+        self.relays.orphans.remove(key);
         self.set_role(&party, Role::Leading { token });
         if let Some(flight) = self.flights.get_mut(key) {
             flight.leader = Some(party.clone());
@@ -1453,18 +1460,20 @@ impl Coordinator {
     }
 
     /// The ending remembered for the host of the relay connection
-    /// `connection` of the flight `token` that it had joined, if that
-    /// flight ended in the host's window.
+    /// `connection` of the flight `token` of `key` that it had joined, if
+    /// that flight ended in the host's window.
     fn relay_ending(
         &self,
         connection: ConnectionId,
+        key: &Key,
         token: FencingToken,
     ) -> Option<Option<Arc<Outcome>>> {
         if self.relays.endings.is_empty() {
             return None;
         }
         let host = self.relays.host_of.get(&connection)?;
-        self.relays.endings.get(host)?.get(&token).cloned()
+        let endings = self.relays.endings.get(host)?;
+        endings.get(&(key.clone(), token)).cloned()
     }
 
     /// The relay window of `host` that the close of `closed` opened is
@@ -1476,12 +1485,13 @@ impl Coordinator {
             return;
         }
         self.relays.windows.remove(host);
+        // In key order, as the orphans are kept.
         let orphaned: Vec<(Key, FencingToken)> = self
-            .flights
-            .sorted()
-            .into_iter()
-            .filter(|(_, flight)| self.relays.orphans.get(&flight.token) == Some(host))
-            .map(|(key, flight)| (key.clone(), flight.token))
+            .relays
+            .orphans
+            .iter()
+            .filter(|(_, (_, by))| by == host)
+            .map(|(key, (token, _))| (key.clone(), *token))
             .collect();
         for (key, token) in orphaned {
             self.end_flight(&key, token, None);

@@ -124,7 +124,10 @@ fn nested_reassert(
 fn orphan_of_build_7() -> Coordinator {
     let mut co = relaying(1, Term::First, 3);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "k")), vec![lead(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "k")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(run(1, "1", "k")), vec![joined(1, "1", token(1, 1))]);
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     co
@@ -261,7 +264,10 @@ fn s18_2_a_window_opened_again_ignores_its_earlier_timer() {
 fn s18_2_a_newer_relay_connection_of_a_host_closes_the_older() {
     let mut co = relaying(1, Term::First, 1);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "k")), vec![lead(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "k")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(run(1, "1", "k")), vec![joined(1, "1", token(1, 1))]);
     assert_eq!(
         co.step(opened(11, "build-7")),
@@ -371,7 +377,10 @@ fn s18_2_the_windows_end_forgets_the_hosts_endings() {
     let mut co = relaying(1, Term::First, 1);
     assert_eq!(co.step(run(1, "1", "a")), vec![lead(1, "1", token(1, 1))]);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "a")), vec![joined(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "a")),
+        vec![joined(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
     assert_eq!(co.step(window_ends("build-7", 10)), vec![]);
@@ -389,7 +398,10 @@ fn s18_2_a_flight_that_ends_after_the_window_is_not_remembered() {
     let mut co = relaying(1, Term::First, 1);
     assert_eq!(co.step(run(1, "1", "a")), vec![lead(1, "1", token(1, 1))]);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "a")), vec![joined(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "a")),
+        vec![joined(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     assert_eq!(co.step(window_ends("build-7", 10)), vec![]);
     assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
@@ -420,7 +432,10 @@ fn s18_2_without_relay_windows_a_relay_connection_is_an_ordinary_one() {
     let mut co = coordinator(1, Term::First, 1);
     assert!(!co.keeps_relay_windows());
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "k")), vec![lead(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "k")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(run(1, "1", "k")), vec![joined(1, "1", token(1, 1))]);
     // A second connection of the host closes nothing either.
     open_relay(&mut co, 11, "build-7");
@@ -536,7 +551,10 @@ fn s18_2_a_relay_window_that_ends_in_the_grace_window_interrupts_a_held_orphan()
 fn s18_2_an_orphan_is_not_stopped_and_its_detached_mark_goes_with_its_leader() {
     let mut co = relaying(1, Term::First, 1);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "k")), vec![lead(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(run(10, "r1", "k")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(run(1, "1", "k")), vec![joined(1, "1", token(1, 1))]);
     assert_eq!(co.step(detach(10, "r1")), vec![]);
     assert_eq!(co.detached().count(), 1);
@@ -609,7 +627,10 @@ fn s18_2_an_orphan_landed_by_a_landed_reassert_keeps_its_value() {
         )
     };
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(reusing(10, "r1")), vec![lead(10, "r1", token(1, 1))]);
+    assert_eq!(
+        co.step(reusing(10, "r1")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     open_relay(&mut co, 11, "build-7");
     assert_eq!(
@@ -676,8 +697,14 @@ fn s18_2_a_relay_connections_leaders_and_joiners_are_told_apart() {
     let mut co = relaying(1, Term::First, 1);
     assert_eq!(co.step(run(1, "1", "a")), vec![lead(1, "1", token(1, 1))]);
     open_relay(&mut co, 10, "build-7");
-    assert_eq!(co.step(run(10, "r1", "a")), vec![joined(10, "r1", token(1, 1))]);
-    assert_eq!(co.step(run(10, "r2", "b")), vec![lead(10, "r2", token(1, 2))]);
+    assert_eq!(
+        co.step(run(10, "r1", "a")),
+        vec![joined(10, "r1", token(1, 1))]
+    );
+    assert_eq!(
+        co.step(run(10, "r2", "b")),
+        vec![lead(10, "r2", token(1, 2))]
+    );
     assert_eq!(co.step(run(1, "2", "b")), vec![joined(1, "2", token(1, 2))]);
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     assert_eq!(
@@ -705,4 +732,24 @@ fn s18_2_relay_windows_are_part_of_the_state() {
     open_relay(&mut again, 10, "build-7");
     again.step(closed(10));
     assert_eq!(with_window, again);
+}
+
+/// §18.2: an orphan is its key's flight, not its token's: a client that
+/// names the orphan's token with another key (found by the property
+/// tests) brings back another flight, which the relay window's end leaves
+/// alone.
+#[test]
+fn s18_2_the_window_ends_only_the_orphans_of_its_keys() {
+    let mut co = relaying(3, AFTER_FAILOVER, 1);
+    open_relay(&mut co, 10, "build-7");
+    assert_eq!(co.step(reassert(10, "r1", "a", token(2, 2))), vec![]);
+    assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
+    assert_eq!(co.step(reassert(1, "1", "c", token(2, 2))), vec![]);
+    assert_eq!(co.step(window_ends("build-7", 10)), vec![]);
+    assert_eq!(
+        co.flights().collect::<Vec<_>>(),
+        vec![(&key("c"), token(2, 2))]
+    );
+    assert_eq!(co.step(GRACE_ENDED), vec![]);
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
 }
