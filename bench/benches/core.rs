@@ -249,6 +249,7 @@ impl Trace {
         for n in 0..self.connections {
             coordinator.step(Event::ConnectionOpened {
                 connection: connection(n),
+                relay: None,
             });
         }
         coordinator
@@ -351,6 +352,7 @@ fn mixed(length: usize) -> Trace {
             // The close now, the opening as the next event.
             let opened = Event::ConnectionOpened {
                 connection: connection(open[at]),
+                relay: None,
             };
             recorder.step(Event::ConnectionClosed {
                 connection: connection(closed),
@@ -620,6 +622,7 @@ fn memory_table(flights: u64, shell_connections: usize) {
         &mut coordinator,
         (0..opened).map(|n| Event::ConnectionOpened {
             connection: connection(n),
+            relay: None,
         }),
     ) as f64
         / opened as f64;

@@ -192,7 +192,7 @@ impl Model for Slots {
             SlotAction::Open(connection) => {
                 next.links.insert(connection, Phase::Open);
                 next.coordinator
-                    .step(Event::ConnectionOpened { connection });
+                    .step(Event::ConnectionOpened { connection, relay: None });
             }
         }
         Some(next)

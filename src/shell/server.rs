@@ -25,8 +25,9 @@ use crate::coordinator::{
 };
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, Incoming, Key, LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME,
-    PROTOCOL_VERSION, Response, decode_client_hello, decode_request, limits::MAX_FRAME_BYTES,
+    CoordinatorHello, HandshakeError, HostId, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
+    PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
+    limits::MAX_FRAME_BYTES,
 };
 use crate::transport::{Connection, Listener};
 
@@ -78,6 +79,9 @@ enum Report {
     Opened {
         connection: ConnectionId,
         writer: Writer,
+        /// The host its client relays for, when its hello said so (SPEC.md
+        /// §18.1).
+        relay: Option<HostId>,
     },
     Request {
         connection: ConnectionId,
@@ -130,15 +134,20 @@ pub(super) fn start_for<T: Term, L: Listener>(
     };
     info!(target: LOG_TARGET, epoch = %term.epoch(), term = ?kind, "coordinating");
     let (stop, stopped) = oneshot::channel();
+    // §18.2: a relay window lasts the term's grace window length, also for a
+    // term that opened without a grace window.
+    let coordinator = Coordinator::new(term.epoch(), kind).with_relay_window(options.grace_window);
     let hello = CoordinatorHello {
         protocol: PROTOCOL_NAME.to_owned(),
         version: PROTOCOL_VERSION,
         epoch: term.epoch().to_string(),
         pid: std::process::id(),
         host: host_name(),
+        // §18.1: the hello says that this term keeps relay windows.
+        relays: coordinator.keeps_relay_windows(),
     };
     let server = Server {
-        coordinator: Coordinator::new(term.epoch(), kind),
+        coordinator,
         hello,
         warrant: term.warrant(),
         term,
@@ -249,6 +258,9 @@ impl<T: Term, L: Listener> Server<T, L> {
                         Timer::Reuse { key, .. } => {
                             self.reuse_timer_of.remove(key);
                         }
+                        Timer::RelayWindow { host, .. } => {
+                            debug!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), %host, "a relay window is over (SPEC.md §18.2)");
+                        }
                     }
                     if let Err(end) = self.step(Event::TimerFired { timer }) {
                         break end;
@@ -313,9 +325,13 @@ impl<T: Term, L: Listener> Server<T, L> {
     /// Feeds one report to the coordinator; an error when the term ends.
     fn report(&mut self, report: Report) -> Result<(), End> {
         match report {
-            Report::Opened { connection, writer } => {
+            Report::Opened {
+                connection,
+                writer,
+                relay,
+            } => {
                 self.writers.insert(connection, writer);
-                self.step(Event::ConnectionOpened { connection })
+                self.step(Event::ConnectionOpened { connection, relay })
             }
             Report::Request {
                 connection,
@@ -422,7 +438,7 @@ impl<T: Term, L: Listener> Server<T, L> {
     /// (SPEC.md §16.2).
     fn start_timer(&mut self, timer: Timer, after: Duration) {
         let key = match &timer {
-            Timer::GraceWindow => None,
+            Timer::GraceWindow | Timer::RelayWindow { .. } => None,
             Timer::Reuse { key, .. } => Some(key.clone()),
         };
         let started = self.timers.insert(timer, after);
@@ -543,7 +559,7 @@ async fn connection_task<L: Listener>(
     warrant: Warrant,
     seeded: Seeded,
 ) {
-    let (mut lines, writer) =
+    let (mut lines, writer, relay) =
         match handshake::<L>(incoming, connection, hello, warrant, seeded).await {
             Ok(open) => open,
             Err(refused) => {
@@ -560,7 +576,11 @@ async fn connection_task<L: Listener>(
             }
         };
     if reports
-        .send(Report::Opened { connection, writer })
+        .send(Report::Opened {
+            connection,
+            writer,
+            relay,
+        })
         .await
         .is_err()
     {
@@ -614,7 +634,7 @@ async fn handshake<L: Listener>(
     hello: CoordinatorHello,
     warrant: Warrant,
     seeded: Seeded,
-) -> Result<(Lines<L::Reader>, Writer), NotOpened> {
+) -> Result<(Lines<L::Reader>, Writer, Option<HostId>), NotOpened> {
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
         Err(error) => {
@@ -645,13 +665,20 @@ async fn handshake<L: Listener>(
             return Err(NotOpened::Refused);
         }
     };
-    if let Err(error) = decode_client_hello(&first) {
-        // §4.2: a client of another version learns ours before the close.
-        if matches!(error, HandshakeError::Version(_)) {
-            let _ = lines_out.send(our_hello);
+    let client = match decode_client_hello(&first) {
+        Ok(client) => client,
+        Err(error) => {
+            // §4.2: a client of another version learns ours before the close.
+            if matches!(error, HandshakeError::Version(_)) {
+                let _ = lines_out.send(our_hello);
+            }
+            warn!(target: LOG_TARGET, ?connection, %error, "refused a handshake");
+            return Err(NotOpened::Refused);
         }
-        warn!(target: LOG_TARGET, ?connection, %error, "refused a handshake");
-        return Err(NotOpened::Refused);
+    };
+    let relay = client.relay.map(|relay| relay.host);
+    if let Some(host) = &relay {
+        debug!(target: LOG_TARGET, ?connection, %host, "a host coordinator relays on this connection (SPEC.md §18.1)");
     }
     // The writer subtracts every line it writes from `queued`, the hello too.
     queued.fetch_add(our_hello.len(), Ordering::AcqRel);
@@ -661,7 +688,7 @@ async fn handshake<L: Listener>(
         queued,
         task,
     };
-    Ok((lines, writer))
+    Ok((lines, writer, relay))
 }
 
 /// Writes queued lines, several per system call when they pile up, while

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::{FencingToken, Incoming, Key, Response};
+use crate::protocol::{FencingToken, HostId, Incoming, Key, Response};
 
 /// A connection, named by the shell. The shell never reuses a number within
 /// one term.
@@ -39,6 +39,16 @@ pub enum Timer {
         /// The token of the flight that landed it.
         token: FencingToken,
     },
+    /// The relay window of `host` (SPEC.md §18.2), opened when its relay
+    /// connection `closed` closed. A window opened again by a later close
+    /// is named by that connection, so that the earlier timer, firing
+    /// late, is told apart and ignored.
+    RelayWindow {
+        /// The host whose window it is.
+        host: HostId,
+        /// The relay connection whose close opened the window.
+        closed: ConnectionId,
+    },
 }
 
 /// A fact the shell reports, in the order it happened.
@@ -73,6 +83,13 @@ pub enum Event {
     ConnectionOpened {
         /// The new connection's number.
         connection: ConnectionId,
+        /// The host for which the client relays, when its hello said so
+        /// (SPEC.md §18.1): its connection is then a relay connection
+        /// (§18.2), if the coordinator keeps relay windows
+        /// ([`Coordinator::with_relay_window`]).
+        ///
+        /// [`Coordinator::with_relay_window`]: super::Coordinator::with_relay_window
+        relay: Option<HostId>,
     },
     /// A line of an open connection decoded to a request (SPEC.md §3).
     RequestReceived {
@@ -166,4 +183,9 @@ pub enum CloseReason {
     ///
     /// [`MAX_CONNECTIONS`]: super::MAX_CONNECTIONS
     TooManyConnections,
+    /// A newer relay connection of the same host opened (SPEC.md §18.2): a
+    /// host coordinator connects again only after it lost its connection or
+    /// its process, so the older one is closed as a relay connection that
+    /// ended.
+    RelayReplaced,
 }

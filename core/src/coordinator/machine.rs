@@ -12,7 +12,7 @@ use super::mutant::{Mutant, Seeded};
 use super::table::Table;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
-    CoordinatorStats, Epoch, FencingToken, FlightStatus, Incoming, Key, Outcome, Request,
+    CoordinatorStats, Epoch, FencingToken, FlightStatus, HostId, Incoming, Key, Outcome, Request,
     RequestId, Response, ReuseWindow, encoded_len,
 };
 
@@ -139,6 +139,9 @@ pub struct Coordinator {
     /// The wait-for graph of nested flights (SPEC.md §17.2): a side table
     /// too, empty unless calls name a parent.
     waits: WaitFor,
+    /// The relay windows (SPEC.md §18.2): side tables too, empty unless a
+    /// host coordinator relays to this term.
+    relays: Relays,
     /// The caller's buffer of effects while a step is in progress
     /// ([`Coordinator::step_into`]); always empty between steps.
     effects: Vec<Effect>,
@@ -201,8 +204,37 @@ enum Role {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Flight {
     token: FencingToken,
-    leader: PartyRef,
+    /// `None` while the flight is orphaned by a host whose relay connection
+    /// closed (SPEC.md §18.2).
+    leader: Option<PartyRef>,
     joiners: BTreeSet<PartyRef>,
+}
+
+/// What the coordinator keeps for the hosts that relay to it (SPEC.md
+/// §18.2). Every table is empty, and costs a check, while no host relays.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Relays {
+    /// How long a relay window lasts; `None` when the coordinator keeps no
+    /// relay windows, and relay connections are ordinary ones (§8.7).
+    window: Option<Duration>,
+    /// The open relay connections, with their host.
+    host_of: BTreeMap<ConnectionId, HostId>,
+    /// The open relay connection of each host: at most one.
+    connection_of: BTreeMap<HostId, ConnectionId>,
+    /// The open relay windows, each named by the relay connection whose
+    /// close opened it last, as its timer is ([`Timer::RelayWindow`]).
+    windows: BTreeMap<HostId, ConnectionId>,
+    /// The flights in progress without a leader, by key, with their token
+    /// and the host whose relay connection led them. By key and not by
+    /// token, as the next two: a client may name one token with two keys,
+    /// and one key has one flight in progress.
+    orphans: BTreeMap<Key, (FencingToken, HostId)>,
+    /// The flights in progress joined by a host whose relay connection
+    /// closed while its window is open.
+    joined_by: BTreeMap<(Key, FencingToken), BTreeSet<HostId>>,
+    /// The endings of the flights joined by each host that ended in its
+    /// window (`None`: interrupted), for its rejoins.
+    endings: BTreeMap<HostId, BTreeMap<(Key, FencingToken), Option<Arc<Outcome>>>>,
 }
 
 /// A value kept for reuse (SPEC.md §16.2).
@@ -243,6 +275,7 @@ impl Coordinator {
             keeps: BTreeMap::new(),
             waiting_reuse: BTreeMap::new(),
             waits: WaitFor::default(),
+            relays: Relays::default(),
             effects: Vec::new(),
             counters: Tally(CoordinatorStats {
                 grace_windows: u64::from(in_grace),
@@ -267,6 +300,23 @@ impl Coordinator {
     pub fn with_connection_limit(mut self, limit: usize) -> Coordinator {
         self.connection_limit = limit;
         self
+    }
+
+    /// Keeps relay windows of `window` for the hosts that relay to this
+    /// coordinator (SPEC.md §18.2): the term's grace window length (§10.2,
+    /// §14.4), also for a term that opened without a grace window. A
+    /// coordinator built without it treats a relay connection
+    /// ([`Event::ConnectionOpened`] with a host) as an ordinary one: its
+    /// close withdraws its parties at once (§8.7).
+    pub fn with_relay_window(mut self, window: Duration) -> Coordinator {
+        self.relays.window = Some(window);
+        self
+    }
+
+    /// Whether this coordinator keeps relay windows (SPEC.md §18.1: its
+    /// hello says so).
+    pub fn keeps_relay_windows(&self) -> bool {
+        self.relays.window.is_some()
     }
 
     /// The epoch of this coordinator's term (SPEC.md §6).
@@ -360,10 +410,15 @@ impl Coordinator {
                 self.accept(connection);
             }
             Event::ConnectionRefused { connection } => self.refuse(connection),
-            Event::ConnectionOpened { connection } => {
+            Event::ConnectionOpened { connection, relay } => {
                 if self.accept(connection) {
                     self.handshaking.remove(&connection);
-                    self.connections.entry(connection).or_default();
+                    if let Entry::Vacant(vacant) = self.connections.entry(connection) {
+                        vacant.insert(Table::default());
+                        if let Some(host) = relay {
+                            self.relay_opened(connection, host);
+                        }
+                    }
                 }
             }
             Event::RequestReceived {
@@ -384,6 +439,9 @@ impl Coordinator {
             Event::TimerFired {
                 timer: Timer::Reuse { key, token },
             } => self.expire(&key, token),
+            Event::TimerFired {
+                timer: Timer::RelayWindow { host, closed },
+            } => self.relay_window_ended(&host, closed),
             Event::StopRequested => self.stop_asked(),
         }
     }
@@ -608,7 +666,7 @@ impl Coordinator {
         self.set_role(&party, Role::Leading { token });
         let flight = Flight {
             token,
-            leader: party.clone(),
+            leader: Some(party.clone()),
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key, flight);
@@ -640,6 +698,9 @@ impl Coordinator {
         let in_progress = self.flights.get(&key).is_some_and(|f| f.token == token);
         if in_progress && self.hook(Mutant::JoinsHeldFlights, !self.in_grace, true) {
             return self.join(party, &key, token);
+        }
+        if let Some(outcome) = self.relay_ending(party.0, &key, token) {
+            return self.finish(&party, outcome);
         }
         if let Some(outcome) = self.ended_in_grace.get(&token).cloned() {
             return self.finish(&party, outcome);
@@ -684,6 +745,10 @@ impl Coordinator {
         token: FencingToken,
         outcome: Option<Outcome>,
     ) {
+        if self.orphaned_by_host_of(party.0, &key, token) {
+            self.counters.0.reasserts_accepted += 1;
+            return self.adopt(party, &key, token, outcome);
+        }
         let in_window = self.hook(Mutant::ReassertAfterGrace, self.in_grace, true);
         let latest = self.reasserted.get(&key).copied();
         // A running flight comes back only if it is the key's latest: a
@@ -710,8 +775,10 @@ impl Coordinator {
             // older than this one: it had ended before this one was led.
             if let Some(older) = self.flights.get(&key).map(|f| (f.token, f.leader.clone())) {
                 self.end_flight(&key, older.0, None);
-                let (connection, id) = older.1;
-                self.send(connection, Response::Rejected { id });
+                // An orphaned flight (§18.2) has no leader to tell.
+                if let Some((connection, id)) = older.1 {
+                    self.send(connection, Response::Rejected { id });
+                }
             }
         }
         match outcome {
@@ -731,7 +798,7 @@ impl Coordinator {
         // own term's, and a failover loses kept values anyway.
         let flight = Flight {
             token,
-            leader: party,
+            leader: Some(party),
             joiners: BTreeSet::new(),
         };
         self.flights.insert(key.clone(), flight);
@@ -894,6 +961,14 @@ impl Coordinator {
         let Some(parties) = self.connections.remove(&connection) else {
             return;
         };
+        let host = if self.relays.host_of.is_empty() {
+            None
+        } else {
+            self.relays.host_of.remove(&connection)
+        };
+        if let Some(host) = host {
+            return self.relay_closed(connection, host, parties);
+        }
         for (id, party) in parties.into_sorted() {
             self.withdrawn(&(connection, id), party, Withdrawal::Close);
         }
@@ -916,6 +991,16 @@ impl Coordinator {
         if !self.detached.is_empty() {
             self.detached.remove(&token);
         }
+        if !self.relays.orphans.is_empty() {
+            self.relays.orphans.remove(key);
+        }
+        // §18.2: the hosts whose relay connection had joined it remember its
+        // ending for their rejoins while their window is open.
+        let joined_by = if self.relays.joined_by.is_empty() {
+            None
+        } else {
+            self.relays.joined_by.remove(&(key.clone(), token))
+        };
         let keep = if self.keeps.is_empty() {
             None
         } else {
@@ -931,8 +1016,12 @@ impl Coordinator {
         // One outcome for every joiner, the window's runs and the kept value,
         // shared rather than copied for each; and not even made shareable
         // when nobody takes it, as for most flights (an allocation saved).
-        let wanted = !flight.joiners.is_empty() || held || keep.is_some();
+        let wanted = !flight.joiners.is_empty() || held || keep.is_some() || joined_by.is_some();
         let mut outcome = outcome.filter(|_| wanted).map(Arc::new);
+        for host in joined_by.into_iter().flatten() {
+            let endings = self.relays.endings.entry(host).or_default();
+            endings.insert((key.clone(), token), outcome.clone());
+        }
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());
         }
@@ -952,7 +1041,9 @@ impl Coordinator {
                 self.ended_in_grace.insert(flight.token, outcome.take());
             }
         }
-        self.remove_party(&flight.leader);
+        if let Some(leader) = &flight.leader {
+            self.remove_party(leader);
+        }
         Some((keep, outcome))
     }
 
@@ -1075,8 +1166,11 @@ impl Coordinator {
             return;
         };
         self.end_flight(key, token, None);
-        let (connection, id) = leader;
-        self.send(connection, Response::Stop { id });
+        // An orphaned flight is never detached (§18.2), so it always has a
+        // leader here; one without would have nobody to tell.
+        if let Some((connection, id)) = leader {
+            self.send(connection, Response::Stop { id });
+        }
     }
 
     /// §16.3: a run with a reuse window whose key has a kept value receives
@@ -1242,6 +1336,171 @@ impl Coordinator {
         let (connection, id) = party.clone();
         self.send(connection, Response::Cycle { id, keys });
         true
+    }
+}
+
+/// The relay windows (SPEC.md §18.2): what a host coordinator's lost
+/// connection leaves behind, and how its next connection takes it back.
+impl Coordinator {
+    /// A relay connection of `host` opened: the host's older one, if still
+    /// open, is closed first, as a relay connection that ended. Without
+    /// relay windows it is an ordinary connection.
+    fn relay_opened(&mut self, connection: ConnectionId, host: HostId) {
+        if self.relays.window.is_none() {
+            return;
+        }
+        if let Some(older) = self.relays.connection_of.get(&host).copied() {
+            self.close(older);
+            self.effects.push(Effect::Close {
+                connection: older,
+                reason: CloseReason::RelayReplaced,
+            });
+        }
+        self.relays.host_of.insert(connection, host.clone());
+        self.relays.connection_of.insert(host, connection);
+    }
+
+    /// The relay connection `connection` of `host`, already forgotten, is
+    /// gone: its flights are orphaned, its joiners leave their flights and
+    /// the host remembers them, its waiting runs are withdrawn, and the
+    /// host's relay window opens, or opens again from now.
+    fn relay_closed(
+        &mut self,
+        connection: ConnectionId,
+        host: HostId,
+        parties: Table<RequestId, Party>,
+    ) {
+        self.relays.connection_of.remove(&host);
+        self.relays.windows.insert(host.clone(), connection);
+        for (id, party) in parties.into_sorted() {
+            let party_ref = (connection, id);
+            let in_progress = |token| {
+                self.flights
+                    .get(&party.key)
+                    .is_some_and(|f| f.token == token)
+            };
+            match party.role {
+                Role::Leading { token } if in_progress(token) => {
+                    self.orphan(&party_ref, &party.key, token, &host);
+                }
+                Role::Joining { token } => {
+                    if in_progress(token) {
+                        let flight = (party.key.clone(), token);
+                        let hosts = self.relays.joined_by.entry(flight).or_default();
+                        hosts.insert(host.clone());
+                    }
+                    self.withdrawn(&party_ref, party, Withdrawal::Close);
+                }
+                _ => self.withdrawn(&party_ref, party, Withdrawal::Close),
+            }
+        }
+        if let Some(window) = self.relays.window {
+            self.effects.push(Effect::StartTimer {
+                timer: Timer::RelayWindow {
+                    host,
+                    closed: connection,
+                },
+                after: window,
+            });
+        }
+    }
+
+    /// The flight `token` of `key`, led by `party` of a relay connection of
+    /// `host` that closed, goes on without a leader. Its leader's edge goes
+    /// with its party (§17.2), and its detached mark with its leader's
+    /// caller (§15.2): an orphaned flight is never stopped for having no
+    /// joiners. Its reuse window stays, for a landed reassert.
+    fn orphan(&mut self, party: &PartyRef, key: &Key, token: FencingToken, host: &HostId) {
+        if let Some(flight) = self.flights.get_mut(key) {
+            flight.leader = None;
+        }
+        self.relays
+            .orphans
+            .insert(key.clone(), (token, host.clone()));
+        if !self.waits.is_empty() {
+            self.waits.remove(party);
+        }
+        if !self.detached.is_empty() {
+            self.detached.remove(&token);
+        }
+    }
+
+    /// Whether the flight `token` of `key` is in progress and orphaned by
+    /// the host of the relay connection `connection`.
+    fn orphaned_by_host_of(
+        &self,
+        connection: ConnectionId,
+        key: &Key,
+        token: FencingToken,
+    ) -> bool {
+        if self.relays.orphans.is_empty() {
+            return false;
+        }
+        let Some(host) = self.relays.host_of.get(&connection) else {
+            return false;
+        };
+        self.relays
+            .orphans
+            .get(key)
+            .is_some_and(|(orphan, by)| *orphan == token && by == host)
+    }
+
+    /// A reassert of a flight orphaned by its host takes it back: running,
+    /// its party leads it again without an answer; landed, it lands it as
+    /// its leader's `land` would (§8.5).
+    fn adopt(&mut self, party: PartyRef, key: &Key, token: FencingToken, outcome: Option<Outcome>) {
+        self.relays.orphans.remove(key);
+        self.set_role(&party, Role::Leading { token });
+        if let Some(flight) = self.flights.get_mut(key) {
+            flight.leader = Some(party.clone());
+        }
+        if let Some(outcome) = outcome {
+            self.land(party, outcome);
+        }
+    }
+
+    /// The ending remembered for the host of the relay connection
+    /// `connection` of the flight `token` of `key` that it had joined, if
+    /// that flight ended in the host's window.
+    fn relay_ending(
+        &self,
+        connection: ConnectionId,
+        key: &Key,
+        token: FencingToken,
+    ) -> Option<Option<Arc<Outcome>>> {
+        if self.relays.endings.is_empty() {
+            return None;
+        }
+        let host = self.relays.host_of.get(&connection)?;
+        let endings = self.relays.endings.get(host)?;
+        endings.get(&(key.clone(), token)).cloned()
+    }
+
+    /// The relay window of `host` that the close of `closed` opened is
+    /// over, unless a later close opened it again: the flights still
+    /// orphaned by the host are interrupted, and what the host had joined
+    /// is forgotten.
+    fn relay_window_ended(&mut self, host: &HostId, closed: ConnectionId) {
+        if self.relays.windows.get(host) != Some(&closed) {
+            return;
+        }
+        self.relays.windows.remove(host);
+        // In key order, as the orphans are kept.
+        let orphaned: Vec<(Key, FencingToken)> = self
+            .relays
+            .orphans
+            .iter()
+            .filter(|(_, (_, by))| by == host)
+            .map(|(key, (token, _))| (key.clone(), *token))
+            .collect();
+        for (key, token) in orphaned {
+            self.end_flight(&key, token, None);
+        }
+        self.relays.endings.remove(host);
+        self.relays.joined_by.retain(|_, hosts| {
+            hosts.remove(host);
+            !hosts.is_empty()
+        });
     }
 }
 

@@ -11,6 +11,7 @@ use crate::protocol::{
 mod cycles;
 mod extensions;
 mod properties;
+mod relay;
 
 /// A term after a failover, with the default grace window of a directory.
 const AFTER_FAILOVER: Term = Term::AfterFailover {
@@ -150,7 +151,10 @@ fn coordinator(epoch: u64, term: Term, connections: u64) -> Coordinator {
     let mut coordinator = Coordinator::new(Epoch::new(epoch).unwrap(), term);
     for n in 1..=connections {
         assert_eq!(
-            coordinator.step(Event::ConnectionOpened { connection: c(n) }),
+            coordinator.step(Event::ConnectionOpened {
+                connection: c(n),
+                relay: None
+            }),
             vec![]
         );
     }
@@ -654,7 +658,10 @@ fn counters_stay_out_of_equality_and_hash() {
 #[test]
 fn exhausted_sequence_ends_the_term() {
     let mut co = coordinator(1, Term::First, 0).with_next_sequence(u32::MAX);
-    co.step(Event::ConnectionOpened { connection: c(1) });
+    co.step(Event::ConnectionOpened {
+        connection: c(1),
+        relay: None,
+    });
     assert_eq!(
         co.step(run(1, "1", "a")),
         vec![lead(1, "1", token(1, u32::MAX))]
@@ -1156,7 +1163,10 @@ fn connections_hold_slots_until_refused_or_closed() {
     assert_eq!(co.step(accepted(4)), vec![]);
     // Opened: it keeps its slot, now as an open connection.
     assert_eq!(
-        co.step(Event::ConnectionOpened { connection: c(4) }),
+        co.step(Event::ConnectionOpened {
+            connection: c(4),
+            relay: None
+        }),
         vec![]
     );
     assert!(co.is_open(c(4)) && !co.in_handshake(c(4)));
@@ -1220,15 +1230,24 @@ fn status_reports_the_refused_connections() {
 fn a_connection_opened_without_accept_takes_a_slot() {
     let mut co = coordinator(1, Term::First, 0).with_connection_limit(1);
     assert_eq!(
-        co.step(Event::ConnectionOpened { connection: c(1) }),
+        co.step(Event::ConnectionOpened {
+            connection: c(1),
+            relay: None
+        }),
         vec![]
     );
     assert_eq!(
-        co.step(Event::ConnectionOpened { connection: c(1) }),
+        co.step(Event::ConnectionOpened {
+            connection: c(1),
+            relay: None
+        }),
         vec![]
     );
     assert_eq!(
-        co.step(Event::ConnectionOpened { connection: c(2) }),
+        co.step(Event::ConnectionOpened {
+            connection: c(2),
+            relay: None
+        }),
         vec![Effect::Close {
             connection: c(2),
             reason: CloseReason::TooManyConnections,

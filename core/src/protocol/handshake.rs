@@ -1,7 +1,10 @@
 //! The version handshake, the first line each way on every connection
 //! (SPEC.md §4.2).
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::error::DecodeError;
 
@@ -21,6 +24,103 @@ pub struct ClientHello {
     pub protocol: String,
     /// The version the client speaks.
     pub version: u32,
+    /// The host for which this client relays, when it is a host
+    /// coordinator (SPEC.md §18.1); absent for every other client.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_relay"
+    )]
+    pub relay: Option<Relay>,
+}
+
+/// The `relay` member of a host coordinator's hello (SPEC.md §18.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Relay {
+    /// The host for which the client relays.
+    pub host: HostId,
+}
+
+/// Read by hand: a derived reader also takes a struct from an array
+/// (`["build-7"]`), and §18.1 asks for an object holding `host`. Members it
+/// does not know are ignored, as in any message (§3).
+impl<'de> Deserialize<'de> for Relay {
+    fn deserialize<D: Deserializer<'de>>(reader: D) -> Result<Relay, D::Error> {
+        use serde::de::Error;
+        let mut members = serde_json::Map::<String, serde_json::Value>::deserialize(reader)?;
+        let host = members
+            .remove("host")
+            .ok_or_else(|| D::Error::missing_field("host"))?;
+        let host = HostId::deserialize(host).map_err(D::Error::custom)?;
+        Ok(Relay { host })
+    }
+}
+
+/// The id of a host whose coordinator relays to the cluster (SPEC.md
+/// §18.1): text of 1 to [`MAX_HOST_BYTES`] bytes without control
+/// characters, the rules of a hello's `host` (§4.2), so that what an
+/// operator is shown of it is checked as a host name is.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HostId(Arc<str>);
+
+/// Why a text is not a host id (SPEC.md §18.1).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostIdError {
+    /// Empty or longer than [`MAX_HOST_BYTES`].
+    #[error(
+        "a host id is {bytes} bytes long; it must be 1 to {MAX_HOST_BYTES} bytes (SPEC.md §18.1)"
+    )]
+    Length {
+        /// Its length, in bytes.
+        bytes: usize,
+    },
+    /// It holds a control character (Unicode's general category Cc).
+    #[error("a host id holds a control character; it must be printable text (SPEC.md §18.1, §4.2)")]
+    Control,
+}
+
+impl HostId {
+    /// Checks the rules of SPEC.md §18.1.
+    pub fn new(text: impl Into<Arc<str>>) -> Result<HostId, HostIdError> {
+        let text = text.into();
+        if text.is_empty() || text.len() > MAX_HOST_BYTES {
+            return Err(HostIdError::Length { bytes: text.len() });
+        }
+        if text.chars().any(char::is_control) {
+            return Err(HostIdError::Control);
+        }
+        Ok(HostId(text))
+    }
+
+    /// The text, as it is on the wire.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for HostId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for HostId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for HostId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for HostId {
+    fn deserialize<D: Deserializer<'de>>(reader: D) -> Result<HostId, D::Error> {
+        let text = String::deserialize(reader)?;
+        HostId::new(text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// The coordinator's first line: its version, and which term it serves.
@@ -43,6 +143,11 @@ pub struct CoordinatorHello {
         deserialize_with = "present_text"
     )]
     pub host: Option<String>,
+    /// The coordinator keeps relay windows for the hosts that relay to it
+    /// (SPEC.md §18.1, §18.2). Written only when true; a hello without it
+    /// reads false, as an older coordinator's does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relays: bool,
 }
 
 /// The longest host name a hello may carry: a DNS name's 253 characters
@@ -87,6 +192,16 @@ impl ClientHello {
         ClientHello {
             protocol: PROTOCOL_NAME.to_owned(),
             version: PROTOCOL_VERSION,
+            relay: None,
+        }
+    }
+
+    /// The hello of a host coordinator that relays for `host` (SPEC.md
+    /// §18.1).
+    pub fn relaying(host: HostId) -> ClientHello {
+        ClientHello {
+            relay: Some(Relay { host }),
+            ..ClientHello::current()
         }
     }
 }
@@ -130,6 +245,12 @@ pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, Handsha
 /// a way to leave the member out.
 fn present_text<'de, D: serde::Deserializer<'de>>(reader: D) -> Result<Option<String>, D::Error> {
     String::deserialize(reader).map(Some)
+}
+
+/// `relay`, when present, is an object holding a host id (SPEC.md §18.1):
+/// `null` is of the wrong type, as for `host`.
+fn present_relay<'de, D: Deserializer<'de>>(reader: D) -> Result<Option<Relay>, D::Error> {
+    Relay::deserialize(reader).map(Some)
 }
 
 /// Reads a hello as a line like any other (SPEC.md §3.7, §4.2): through a
@@ -217,6 +338,105 @@ mod tests {
             let line = format!(
                 r#"{{"protocol":"single-flight","version":1,"epoch":"3","pid":42,"host":{host}}}"#
             );
+            assert!(
+                matches!(
+                    decode_coordinator_hello(line.as_bytes()),
+                    Err(HandshakeError::NotAHello { .. })
+                ),
+                "{line}"
+            );
+        }
+    }
+
+    /// §18.1: a host coordinator's hello names its host; every other
+    /// client's hello is as before, and decodes without `relay`.
+    #[test]
+    fn s18_1_a_relay_hello_names_its_host() {
+        let host = HostId::new("build-7").unwrap();
+        let line = r#"{"protocol":"single-flight","version":1,"relay":{"host":"build-7"}}"#;
+        assert_eq!(
+            serde_json::to_string(&ClientHello::relaying(host.clone())).unwrap(),
+            line
+        );
+        assert_eq!(
+            decode_client_hello(line.as_bytes()).unwrap().relay,
+            Some(Relay { host })
+        );
+        let plain = decode_client_hello(br#"{"protocol":"single-flight","version":1}"#).unwrap();
+        assert_eq!(plain, ClientHello::current());
+        assert_eq!(plain.relay, None);
+        // A member `relay` does not know is ignored, as in any message (§3).
+        let extended = r#"{"protocol":"single-flight","version":1,"relay":{"host":"h","since":3}}"#;
+        assert!(decode_client_hello(extended.as_bytes()).is_ok());
+    }
+
+    /// §18.1: the host id follows the rules of `host` (§4.2), and is not
+    /// empty; a `relay` that is not an object holding one makes the line
+    /// not a hello.
+    #[test]
+    fn s18_1_a_relay_that_is_not_one_makes_the_line_not_a_hello() {
+        let with_relay =
+            |relay: &str| format!(r#"{{"protocol":"single-flight","version":1,"relay":{relay}}}"#);
+        let with_host = |host: &str| {
+            with_relay(&format!(
+                r#"{{"host":{}}}"#,
+                serde_json::to_string(host).unwrap()
+            ))
+        };
+        let not_a_hello = |line: String| {
+            assert!(
+                matches!(
+                    decode_client_hello(line.as_bytes()),
+                    Err(HandshakeError::NotAHello { .. })
+                ),
+                "{line}"
+            );
+        };
+        assert!(decode_client_hello(with_host(&"h".repeat(MAX_HOST_BYTES)).as_bytes()).is_ok());
+        assert!(decode_client_hello(with_host("build-7.été").as_bytes()).is_ok());
+        not_a_hello(with_host(""));
+        not_a_hello(with_host(&"h".repeat(MAX_HOST_BYTES + 1)));
+        for control in ['\u{0}', '\u{1f}', '\u{7f}', '\u{80}', '\u{9f}'] {
+            not_a_hello(with_host(&format!("build{control}7")));
+        }
+        for relay in ["null", "\"build-7\"", "42", "[\"build-7\"]", "{}", "true"] {
+            not_a_hello(with_relay(relay));
+        }
+        for host in ["null", "42", "[\"build-7\"]", "{}"] {
+            not_a_hello(with_relay(&format!(r#"{{"host":{host}}}"#)));
+        }
+    }
+
+    /// §18.1: the host id's own checks, for a caller that builds one.
+    #[test]
+    fn s18_1_host_ids_are_checked() {
+        assert_eq!(HostId::new("build-7").unwrap().as_str(), "build-7");
+        assert_eq!(HostId::new(""), Err(HostIdError::Length { bytes: 0 }));
+        assert_eq!(
+            HostId::new("h".repeat(MAX_HOST_BYTES + 1)),
+            Err(HostIdError::Length {
+                bytes: MAX_HOST_BYTES + 1
+            })
+        );
+        assert_eq!(HostId::new("a\u{1b}[2J"), Err(HostIdError::Control));
+    }
+
+    /// §18.1: `relays` is written only when true, reads false when missing,
+    /// and makes the line not a hello when it is not a boolean.
+    #[test]
+    fn s18_1_a_coordinator_says_that_it_keeps_relay_windows() {
+        let base = r#"{"protocol":"single-flight","version":1,"epoch":"3","pid":42"#;
+        let older = decode_coordinator_hello(format!("{base}}}").as_bytes()).unwrap();
+        assert!(!older.relays);
+        assert_eq!(serde_json::to_string(&older).unwrap(), format!("{base}}}"));
+        let line = format!(r#"{base},"relays":true}}"#);
+        let relaying = decode_coordinator_hello(line.as_bytes()).unwrap();
+        assert!(relaying.relays);
+        assert_eq!(serde_json::to_string(&relaying).unwrap(), line);
+        let explicit = decode_coordinator_hello(format!(r#"{base},"relays":false}}"#).as_bytes());
+        assert!(!explicit.unwrap().relays);
+        for relays in ["null", "1", "\"true\"", "{}"] {
+            let line = format!(r#"{base},"relays":{relays}}}"#);
             assert!(
                 matches!(
                     decode_coordinator_hello(line.as_bytes()),

@@ -11,8 +11,9 @@ mod token;
 pub use error::{DecodeError, FrameError};
 pub use framing::LineReader;
 pub use handshake::{
-    ClientHello, CoordinatorHello, HandshakeError, MAX_HOST_BYTES, PROTOCOL_NAME, PROTOCOL_VERSION,
-    ProtocolVersionError, decode_client_hello, decode_coordinator_hello,
+    ClientHello, CoordinatorHello, HandshakeError, HostId, HostIdError, MAX_HOST_BYTES,
+    PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolVersionError, Relay, decode_client_hello,
+    decode_coordinator_hello,
 };
 pub use message::{
     CoordinatorStats, Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome,

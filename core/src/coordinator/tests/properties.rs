@@ -1,7 +1,9 @@
 //! Long random event sequences through the coordinator, with the invariants
 //! of SPEC.md §8.10 checked by an observer after every step. The observer
 //! sees only what a client could see (requests and responses), so it checks
-//! the coordinator's behaviour, not a copy of its state.
+//! the coordinator's behaviour, not a copy of its state. Some connections
+//! are relay connections of two hosts (SPEC.md §18.2), and the relay
+//! windows' timers fire at any moment, late ones too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,10 +15,15 @@ use crate::protocol::{Epoch, FencingToken, Incoming, Key, Outcome, Request, Requ
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
 const EPOCH: u64 = 3;
+/// The hosts whose coordinators relay (SPEC.md §18.1): two, so that a
+/// host's second connection closes its first and another host's does not.
+const HOSTS: [&str; 2] = ["h0", "h1"];
 
 #[derive(Clone, Debug)]
 enum Op {
     Open,
+    /// A relay connection of one of [`HOSTS`] (SPEC.md §18.1).
+    OpenRelay(usize),
     Close(usize),
     Run(usize, usize),
     /// A run made by the work of a flight (SPEC.md §17): its parent is one
@@ -26,25 +33,39 @@ enum Op {
     Land(usize, usize),
     Cancel(usize, usize),
     Reassert(usize, usize, usize),
+    /// A landed reassert (SPEC.md §8.3, §18.2).
+    LandedReassert(usize, usize, usize),
     Duplicate(usize, usize),
     Unknown(usize),
     GraceEnds,
+    /// One of the relay windows' timers started so far fires (SPEC.md
+    /// §18.2), whether its window was opened again since or not.
+    RelayWindowEnds(usize),
+    /// A flight that a closed connection led or joined, claimed again as a
+    /// host coordinator's replay would (§18.4): a running reassert, a
+    /// landed one, or a rejoin, on any connection; random tokens alone
+    /// would rarely name one.
+    Reclaim(usize, usize, usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let n = 0..64usize;
     prop_oneof![
         2 => Just(Op::Open),
-        1 => n.clone().prop_map(Op::Close),
+        2 => n.clone().prop_map(Op::OpenRelay),
+        2 => n.clone().prop_map(Op::Close),
         6 => (n.clone(), n.clone()).prop_map(|(c, k)| Op::Run(c, k)),
         2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Nested(c, k, t)),
         2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Rejoin(c, k, t)),
         3 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Land(c, p)),
         2 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Cancel(c, p)),
         2 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::Reassert(c, k, t)),
+        1 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, k, t)| Op::LandedReassert(c, k, t)),
         1 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Duplicate(c, p)),
         1 => n.clone().prop_map(Op::Unknown),
         1 => Just(Op::GraceEnds),
+        1 => n.clone().prop_map(Op::RelayWindowEnds),
+        3 => (n.clone(), n.clone(), n.clone()).prop_map(|(c, f, k)| Op::Reclaim(c, f, k)),
     ]
 }
 
@@ -65,8 +86,15 @@ struct Observer {
     live_leads: BTreeMap<Party, (Key, FencingToken)>,
     /// The flight each joiner joined or rejoined.
     flight_of: BTreeMap<Party, FencingToken>,
-    /// The outcome each flight landed with.
-    landed: BTreeMap<FencingToken, Outcome>,
+    /// The outcomes each flight's leaders handed over: one, but for a
+    /// flight whose clients claim it twice (a landed reassert of a flight a
+    /// running reassert brought back, §8.3), which no real client does.
+    landed: BTreeMap<FencingToken, Vec<Outcome>>,
+    /// The relay windows' timers started and not fired yet (§18.2).
+    relay_timers: Vec<Timer>,
+    /// The flights that closed connections led or joined, by key index
+    /// and token, for [`Op::Reclaim`].
+    lost: Vec<(usize, FencingToken)>,
     /// The key each party asked for.
     key_of: BTreeMap<Party, Key>,
     last_minted: Option<FencingToken>,
@@ -176,9 +204,10 @@ impl Observer {
                                 .flight_of
                                 .get(&party)
                                 .expect("§8.5: landed for a party that joined nothing");
-                            assert_eq!(
-                                self.landed.get(flight),
-                                Some(&**outcome),
+                            assert!(
+                                self.landed
+                                    .get(flight)
+                                    .is_some_and(|outcomes| outcomes.contains(outcome)),
                                 "§8.5: a joiner got another outcome than its flight's"
                             );
                         }
@@ -193,13 +222,13 @@ impl Observer {
                 }
                 Effect::Close { connection, .. } => closed_now.push(*connection),
                 Effect::EndTerm { .. } => panic!("the sequence cannot run out here"),
-                Effect::StartTimer { timer, .. } => {
-                    assert_eq!(
-                        *timer,
-                        Timer::GraceWindow,
-                        "§16.2: no run of these sequences has a reuse window"
-                    );
-                }
+                Effect::StartTimer { timer, .. } => match timer {
+                    Timer::GraceWindow => {}
+                    Timer::RelayWindow { .. } => self.relay_timers.push(timer.clone()),
+                    Timer::Reuse { .. } => {
+                        panic!("§16.2: no run of these sequences has a reuse window")
+                    }
+                },
             }
         }
         for connection in closed_now {
@@ -216,20 +245,55 @@ impl Observer {
     }
 
     fn closed(&mut self, connection: ConnectionId) {
+        let was_open = self.open.contains(&connection);
+        let joined = self
+            .flight_of
+            .iter()
+            .filter(|(party, _)| party.0 == connection && self.known_open(party))
+            .map(|(party, token)| (self.key_of[party].clone(), *token));
+        let led = self
+            .live_leads
+            .iter()
+            .filter(|(party, _)| party.0 == connection)
+            .map(|(_, (key, token))| (key.clone(), *token));
+        let lost: Vec<(Key, FencingToken)> = led.chain(joined).collect();
+        if was_open {
+            for (key, token) in lost {
+                let k = KEYS.iter().position(|k| *k == key.as_str()).unwrap();
+                self.lost.push((k, token));
+            }
+        }
         self.open.remove(&connection);
         self.live_leads.retain(|(c, _), _| *c != connection);
     }
 }
 
-fn run_sequence(after_failover: bool, ops: Vec<Op>) {
+fn run_sequence(after_failover: bool, relay_windows: bool, ops: Vec<Op>) {
     let term = if after_failover {
         AFTER_FAILOVER
     } else {
         Term::First
     };
     let mut coordinator = Coordinator::new(Epoch::new(EPOCH).unwrap(), term);
+    if relay_windows {
+        coordinator = coordinator.with_relay_window(std::time::Duration::from_secs(2));
+    }
     let mut observer = Observer::new();
     for op in ops {
+        // A reclaim is a reassert or a rejoin of a flight that was lost.
+        let op = match op {
+            Op::Reclaim(n, f, kind) if !observer.lost.is_empty() => {
+                let (k, token) = observer.lost[f % observer.lost.len()];
+                let t = observer.tokens.iter().position(|t| *t == token).unwrap();
+                match kind % 3 {
+                    0 => Op::Reassert(n, k, t),
+                    1 => Op::LandedReassert(n, k, t),
+                    _ => Op::Rejoin(n, k, t),
+                }
+            }
+            Op::Reclaim(..) => continue,
+            op => op,
+        };
         // §8.4: nothing leads during the grace window, except at its end.
         observer.grace = coordinator.in_grace() && !matches!(op, Op::GraceEnds);
         let request = |connection, request| Event::RequestReceived {
@@ -241,8 +305,92 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                 let connection = ConnectionId(observer.connections.len() as u64);
                 observer.connections.push(connection);
                 observer.open.insert(connection);
-                let effects = coordinator.step(Event::ConnectionOpened { connection });
+                let effects = coordinator.step(Event::ConnectionOpened {
+                    connection,
+                    relay: None,
+                });
                 assert_eq!(effects, vec![]);
+            }
+            Op::OpenRelay(h) => {
+                let connection = ConnectionId(observer.connections.len() as u64);
+                observer.connections.push(connection);
+                observer.open.insert(connection);
+                let host = crate::protocol::HostId::new(HOSTS[h % HOSTS.len()]).unwrap();
+                let effects = coordinator.step(Event::ConnectionOpened {
+                    connection,
+                    relay: Some(host),
+                });
+                // §18.2: at most the host's older connection closes.
+                assert!(
+                    effects.iter().all(|effect| !matches!(
+                        effect,
+                        Effect::Close { connection: closed, .. } if *closed == connection
+                    )),
+                    "§18.2: the newer relay connection stays open: {effects:?}"
+                );
+                observer.check(&effects);
+            }
+            Op::LandedReassert(n, k, t) => {
+                let Some(connection) = observer.connection(n) else {
+                    continue;
+                };
+                let id = observer.new_party(connection);
+                let key = Key::new(KEYS[k % KEYS.len()]).unwrap();
+                observer
+                    .key_of
+                    .insert((connection, id.clone()), key.clone());
+                let token = observer.tokens[t % observer.tokens.len()];
+                observer.values += 1;
+                let outcome = Outcome::Value(format!("v{}", observer.values));
+                // Handed over only if accepted: `ack`, decided below.
+                observer
+                    .landed
+                    .entry(token)
+                    .or_default()
+                    .push(outcome.clone());
+                let effects = coordinator.step(request(
+                    connection,
+                    Request::Reassert {
+                        id: id.clone(),
+                        key,
+                        token,
+                        outcome: Some(outcome),
+                        parent: None,
+                    },
+                ));
+                let acknowledged = effects.iter().any(|e| {
+                    matches!(
+                        e,
+                        Effect::Send {
+                            connection: c,
+                            response: Response::Ack { id: r },
+                        } if *c == connection && *r == id
+                    )
+                });
+                if !acknowledged && let Some(outcomes) = observer.landed.get_mut(&token) {
+                    outcomes.pop();
+                }
+                observer.check(&effects);
+            }
+            Op::RelayWindowEnds(n) => {
+                if observer.relay_timers.is_empty() {
+                    continue;
+                }
+                let at = n % observer.relay_timers.len();
+                let timer = observer.relay_timers.remove(at);
+                let effects = coordinator.step(Event::TimerFired { timer });
+                // §18.2: a window's end only interrupts.
+                assert!(
+                    effects.iter().all(|e| matches!(
+                        e,
+                        Effect::Send {
+                            response: Response::Interrupted { .. },
+                            ..
+                        }
+                    )),
+                    "§18.2: a relay window's end answers only `interrupted`: {effects:?}"
+                );
+                observer.check(&effects);
             }
             Op::Close(n) => {
                 let Some(connection) = observer.connection(n) else {
@@ -367,7 +515,11 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                 let outcome = Outcome::Value(format!("v{}", observer.values));
                 let party = (connection, id.clone());
                 if let Some((_, token)) = observer.live_leads.get(&party) {
-                    observer.landed.insert(*token, outcome.clone());
+                    observer
+                        .landed
+                        .entry(*token)
+                        .or_default()
+                        .push(outcome.clone());
                 }
                 let leads = observer.live_leads.contains_key(&party);
                 let effects = coordinator.step(request(
@@ -468,6 +620,7 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
                     assert_eq!(effects, vec![]);
                 }
             }
+            Op::Reclaim(..) => unreachable!("a reclaim is resolved before the match"),
             Op::GraceEnds => {
                 let effects = coordinator.step(GRACE_ENDED);
                 observer.check(&effects);
@@ -484,9 +637,14 @@ fn run_sequence(after_failover: bool, ops: Vec<Op>) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4000))]
 
-    /// §8.10 over random sequences, with and without a grace window.
+    /// §8.10 over random sequences, with and without a grace window, with
+    /// and without relay windows (§18.2).
     #[test]
-    fn invariants_hold(after_failover in any::<bool>(), ops in prop::collection::vec(op(), 1..80)) {
-        run_sequence(after_failover, ops);
+    fn invariants_hold(
+        after_failover in any::<bool>(),
+        relay_windows in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..80),
+    ) {
+        run_sequence(after_failover, relay_windows, ops);
     }
 }
