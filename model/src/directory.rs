@@ -558,7 +558,10 @@ impl Model for Directory {
         let mut processes = Vec::new();
         for number in 0..self.processes {
             let connection = ConnectionId(number as u64);
-            let opened = coordinator.step(coordinator::Event::ConnectionOpened { connection, relay: None });
+            let opened = coordinator.step(coordinator::Event::ConnectionOpened {
+                connection,
+                relay: None,
+            });
             debug_assert!(opened.is_empty());
             let mut process = Process::fresh();
             let ready = process.client.step(client::Event::ConnectionReady);
@@ -922,7 +925,10 @@ impl Step<'_> {
         let connection = ConnectionId(self.state.next_connection);
         self.state.next_connection += 1;
         self.process(index).link = Some(Link::new(connection));
-        self.coordinator(coordinator::Event::ConnectionOpened { connection, relay: None });
+        self.coordinator(coordinator::Event::ConnectionOpened {
+            connection,
+            relay: None,
+        });
         let effects = self
             .process(index)
             .client

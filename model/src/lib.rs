@@ -102,8 +102,8 @@ mod directory;
 pub mod properties;
 pub mod simulate;
 pub mod slots;
-pub mod tier;
 mod state;
+pub mod tier;
 
 pub use directory::{Action, Choice, Directory, Ending, KEY_NAMES};
 pub use state::{

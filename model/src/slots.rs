@@ -191,8 +191,10 @@ impl Model for Slots {
             }
             SlotAction::Open(connection) => {
                 next.links.insert(connection, Phase::Open);
-                next.coordinator
-                    .step(Event::ConnectionOpened { connection, relay: None });
+                next.coordinator.step(Event::ConnectionOpened {
+                    connection,
+                    relay: None,
+                });
             }
         }
         Some(next)

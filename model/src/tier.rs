@@ -116,7 +116,12 @@ impl Tier {
     }
 
     /// Applies `action` to a copy of `state`; with `log`, says what happened.
-    pub fn apply(&self, state: &TierState, action: &TierAction, log: Option<&mut String>) -> TierState {
+    pub fn apply(
+        &self,
+        state: &TierState,
+        action: &TierAction,
+        log: Option<&mut String>,
+    ) -> TierState {
         let mut step = Step {
             model: self,
             state: state.clone(),
@@ -229,15 +234,18 @@ pub struct Used {
 pub struct History {
     /// The greatest token a work of each key started with.
     pub started: BTreeMap<usize, FencingToken>,
-    /// Flights whose leader was told `ack` in the current cluster term: the
-    /// cluster has its outcome, and every joiner must receive it (§18.3).
-    /// A cluster coordinator's death forgets them: what a failover of the
-    /// cluster's coordinator loses is §10.3's.
+    /// Flights whose leader was told `ack`: the cluster has its outcome,
+    /// and every joiner must receive it (§18.3), but for what a failover of
+    /// the cluster's coordinator loses (§10.3).
     pub acked: BTreeSet<FencingToken>,
     /// A joiner received an outcome after a host coordinator died.
     pub landed_after_host_death: bool,
-    /// A flight was taken back by a reassert through a new host coordinator.
+    /// A host coordinator died.
     pub host_coordinator_died: bool,
+    /// Flights whose `landed` was on its way to a host, or through it, when
+    /// its host coordinator died, and was lost with it: its joiners there
+    /// may be interrupted (SPEC.md §18.4, what does not hold).
+    pub landed_lost: BTreeSet<(usize, FencingToken)>,
 }
 
 /// A rule a step broke.
@@ -265,31 +273,56 @@ pub enum Violation {
 /// One thing that may happen next.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TierAction {
-    CallStarts { host: usize, key: usize },
+    CallStarts {
+        host: usize,
+        key: usize,
+    },
     /// The host's process connects to its host coordinator.
-    Connects { host: usize },
+    Connects {
+        host: usize,
+    },
     /// The host coordinator connects to the cluster's coordinator.
-    RelayConnects { host: usize },
+    RelayConnects {
+        host: usize,
+    },
     /// The host coordinator reads its process's next request.
-    RequestArrives { host: usize },
+    RequestArrives {
+        host: usize,
+    },
     /// The process reads its next response.
-    ResponseArrives { host: usize },
+    ResponseArrives {
+        host: usize,
+    },
     /// The cluster coordinator reads the host coordinator's next request.
-    RelayedRequestArrives { host: usize },
+    RelayedRequestArrives {
+        host: usize,
+    },
     /// The host coordinator reads the cluster coordinator's next response.
-    RelayedResponseArrives { host: usize },
-    WorkFinishes { host: usize, call: CallId },
-    CallerCancels { host: usize, call: CallId },
+    RelayedResponseArrives {
+        host: usize,
+    },
+    WorkFinishes {
+        host: usize,
+        call: CallId,
+    },
+    CallerCancels {
+        host: usize,
+        call: CallId,
+    },
     /// The host coordinator's process dies (SPEC.md §18.4): its connections
     /// close at both ends, and another process of the host wins the host
     /// directory's next term at once.
-    HostCoordinatorDies { host: usize },
+    HostCoordinatorDies {
+        host: usize,
+    },
     /// The cluster coordinator dies: every relay's upstream connection
     /// closes, and the next cluster term begins with a grace window.
     ClusterCoordinatorDies,
     /// A timer of the cluster's term fires (a grace or relay window ends),
     /// only when `calm`.
-    TimerFires { timer: Timer },
+    TimerFires {
+        timer: Timer,
+    },
 }
 
 impl Model for Tier {
@@ -418,7 +451,8 @@ pub const TIER_ANSWERED_ONCE: &str = "a call is answered for good once";
 pub const TIER_JOINER_GETS_ITS_OUTCOME: &str = "a joiner on any host gets its flight's outcome";
 pub const LIVE_LEADER_NOT_INTERRUPTED: &str =
     "no joiner is interrupted while its flight's leader holds the lead";
-pub const ACKED_LAND_REACHES_JOINERS: &str = "a land acknowledged to its leader reaches every joiner";
+pub const ACKED_LAND_REACHES_JOINERS: &str =
+    "a land acknowledged to its leader reaches every joiner";
 pub const TIER_NOTHING_ON_CLOSED: &str = "nothing is sent on a closed connection";
 pub const TIER_NO_CALL_LEFT_WAITING: &str = "no call is left waiting once the cluster is settled";
 pub const LANDED_THROUGH_NEW_HOST_COORDINATOR: &str =
@@ -441,7 +475,9 @@ pub fn properties() -> Vec<Property<Tier>> {
                 && !state.violations.contains(&Violation::UnexpectedAnswer)
         }),
         Property::always(LIVE_LEADER_NOT_INTERRUPTED, |_, state: &TierState| {
-            !state.violations.contains(&Violation::InterruptedWhileLeaderLives)
+            !state
+                .violations
+                .contains(&Violation::InterruptedWhileLeaderLives)
         }),
         Property::always(ACKED_LAND_REACHES_JOINERS, |_, state: &TierState| {
             !state.violations.contains(&Violation::AckedLandLost)
@@ -457,9 +493,10 @@ pub fn properties() -> Vec<Property<Tier>> {
                         .all(|call| (call.resolved || call.cancelled) && !call.holds_lead)
                 })
         }),
-        Property::sometimes(LANDED_THROUGH_NEW_HOST_COORDINATOR, |_, state: &TierState| {
-            state.history.landed_after_host_death
-        }),
+        Property::sometimes(
+            LANDED_THROUGH_NEW_HOST_COORDINATOR,
+            |_, state: &TierState| state.history.landed_after_host_death,
+        ),
     ]
 }
 
@@ -526,7 +563,10 @@ impl Step<'_> {
                 }
             }
             TierAction::RequestArrives { host } => {
-                let link = self.state.hosts[host].link.as_mut().expect("enabled when connected");
+                let link = self.state.hosts[host]
+                    .link
+                    .as_mut()
+                    .expect("enabled when connected");
                 let connection = link.connection;
                 let request = link.requests.pop_front().expect("enabled when queued");
                 self.note(|| format!("host {host} coordinator reads {request:?}"));
@@ -539,14 +579,20 @@ impl Step<'_> {
                 );
             }
             TierAction::ResponseArrives { host } => {
-                let link = self.state.hosts[host].link.as_mut().expect("enabled when connected");
+                let link = self.state.hosts[host]
+                    .link
+                    .as_mut()
+                    .expect("enabled when connected");
                 let response = link.responses.pop_front().expect("enabled when queued");
                 self.note(|| format!("host {host} process reads {response:?}"));
                 self.read(host, &response);
                 self.client(host, client::Event::ResponseReceived { response });
             }
             TierAction::RelayedRequestArrives { host } => {
-                let upstream = self.state.hosts[host].upstream.as_mut().expect("enabled when connected");
+                let upstream = self.state.hosts[host]
+                    .upstream
+                    .as_mut()
+                    .expect("enabled when connected");
                 let connection = upstream.connection;
                 let request = upstream.requests.pop_front().expect("enabled when queued");
                 self.note(|| format!("cluster coordinator reads {request:?} from host {host}"));
@@ -556,13 +602,21 @@ impl Step<'_> {
                 });
             }
             TierAction::RelayedResponseArrives { host } => {
-                let upstream = self.state.hosts[host].upstream.as_mut().expect("enabled when connected");
+                let upstream = self.state.hosts[host]
+                    .upstream
+                    .as_mut()
+                    .expect("enabled when connected");
                 let response = upstream.responses.pop_front().expect("enabled when queued");
-                self.note(|| format!("host {host} coordinator reads {response:?} from the cluster"));
+                self.note(|| {
+                    format!("host {host} coordinator reads {response:?} from the cluster")
+                });
                 self.relay(host, relay::Event::UpstreamResponse(response));
             }
             TierAction::WorkFinishes { host, call } => {
-                let token = self.state.hosts[host].work.remove(&call).expect("enabled when running");
+                let token = self.state.hosts[host]
+                    .work
+                    .remove(&call)
+                    .expect("enabled when running");
                 let outcome = Ending::of(token).outcome(token);
                 self.client(host, client::Event::WorkFinished { call, outcome });
             }
@@ -572,7 +626,11 @@ impl Step<'_> {
                 record.cancelled = true;
                 // The shell drops the work of a call whose caller left.
                 if self.state.hosts[host].work.remove(&call).is_some() {
-                    self.state.hosts[host].calls.get_mut(&call).expect("a call").holds_lead = false;
+                    self.state.hosts[host]
+                        .calls
+                        .get_mut(&call)
+                        .expect("a call")
+                        .holds_lead = false;
                 }
                 self.client(host, client::Event::CallCancelled { call });
             }
@@ -580,10 +638,21 @@ impl Step<'_> {
                 self.state.used.host_coordinator_deaths += 1;
                 self.state.history.host_coordinator_died = true;
                 self.state.hosts[host].relay = self.model.relay();
-                if self.state.hosts[host].link.take().is_some() {
+                let link = self.state.hosts[host].link.take();
+                let upstream = self.state.hosts[host].upstream.take();
+                let lost: Vec<FencingToken> = link
+                    .iter()
+                    .chain(upstream.iter())
+                    .flat_map(|queues| queues.responses.iter())
+                    .filter_map(landed_flight)
+                    .collect();
+                for token in lost {
+                    self.state.history.landed_lost.insert((host, token));
+                }
+                if link.is_some() {
                     self.client(host, client::Event::ConnectionLost);
                 }
-                if let Some(upstream) = self.state.hosts[host].upstream.take() {
+                if let Some(upstream) = upstream {
                     self.cluster(coordinator::Event::ConnectionClosed {
                         connection: upstream.connection,
                     });
@@ -591,9 +660,13 @@ impl Step<'_> {
             }
             TierAction::ClusterCoordinatorDies => {
                 self.state.used.cluster_coordinator_deaths += 1;
-                self.state.history.acked.clear();
                 self.state.timers.clear();
-                let epoch = self.state.cluster.epoch().next().expect("the model's epochs are few");
+                let epoch = self
+                    .state
+                    .cluster
+                    .epoch()
+                    .next()
+                    .expect("the model's epochs are few");
                 self.state.cluster = self.model.cluster_coordinator(
                     epoch,
                     Term::AfterFailover {
@@ -646,21 +719,24 @@ impl Step<'_> {
         let effects = self.state.cluster.step(event);
         for effect in effects {
             match effect {
-                coordinator::Effect::Send { connection, response } => {
-                    match self.upstream_of(connection) {
-                        Some(host) => {
-                            self.note(|| format!("cluster coordinator sends host {host} {response:?}"));
-                            let upstream = self.state.hosts[host].upstream.as_mut().expect("found");
-                            upstream.responses.push_back(response);
-                        }
-                        None => {
-                            self.state.violations.insert(Violation::SentOnClosed);
-                        }
+                coordinator::Effect::Send {
+                    connection,
+                    response,
+                } => match self.upstream_of(connection) {
+                    Some(host) => {
+                        self.note(|| format!("cluster coordinator sends host {host} {response:?}"));
+                        let upstream = self.state.hosts[host].upstream.as_mut().expect("found");
+                        upstream.responses.push_back(response);
                     }
-                }
+                    None => {
+                        self.state.violations.insert(Violation::SentOnClosed);
+                    }
+                },
                 coordinator::Effect::Close { connection, .. } => {
                     if let Some(host) = self.upstream_of(connection) {
-                        self.note(|| format!("cluster coordinator closes host {host}'s connection"));
+                        self.note(|| {
+                            format!("cluster coordinator closes host {host}'s connection")
+                        });
                         self.state.hosts[host].upstream = None;
                         self.cluster(coordinator::Event::ConnectionClosed { connection });
                         self.relay(host, relay::Event::UpstreamLost);
@@ -688,36 +764,41 @@ impl Step<'_> {
         let effects = self.state.hosts[host].relay.step(event);
         for effect in effects {
             match effect {
-                relay::Effect::Send { connection, response } => {
-                    match self.state.hosts[host].link.as_mut() {
-                        Some(link) if link.connection == connection => {
-                            link.responses.push_back(response);
-                        }
-                        _ => {
-                            self.state.violations.insert(Violation::SentOnClosed);
-                        }
+                relay::Effect::Send {
+                    connection,
+                    response,
+                } => match self.state.hosts[host].link.as_mut() {
+                    Some(link) if link.connection == connection => {
+                        link.responses.push_back(response);
                     }
-                }
+                    _ => {
+                        self.state.violations.insert(Violation::SentOnClosed);
+                    }
+                },
                 relay::Effect::Close { connection, .. } => {
                     let open = self.state.hosts[host]
                         .link
                         .as_ref()
                         .is_some_and(|link| link.connection == connection);
                     if open {
-                        self.note(|| format!("host {host} coordinator closes its process's connection"));
+                        self.note(|| {
+                            format!("host {host} coordinator closes its process's connection")
+                        });
                         self.state.hosts[host].link = None;
                         self.relay(host, relay::Event::ConnectionClosed { connection });
                         self.client(host, client::Event::ConnectionLost);
                     }
                 }
-                relay::Effect::SendUpstream(request) => match self.state.hosts[host].upstream.as_mut() {
-                    Some(upstream) => {
-                        upstream.requests.push_back(request);
+                relay::Effect::SendUpstream(request) => {
+                    match self.state.hosts[host].upstream.as_mut() {
+                        Some(upstream) => {
+                            upstream.requests.push_back(request);
+                        }
+                        None => {
+                            self.state.violations.insert(Violation::SentOnClosed);
+                        }
                     }
-                    None => {
-                        self.state.violations.insert(Violation::SentOnClosed);
-                    }
-                },
+                }
             }
         }
     }
@@ -732,7 +813,9 @@ impl Step<'_> {
                     }
                 }
                 client::Effect::StartWork { call, token } => self.starts(host, call, token),
-                client::Effect::Resolve { call, resolution } => self.resolves(host, call, resolution),
+                client::Effect::Resolve { call, resolution } => {
+                    self.resolves(host, call, resolution)
+                }
                 client::Effect::StopWork { call, .. } => {
                     self.state.hosts[host].work.remove(&call);
                     if let Some(record) = self.state.hosts[host].calls.get_mut(&call) {
@@ -761,7 +844,13 @@ impl Step<'_> {
         if running {
             self.state.violations.insert(Violation::TwoWorksOfOneKey);
         }
-        if self.state.history.started.get(&key).is_some_and(|&last| last >= token) {
+        if self
+            .state
+            .history
+            .started
+            .get(&key)
+            .is_some_and(|&last| last >= token)
+        {
             self.state.violations.insert(Violation::TokenNotIncreasing);
         }
         self.state.history.started.insert(key, token);
@@ -791,7 +880,8 @@ impl Step<'_> {
                 }
             }
             Resolution::Interrupted | Resolution::Lost => {
-                if let Some(flight) = joined {
+                let lost = |flight| self.state.history.landed_lost.contains(&(host, flight));
+                if let Some(flight) = joined.filter(|&flight| !lost(flight)) {
                     let leader_holds = self.state.hosts.iter().any(|other| {
                         other
                             .calls
@@ -799,9 +889,15 @@ impl Step<'_> {
                             .any(|call| call.token == Some(flight) && call.holds_lead)
                     });
                     if leader_holds {
-                        self.state.violations.insert(Violation::InterruptedWhileLeaderLives);
+                        self.state
+                            .violations
+                            .insert(Violation::InterruptedWhileLeaderLives);
                     }
-                    if self.state.history.acked.contains(&flight) {
+                    // A flight of an earlier cluster term may have been
+                    // acknowledged by a coordinator that died with its
+                    // joiners' `landed` (SPEC.md §10.3).
+                    let this_term = flight.epoch() == self.state.cluster.epoch();
+                    if this_term && self.state.history.acked.contains(&flight) {
                         self.state.violations.insert(Violation::AckedLandLost);
                     }
                 }
@@ -811,4 +907,17 @@ impl Step<'_> {
             }
         }
     }
+}
+
+/// The flight whose outcome a `landed` carries: every outcome of the model
+/// names its token ([`Ending::outcome`]).
+fn landed_flight(response: &Response) -> Option<FencingToken> {
+    let Response::Landed { outcome, .. } = response else {
+        return None;
+    };
+    let text = match &**outcome {
+        single_flight_core::protocol::Outcome::Value(value) => value,
+        single_flight_core::protocol::Outcome::Failure(failure) => &failure.message,
+    };
+    text.parse().ok()
 }

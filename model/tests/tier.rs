@@ -58,7 +58,10 @@ fn two_hosts_with_a_cancel() {
 
 #[test]
 fn a_relay_that_acks_before_the_cluster_is_caught() {
-    let tier = Tier::two_hosts().with_mutants(None, Some(single_flight_core::relay::Mutant::AcksBeforeUpstream));
+    let tier = Tier::two_hosts().with_mutants(
+        None,
+        Some(single_flight_core::relay::Mutant::AcksBeforeUpstream),
+    );
     let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
     eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
     assert_eq!(name, tier::ACKED_LAND_REACHES_JOINERS);
@@ -72,5 +75,11 @@ fn a_coordinator_that_interrupts_relayed_flights_at_once_is_caught() {
     );
     let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
     eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
-    assert_eq!(name, tier::LIVE_LEADER_NOT_INTERRUPTED);
+    // The window's end interrupts the joiners of a leader that lives
+    // (caught as that), and lets the key be led again while its work runs
+    // (caught as that, when the next call comes first).
+    assert!(
+        [tier::LIVE_LEADER_NOT_INTERRUPTED, tier::NO_TWO_WORKS].contains(&name),
+        "caught by {name:?}"
+    );
 }

@@ -966,7 +966,9 @@ impl Coordinator {
         } else {
             self.relays.host_of.remove(&connection)
         };
-        if let Some(host) = host {
+        // The seeded bug of SPEC.md §12.3: a relay connection's close taken
+        // for an ordinary one (§8.7), whose flights are interrupted at once.
+        if let Some(host) = self.hook(Mutant::InterruptsRelayedAtOnce, host, None) {
             return self.relay_closed(connection, host, parties);
         }
         for (id, party) in parties.into_sorted() {
@@ -1381,6 +1383,11 @@ impl Coordinator {
             };
             match party.role {
                 Role::Leading { token } if in_progress(token) => {
+                    // Its ending is remembered for the host too: the host's
+                    // own joiners of it were the relay's, not parties here
+                    // (§18.3), and rejoin after the host's failover.
+                    let flight = (party.key.clone(), token);
+                    self.relays.joined_by.entry(flight).or_default().insert(host.clone());
                     self.orphan(&party_ref, &party.key, token, &host);
                 }
                 Role::Joining { token } => {

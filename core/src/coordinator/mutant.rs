@@ -82,12 +82,18 @@ pub enum Mutant {
     /// flights were lost (the stop's bug once shipped, when the shell
     /// decided it).
     StopsInGraceAtOnce,
+    /// §18.2: a relay connection's close withdraws its parties as any
+    /// connection's does (§8.7), so that its host's flights are interrupted
+    /// at once instead of waiting a relay window for the host's next
+    /// coordinator. Hunted in the model of the host tier, not in a
+    /// directory's, which has no relay.
+    InterruptsRelayedAtOnce,
 }
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
     /// Every seeded bug, in the order declared.
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::RejoinMayLead,
         Mutant::ReassertAfterGrace,
         Mutant::GraceLetsRunsLead,
@@ -106,6 +112,7 @@ impl Mutant {
         Mutant::RefusesNonCycle,
         Mutant::KeepsRefusedSlots,
         Mutant::StopsInGraceAtOnce,
+        Mutant::InterruptsRelayedAtOnce,
     ];
 }
 
