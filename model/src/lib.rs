@@ -72,6 +72,14 @@
 //! scripted coordinator that answers, goes away with answers still buffered,
 //! breaks or refuses (SPEC.md §12.6); its seeded bugs are the connector's.
 //!
+//! [`tier`] is a third model, of the host tier (SPEC.md §18): two hosts, each
+//! a real [`single_flight_core::relay::Relay`] (its host coordinator) and a
+//! real client process, and the cluster's real coordinator with its relay
+//! windows, through the death of a host coordinator and of the cluster's
+//! coordinator; its properties are the tier's (§18.4), and its seeded bugs
+//! a relay that acknowledges a land before the cluster did and a
+//! coordinator that interrupts a relayed flight at once.
+//!
 //! Violations are recorded as flags in the state rather than panics: a panic
 //! inside `next_state` ends the run without a path to show.
 //!
