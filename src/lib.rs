@@ -94,8 +94,11 @@ mod backend;
 pub mod election;
 #[cfg(not(feature = "_internal"))]
 mod election;
-/// The reading of TLS files again while the process runs, shared by the
-/// transport and etcd's client (SPEC.md §14.5).
+// The reading of TLS files again while the process runs, shared by the
+// transport and etcd's client (SPEC.md §14.5). Its documentation is its
+// own `//!` text: rustdoc resolves the links of an outer `///` and an inner
+// `//!` text of one module in the parent's scope, where the module's items
+// are not.
 #[cfg(feature = "cluster")]
 mod reload;
 #[cfg(feature = "_internal")]

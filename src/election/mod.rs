@@ -23,7 +23,7 @@
 //!
 //! # Driving contract (local)
 //!
-//! - Check the directory with [`prepare_directory`](local::prepare_directory) (or let
+//! - Check the directory with `prepare_directory` (`local/directory.rs`; or let
 //!   [`LeaderElection::new`](local::LeaderElection::new) do it) before anything else touches it (§7.4).
 //! - [`LeaderElection::campaign`](local::LeaderElection::campaign) is synchronous and blocks the calling thread
 //!   for up to its timeout, sleeping [`POLL_INTERVAL`](local::POLL_INTERVAL) between attempts

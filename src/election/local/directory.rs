@@ -26,7 +26,7 @@ pub struct DirectoryOptions {
     /// FUSE file system types that the user vouches are local to this
     /// machine, as `/proc/self/mountinfo` names them (`fuse.sshfs`) or by
     /// their subtype alone (`sshfs`). A FUSE type on the built-in list of
-    /// network file systems ([`NETWORK_FUSE_TYPES`](super::NETWORK_FUSE_TYPES))
+    /// network file systems ([`NETWORK_FUSE_TYPES`](super::network::NETWORK_FUSE_TYPES))
     /// is refused unless it is listed here; every other FUSE type is accepted
     /// anyway. Linux only (SPEC.md §7.5).
     pub trusted_fuse_types: Vec<String>,
