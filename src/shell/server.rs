@@ -832,15 +832,23 @@ mod tests {
 
     impl Client {
         async fn connect(connect: &mpsc::UnboundedSender<DuplexStream>) -> Client {
+            let hello = r#"{"protocol":"single-flight","version":1}"#;
+            Client::connect_with(connect, hello).await.0
+        }
+
+        /// A client whose hello is `hello`, and the coordinator's hello.
+        async fn connect_with(
+            connect: &mpsc::UnboundedSender<DuplexStream>,
+            hello: &str,
+        ) -> (Client, CoordinatorHello) {
             let (ours, theirs) = tokio::io::duplex(1 << 16);
             connect.send(theirs).expect("the server listens");
             let mut client = Client(BufReader::new(ours));
-            client
-                .send(r#"{"protocol":"single-flight","version":1}"#)
-                .await;
+            client.send(hello).await;
             let hello = client.line().await.expect("the coordinator's hello");
-            assert!(hello.starts_with(r#"{"protocol":"single-flight""#));
-            client
+            let hello = crate::protocol::decode_coordinator_hello(hello.trim_end().as_bytes())
+                .expect("the coordinator's hello");
+            (client, hello)
         }
 
         async fn send(&mut self, line: &str) {
@@ -916,6 +924,49 @@ mod tests {
             assert_eq!(line, None, "no answer after the lease is gone");
         }
         assert_eq!(leader.line().await, None);
+        serving.done.await.unwrap();
+    }
+
+    /// §18.1, §18.2: a host coordinator's hello is answered `relays: true`,
+    /// and its connection is a relay connection: lost, it leaves its flight
+    /// orphaned for the host's next connection, whose landed reassert (a
+    /// first term accepts no other reassert, §8.3) lands it for the joiner.
+    #[tokio::test]
+    async fn s18_2_a_relay_connection_that_closes_leaves_its_flight_to_its_host() {
+        let (connect, incoming) = mpsc::unbounded_channel();
+        let options = options(Duration::from_secs(60), Clock::System);
+        let term = Lapsing {
+            asks: Arc::new(AtomicUsize::new(usize::MAX)),
+        };
+        let serving = start(term, Pipes(incoming), &options);
+        let relay_hello = r#"{"protocol":"single-flight","version":1,"relay":{"host":"build-7"}}"#;
+        let (mut relay, hello) = Client::connect_with(&connect, relay_hello).await;
+        assert!(
+            hello.relays,
+            "§18.1: the hello says that it keeps relay windows"
+        );
+        relay.send(r#"{"op":"run","id":"r1","key":"k"}"#).await;
+        let Response::Lead { token, .. } = relay.response().await else {
+            panic!("the host's run leads");
+        };
+        let mut joiner = Client::connect(&connect).await;
+        joiner.send(r#"{"op":"run","id":"j","key":"k"}"#).await;
+        assert!(matches!(joiner.response().await, Response::Joined { .. }));
+        drop(relay);
+        let (mut next, _) = Client::connect_with(&connect, relay_hello).await;
+        let token = serde_json::to_string(&token).unwrap();
+        next.send(&format!(
+            r#"{{"op":"reassert","id":"r1","key":"k","token":{token},"outcome":{{"value":"v"}}}}"#
+        ))
+        .await;
+        assert!(matches!(next.response().await, Response::Ack { .. }));
+        match joiner.response().await {
+            Response::Landed { outcome, .. } => {
+                assert_eq!(*outcome, crate::protocol::Outcome::Value("v".to_owned()));
+            }
+            other => panic!("the joiner was answered {other:?}"),
+        }
+        drop(serving.stop);
         serving.done.await.unwrap();
     }
 

@@ -328,6 +328,18 @@ mod tests {
             wide.cycle(&key("A"), Some(token(1)), token(2), flights),
             None
         );
+        // One edge to E fewer: the edge to B is the last that the bound
+        // lets a search examine, and the cycle is found.
+        let mut full = WaitFor::default();
+        for n in 0..MAX_SEARCH_EDGES as u64 - 1 {
+            full.insert(party(n + 10), token(1), key("E"), None);
+        }
+        full.insert(party(u64::MAX), token(1), key("B"), None);
+        assert_eq!(
+            full.cycle(&key("A"), Some(token(1)), token(2), flights)
+                .map(|keys| keys.len()),
+            Some(2)
+        );
     }
 
     /// §17.2: past MAX_WAIT_EDGES a party's parent is not recorded.

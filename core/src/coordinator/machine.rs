@@ -210,6 +210,10 @@ struct Flight {
     joiners: BTreeSet<PartyRef>,
 }
 
+/// The endings of flights, by key and token, with their outcome (`None`:
+/// interrupted).
+type Endings = BTreeMap<(Key, FencingToken), Option<Arc<Outcome>>>;
+
 /// What the coordinator keeps for the hosts that relay to it (SPEC.md
 /// §18.2). Every table is empty, and costs a check, while no host relays.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -234,7 +238,7 @@ struct Relays {
     joined_by: BTreeMap<(Key, FencingToken), BTreeSet<HostId>>,
     /// The endings of the flights joined by each host that ended in its
     /// window (`None`: interrupted), for its rejoins.
-    endings: BTreeMap<HostId, BTreeMap<(Key, FencingToken), Option<Arc<Outcome>>>>,
+    endings: BTreeMap<HostId, Endings>,
 }
 
 /// A value kept for reuse (SPEC.md §16.2).

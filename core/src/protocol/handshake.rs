@@ -31,12 +31,12 @@ pub struct ClientHello {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "present_relay"
     )]
-    pub relay: Option<Relay>,
+    pub relay: Option<Relaying>,
 }
 
 /// The `relay` member of a host coordinator's hello (SPEC.md §18.1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Relay {
+pub struct Relaying {
     /// The host for which the client relays.
     pub host: HostId,
 }
@@ -44,15 +44,15 @@ pub struct Relay {
 /// Read by hand: a derived reader also takes a struct from an array
 /// (`["build-7"]`), and §18.1 asks for an object holding `host`. Members it
 /// does not know are ignored, as in any message (§3).
-impl<'de> Deserialize<'de> for Relay {
-    fn deserialize<D: Deserializer<'de>>(reader: D) -> Result<Relay, D::Error> {
+impl<'de> Deserialize<'de> for Relaying {
+    fn deserialize<D: Deserializer<'de>>(reader: D) -> Result<Relaying, D::Error> {
         use serde::de::Error;
         let mut members = serde_json::Map::<String, serde_json::Value>::deserialize(reader)?;
         let host = members
             .remove("host")
             .ok_or_else(|| D::Error::missing_field("host"))?;
         let host = HostId::deserialize(host).map_err(D::Error::custom)?;
-        Ok(Relay { host })
+        Ok(Relaying { host })
     }
 }
 
@@ -200,7 +200,7 @@ impl ClientHello {
     /// §18.1).
     pub fn relaying(host: HostId) -> ClientHello {
         ClientHello {
-            relay: Some(Relay { host }),
+            relay: Some(Relaying { host }),
             ..ClientHello::current()
         }
     }
@@ -249,8 +249,8 @@ fn present_text<'de, D: serde::Deserializer<'de>>(reader: D) -> Result<Option<St
 
 /// `relay`, when present, is an object holding a host id (SPEC.md §18.1):
 /// `null` is of the wrong type, as for `host`.
-fn present_relay<'de, D: Deserializer<'de>>(reader: D) -> Result<Option<Relay>, D::Error> {
-    Relay::deserialize(reader).map(Some)
+fn present_relay<'de, D: Deserializer<'de>>(reader: D) -> Result<Option<Relaying>, D::Error> {
+    Relaying::deserialize(reader).map(Some)
 }
 
 /// Reads a hello as a line like any other (SPEC.md §3.7, §4.2): through a
@@ -360,7 +360,7 @@ mod tests {
         );
         assert_eq!(
             decode_client_hello(line.as_bytes()).unwrap().relay,
-            Some(Relay { host })
+            Some(Relaying { host })
         );
         let plain = decode_client_hello(br#"{"protocol":"single-flight","version":1}"#).unwrap();
         assert_eq!(plain, ClientHello::current());

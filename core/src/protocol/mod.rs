@@ -12,7 +12,7 @@ pub use error::{DecodeError, FrameError};
 pub use framing::LineReader;
 pub use handshake::{
     ClientHello, CoordinatorHello, HandshakeError, HostId, HostIdError, MAX_HOST_BYTES,
-    PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolVersionError, Relay, decode_client_hello,
+    PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolVersionError, Relaying, decode_client_hello,
     decode_coordinator_hello,
 };
 pub use message::{
