@@ -1391,7 +1391,11 @@ impl Coordinator {
                     // own joiners of it were the relay's, not parties here
                     // (§18.3), and rejoin after the host's failover.
                     let flight = (party.key.clone(), token);
-                    self.relays.joined_by.entry(flight).or_default().insert(host.clone());
+                    self.relays
+                        .joined_by
+                        .entry(flight)
+                        .or_default()
+                        .insert(host.clone());
                     self.orphan(&party_ref, &party.key, token, &host);
                 }
                 Role::Joining { token } => {

@@ -188,6 +188,24 @@ fn s18_2_the_hosts_landed_reassert_lands_its_orphan() {
     assert_eq!(co.step(run(2, "1", "k")), vec![lead(2, "1", token(1, 2))]);
 }
 
+/// §18.2: an orphan is remembered as joined by its own host, whose joiners
+/// of it were the relay's (§18.3): after the host's landed reassert lands
+/// it, their rejoins through the host's next coordinator get its outcome,
+/// not `interrupted` (found by the model of the host tier).
+#[test]
+fn s18_2_the_hosts_own_joiners_of_its_orphan_get_its_ending() {
+    let mut co = orphan_of_build_7();
+    open_relay(&mut co, 11, "build-7");
+    assert_eq!(
+        co.step(landed_reassert(11, "r1", "k", token(1, 1), value("v"))),
+        vec![landed(1, "1", value("v")), ack(11, "r1")]
+    );
+    assert_eq!(
+        co.step(rejoin(11, "r2", "k", token(1, 1))),
+        vec![landed(11, "r2", value("v"))]
+    );
+}
+
 /// §18.2, §8.5: the size rule of a land holds for a landed reassert of an
 /// orphan: its joiners get the `ValueTooLarge` failure, its leader
 /// `rejected`, and the flight ends all the same.
