@@ -28,6 +28,16 @@ pub const MAX_OPEN_REQUESTS_PER_CONNECTION: usize = 65_536;
 /// descriptors or memory.
 pub const MAX_CONNECTIONS: usize = 4096;
 
+/// The most endings a coordinator remembers for one host while its relay
+/// window is open (SPEC.md §18.2): as many as one connection's open
+/// requests, which is what one relay connection can have joined. A host
+/// coordinator that dies again and again within its window would otherwise
+/// make the coordinator remember, with their outcomes, every flight that
+/// each of its connections had joined; past the bound an ending is not
+/// remembered, and the host's rejoin of it is answered `interrupted`
+/// (§8.2), which reruns nothing.
+pub const MAX_HOST_ENDINGS: usize = MAX_OPEN_REQUESTS_PER_CONNECTION;
+
 /// The coordinator of one term.
 ///
 /// # Driving contract
@@ -1026,7 +1036,9 @@ impl Coordinator {
         let mut outcome = outcome.filter(|_| wanted).map(Arc::new);
         for host in joined_by.into_iter().flatten() {
             let endings = self.relays.endings.entry(host).or_default();
-            endings.insert((key.clone(), token), outcome.clone());
+            if endings.len() < MAX_HOST_ENDINGS {
+                endings.insert((key.clone(), token), outcome.clone());
+            }
         }
         for joiner in &flight.joiners {
             self.finish(joiner, outcome.clone());

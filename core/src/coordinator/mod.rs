@@ -12,7 +12,9 @@ mod table;
 pub use cycles::{MAX_SEARCH_EDGES, MAX_WAIT_EDGES};
 pub use io::{CloseReason, ConnectionId, Effect, EndReason, Event, Term, Timer};
 pub use lifetime::{Ending, FIRST_CONNECTION_PATIENCE, Lifetime, Needed};
-pub use machine::{Coordinator, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
+pub use machine::{
+    Coordinator, MAX_CONNECTIONS, MAX_HOST_ENDINGS, MAX_OPEN_REQUESTS_PER_CONNECTION,
+};
 #[cfg(single_flight_mutants)]
 pub use mutant::Mutant;
 

@@ -771,3 +771,46 @@ fn s18_2_the_window_ends_only_the_orphans_of_its_keys() {
     assert_eq!(co.step(GRACE_ENDED), vec![]);
     assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
 }
+
+/// §18.2: a host's remembered endings are bounded by `MAX_HOST_ENDINGS`: a
+/// host coordinator that died twice in one window, having joined one flight
+/// more than the bound in all, has the first endings remembered and the
+/// last one not (its rejoin is `interrupted`, and reruns nothing).
+#[test]
+fn s18_2_a_hosts_remembered_endings_are_bounded() {
+    let flights = MAX_HOST_ENDINGS as u64 + 1;
+    // Two ordinary connections lead the flights (one connection's open
+    // requests are bounded by the same number).
+    let mut co = relaying(1, Term::First, 2);
+    let leader = |n: u64| 1 + n % 2;
+    for n in 0..flights {
+        let effects = co.step(run(leader(n), &n.to_string(), &format!("k{n}")));
+        assert_eq!(effects.len(), 1);
+    }
+    open_relay(&mut co, 10, "build-7");
+    for n in 0..flights - 1 {
+        let effects = co.step(run(10, &format!("r{n}"), &format!("k{n}")));
+        assert_eq!(effects.len(), 1);
+    }
+    assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
+    open_relay(&mut co, 11, "build-7");
+    let last = flights - 1;
+    let effects = co.step(run(11, &format!("r{last}"), &format!("k{last}")));
+    assert_eq!(effects.len(), 1);
+    assert_eq!(co.step(closed(11)), vec![window_opens("build-7", 11)]);
+    for n in 0..flights {
+        let effects = co.step(land(leader(n), &n.to_string(), value("v")));
+        assert_eq!(effects, vec![ack(leader(n), &n.to_string())]);
+    }
+    open_relay(&mut co, 12, "build-7");
+    let first = token(1, 1);
+    assert_eq!(
+        co.step(rejoin(12, "a", "k0", first)),
+        vec![landed(12, "a", value("v"))]
+    );
+    let beyond = token(1, u32::try_from(flights).unwrap());
+    assert_eq!(
+        co.step(rejoin(12, "b", &format!("k{last}"), beyond)),
+        vec![interrupted(12, "b")]
+    );
+}
