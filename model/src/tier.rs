@@ -53,6 +53,9 @@ pub struct Tier {
     /// Cluster coordinators that die; the next term (the next epoch, a
     /// grace window) begins at once.
     pub cluster_coordinator_deaths: u8,
+    /// Processes that are both a host's coordinator and the cluster's and
+    /// die, ending both terms at once.
+    pub both_coordinators_deaths: u8,
     /// A seeded bug of the cluster coordinator (SPEC.md §12.3), or none.
     pub coordinator_mutant: Option<coordinator::Mutant>,
     /// A seeded bug of the relay, or none.
@@ -70,6 +73,7 @@ impl Tier {
             cancels: 0,
             host_coordinator_deaths: 1,
             cluster_coordinator_deaths: 1,
+            both_coordinators_deaths: 0,
             coordinator_mutant: None,
             relay_mutant: None,
         }
@@ -81,6 +85,17 @@ impl Tier {
         Tier {
             cancels: 1,
             cluster_coordinator_deaths: 0,
+            ..Tier::two_hosts()
+        }
+    }
+
+    /// Checked in CI (SPEC.md §18.4): the process that coordinates a host and
+    /// the cluster dies, once, instead of each coordinator on its own.
+    pub fn both_at_once() -> Tier {
+        Tier {
+            host_coordinator_deaths: 0,
+            cluster_coordinator_deaths: 0,
+            both_coordinators_deaths: 1,
             ..Tier::two_hosts()
         }
     }
@@ -227,6 +242,7 @@ pub struct Used {
     pub cancels: u8,
     pub host_coordinator_deaths: u8,
     pub cluster_coordinator_deaths: u8,
+    pub both_coordinators_deaths: u8,
 }
 
 /// The past, as far as the properties need it.
@@ -318,6 +334,11 @@ pub enum TierAction {
     /// The cluster coordinator dies: every relay's upstream connection
     /// closes, and the next cluster term begins with a grace window.
     ClusterCoordinatorDies,
+    /// The process that is both the host's coordinator and the cluster's
+    /// dies (SPEC.md §18.4): both deaths at once.
+    BothCoordinatorsDie {
+        host: usize,
+    },
     /// A timer of the cluster's term fires (a grace or relay window ends),
     /// only when `calm`.
     TimerFires {
@@ -411,6 +432,11 @@ impl Model for Tier {
         }
         if state.used.cluster_coordinator_deaths < self.cluster_coordinator_deaths {
             actions.push(TierAction::ClusterCoordinatorDies);
+        }
+        if state.used.both_coordinators_deaths < self.both_coordinators_deaths {
+            for host in 0..state.hosts.len() {
+                actions.push(TierAction::BothCoordinatorsDie { host });
+            }
         }
         if calm(state) {
             for timer in &state.timers {
@@ -636,56 +662,79 @@ impl Step<'_> {
             }
             TierAction::HostCoordinatorDies { host } => {
                 self.state.used.host_coordinator_deaths += 1;
-                self.state.history.host_coordinator_died = true;
-                self.state.hosts[host].relay = self.model.relay();
-                let link = self.state.hosts[host].link.take();
-                let upstream = self.state.hosts[host].upstream.take();
-                let lost: Vec<FencingToken> = link
-                    .iter()
-                    .chain(upstream.iter())
-                    .flat_map(|queues| queues.responses.iter())
-                    .filter_map(landed_flight)
-                    .collect();
-                for token in lost {
-                    self.state.history.landed_lost.insert((host, token));
-                }
-                if link.is_some() {
-                    self.client(host, client::Event::ConnectionLost);
-                }
-                if let Some(upstream) = upstream {
-                    self.cluster(coordinator::Event::ConnectionClosed {
-                        connection: upstream.connection,
-                    });
-                }
+                self.host_coordinator_dies(host);
             }
             TierAction::ClusterCoordinatorDies => {
                 self.state.used.cluster_coordinator_deaths += 1;
-                self.state.timers.clear();
-                let epoch = self
-                    .state
-                    .cluster
-                    .epoch()
-                    .next()
-                    .expect("the model's epochs are few");
-                self.state.cluster = self.model.cluster_coordinator(
-                    epoch,
-                    Term::AfterFailover {
-                        grace_window: WINDOW,
-                    },
-                );
-                self.state.next_cluster_connection = 0;
-                self.cluster(coordinator::Event::TermBegan);
-                for host in 0..self.state.hosts.len() {
-                    if self.state.hosts[host].upstream.take().is_some() {
-                        self.relay(host, relay::Event::UpstreamLost);
-                    }
-                }
+                self.cluster_coordinator_dies();
+            }
+            TierAction::BothCoordinatorsDie { host } => {
+                self.state.used.both_coordinators_deaths += 1;
+                // The process dies first as host coordinator, then as the
+                // cluster's: the cluster's next term begins after its relay
+                // connection closed, which a dead term never reports.
+                self.host_coordinator_dies(host);
+                self.cluster_coordinator_dies();
             }
             TierAction::TimerFires { ref timer } => {
                 self.state.timers.remove(timer);
                 self.cluster(coordinator::Event::TimerFired {
                     timer: timer.clone(),
                 });
+            }
+        }
+    }
+
+    /// The host coordinator's process dies (SPEC.md §18.4): its connections
+    /// close at both ends, and another process of the host wins the host
+    /// directory's next term at once. What was on its way through it is
+    /// lost with it.
+    fn host_coordinator_dies(&mut self, host: usize) {
+        self.state.history.host_coordinator_died = true;
+        self.state.hosts[host].relay = self.model.relay();
+        let link = self.state.hosts[host].link.take();
+        let upstream = self.state.hosts[host].upstream.take();
+        let lost: Vec<FencingToken> = link
+            .iter()
+            .chain(upstream.iter())
+            .flat_map(|queues| queues.responses.iter())
+            .filter_map(landed_flight)
+            .collect();
+        for token in lost {
+            self.state.history.landed_lost.insert((host, token));
+        }
+        if link.is_some() {
+            self.client(host, client::Event::ConnectionLost);
+        }
+        if let Some(upstream) = upstream {
+            self.cluster(coordinator::Event::ConnectionClosed {
+                connection: upstream.connection,
+            });
+        }
+    }
+
+    /// The cluster coordinator's process dies: every relay's upstream
+    /// connection closes, and the next cluster term begins with a grace
+    /// window (SPEC.md §18.4).
+    fn cluster_coordinator_dies(&mut self) {
+        self.state.timers.clear();
+        let epoch = self
+            .state
+            .cluster
+            .epoch()
+            .next()
+            .expect("the model's epochs are few");
+        self.state.cluster = self.model.cluster_coordinator(
+            epoch,
+            Term::AfterFailover {
+                grace_window: WINDOW,
+            },
+        );
+        self.state.next_cluster_connection = 0;
+        self.cluster(coordinator::Event::TermBegan);
+        for host in 0..self.state.hosts.len() {
+            if self.state.hosts[host].upstream.take().is_some() {
+                self.relay(host, relay::Event::UpstreamLost);
             }
         }
     }
