@@ -1308,3 +1308,65 @@ fn joiners_share_one_outcome() {
     assert_eq!(**first, value("v"));
     assert!(Arc::ptr_eq(first, second), "one outcome for both");
 }
+
+// Shared by the tests of the extensions, of nested flights and of relay
+// windows (tests/*.rs).
+
+fn nested(connection: u64, i: &str, k: &str, parent: FencingToken) -> Event {
+    request(
+        c(connection),
+        Request::Run {
+            id: id(i),
+            key: key(k),
+            flight: None,
+            reuse: None,
+            parent: Some(parent),
+        },
+    )
+}
+
+fn nested_rejoin(
+    connection: u64,
+    i: &str,
+    k: &str,
+    t: FencingToken,
+    parent: FencingToken,
+) -> Event {
+    request(
+        c(connection),
+        Request::Run {
+            id: id(i),
+            key: key(k),
+            flight: Some(t),
+            reuse: None,
+            parent: Some(parent),
+        },
+    )
+}
+
+fn nested_reassert(
+    connection: u64,
+    i: &str,
+    k: &str,
+    t: FencingToken,
+    parent: FencingToken,
+) -> Event {
+    request(
+        c(connection),
+        Request::Reassert {
+            id: id(i),
+            key: key(k),
+            token: t,
+            outcome: None,
+            parent: Some(parent),
+        },
+    )
+}
+
+fn detach(connection: u64, i: &str) -> Event {
+    request(c(connection), Request::Detach { id: id(i) })
+}
+
+fn stop(connection: u64, i: &str) -> Effect {
+    send(connection, Response::Stop { id: id(i) })
+}

@@ -3,57 +3,6 @@
 
 use super::*;
 
-fn nested(connection: u64, i: &str, k: &str, parent: FencingToken) -> Event {
-    request(
-        c(connection),
-        Request::Run {
-            id: id(i),
-            key: key(k),
-            flight: None,
-            reuse: None,
-            parent: Some(parent),
-        },
-    )
-}
-
-fn nested_rejoin(
-    connection: u64,
-    i: &str,
-    k: &str,
-    t: FencingToken,
-    parent: FencingToken,
-) -> Event {
-    request(
-        c(connection),
-        Request::Run {
-            id: id(i),
-            key: key(k),
-            flight: Some(t),
-            reuse: None,
-            parent: Some(parent),
-        },
-    )
-}
-
-fn nested_reassert(
-    connection: u64,
-    i: &str,
-    k: &str,
-    t: FencingToken,
-    parent: FencingToken,
-) -> Event {
-    request(
-        c(connection),
-        Request::Reassert {
-            id: id(i),
-            key: key(k),
-            token: t,
-            outcome: None,
-            parent: Some(parent),
-        },
-    )
-}
-
 fn cycle(connection: u64, i: &str, keys: &[&str]) -> Effect {
     send(
         connection,

@@ -5,14 +5,6 @@ use super::*;
 use crate::protocol::ReuseWindow;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES};
 
-fn detach(connection: u64, i: &str) -> Event {
-    request(c(connection), Request::Detach { id: id(i) })
-}
-
-fn stop(connection: u64, i: &str) -> Effect {
-    send(connection, Response::Stop { id: id(i) })
-}
-
 fn window(millis: u64) -> ReuseWindow {
     ReuseWindow::from_millis(millis).unwrap()
 }

@@ -66,59 +66,6 @@ fn window_ends(name: &str, closed: u64) -> Event {
     }
 }
 
-fn landed_reassert(connection: u64, i: &str, k: &str, t: FencingToken, outcome: Outcome) -> Event {
-    request(
-        c(connection),
-        Request::Reassert {
-            id: id(i),
-            key: key(k),
-            token: t,
-            outcome: Some(outcome),
-            parent: None,
-        },
-    )
-}
-
-fn detach(connection: u64, i: &str) -> Event {
-    request(c(connection), Request::Detach { id: id(i) })
-}
-
-fn stop(connection: u64, i: &str) -> Effect {
-    send(connection, Response::Stop { id: id(i) })
-}
-
-fn nested(connection: u64, i: &str, k: &str, parent: FencingToken) -> Event {
-    request(
-        c(connection),
-        Request::Run {
-            id: id(i),
-            key: key(k),
-            flight: None,
-            reuse: None,
-            parent: Some(parent),
-        },
-    )
-}
-
-fn nested_reassert(
-    connection: u64,
-    i: &str,
-    k: &str,
-    t: FencingToken,
-    parent: FencingToken,
-) -> Event {
-    request(
-        c(connection),
-        Request::Reassert {
-            id: id(i),
-            key: key(k),
-            token: t,
-            outcome: None,
-            parent: Some(parent),
-        },
-    )
-}
-
 /// A host's flight led through relay connection 10, joined by ordinary
 /// connection 1: the start of most scenarios.
 fn orphan_of_build_7() -> Coordinator {
@@ -181,7 +128,7 @@ fn s18_2_the_hosts_landed_reassert_lands_its_orphan() {
     let mut co = orphan_of_build_7();
     open_relay(&mut co, 11, "build-7");
     assert_eq!(
-        co.step(landed_reassert(11, "r1", "k", token(1, 1), value("v"))),
+        co.step(reassert_landed(11, "r1", "k", token(1, 1), value("v"))),
         vec![landed(1, "1", value("v")), ack(11, "r1")]
     );
     assert_eq!(co.flights().count(), 0);
@@ -197,7 +144,7 @@ fn s18_2_the_hosts_own_joiners_of_its_orphan_get_its_ending() {
     let mut co = orphan_of_build_7();
     open_relay(&mut co, 11, "build-7");
     assert_eq!(
-        co.step(landed_reassert(11, "r1", "k", token(1, 1), value("v"))),
+        co.step(reassert_landed(11, "r1", "k", token(1, 1), value("v"))),
         vec![landed(1, "1", value("v")), ack(11, "r1")]
     );
     assert_eq!(
@@ -214,7 +161,7 @@ fn s18_2_an_orphan_landed_with_an_outcome_too_large_hands_the_failure_over() {
     let mut co = orphan_of_build_7();
     open_relay(&mut co, 11, "build-7");
     let too_large = value_of_len(MAX_OUTCOME_BYTES + 1);
-    let effects = co.step(landed_reassert(11, "r1", "k", token(1, 1), too_large));
+    let effects = co.step(reassert_landed(11, "r1", "k", token(1, 1), too_large));
     let [joiner, answer] = &effects[..] else {
         panic!("a landed and an answer, not {effects:?}");
     };
@@ -652,7 +599,7 @@ fn s18_2_an_orphan_landed_by_a_landed_reassert_keeps_its_value() {
     assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
     open_relay(&mut co, 11, "build-7");
     assert_eq!(
-        co.step(landed_reassert(11, "r1", "k", token(1, 1), value("v"))),
+        co.step(reassert_landed(11, "r1", "k", token(1, 1), value("v"))),
         vec![
             ack(11, "r1"),
             Effect::StartTimer {
@@ -698,7 +645,7 @@ fn s18_2_what_the_counters_count_of_relay_windows() {
     );
     open_relay(&mut co, 11, "build-7");
     co.step(reassert(11, "r1", "a", token(1, 1)));
-    co.step(landed_reassert(11, "r2", "b", token(1, 2), value("v")));
+    co.step(reassert_landed(11, "r2", "b", token(1, 2), value("v")));
     co.step(window_ends("build-7", 10));
     let after = co.counters();
     assert_eq!(after.reasserts_accepted, 2);
