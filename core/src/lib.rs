@@ -26,6 +26,8 @@ pub mod coordinator;
 pub mod protocol;
 pub mod relay;
 mod seeded;
+#[cfg(test)]
+mod testing;
 
 /// Entry points for the fuzz targets and the property tests: they call this
 /// crate's own code, never a copy of it.

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::*;
 use crate::protocol::{
-    CoordinatorStats, Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response,
+    CoordinatorStats, Epoch, FencingToken, Incoming, Outcome, Request, Response,
 };
+pub(crate) use crate::testing::{c, id, key, token, value};
 
 mod cycles;
 mod extensions;
@@ -22,26 +23,6 @@ const AFTER_FAILOVER: Term = Term::AfterFailover {
 const GRACE_ENDED: Event = Event::TimerFired {
     timer: Timer::GraceWindow,
 };
-
-fn c(n: u64) -> ConnectionId {
-    ConnectionId(n)
-}
-
-fn id(text: &str) -> RequestId {
-    RequestId::new(text).unwrap()
-}
-
-fn key(text: &str) -> Key {
-    Key::new(text).unwrap()
-}
-
-fn token(epoch: u64, sequence: u32) -> FencingToken {
-    FencingToken::new(Epoch::new(epoch).unwrap(), sequence).unwrap()
-}
-
-fn value(text: &str) -> Outcome {
-    Outcome::Value(text.to_owned())
-}
 
 fn request(connection: ConnectionId, request: Request) -> Event {
     Event::RequestReceived {

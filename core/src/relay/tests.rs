@@ -5,33 +5,13 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::coordinator::{self, ConnectionId, MAX_OPEN_REQUESTS_PER_CONNECTION};
+use crate::coordinator::{self, MAX_OPEN_REQUESTS_PER_CONNECTION};
 use crate::protocol::{
-    Epoch, FencingToken, Incoming, Key, Outcome, Request, RequestId, Response, ReuseWindow,
-    limits::MAX_OUTCOME_BYTES,
+    FencingToken, Incoming, Outcome, Request, Response, ReuseWindow, limits::MAX_OUTCOME_BYTES,
 };
+pub(crate) use crate::testing::{c, id, key, token, value};
 
 mod properties;
-
-fn c(n: u64) -> ConnectionId {
-    ConnectionId(n)
-}
-
-fn id(text: &str) -> RequestId {
-    RequestId::new(text).unwrap()
-}
-
-fn key(text: &str) -> Key {
-    Key::new(text).unwrap()
-}
-
-fn token(epoch: u64, sequence: u32) -> FencingToken {
-    FencingToken::new(Epoch::new(epoch).unwrap(), sequence).unwrap()
-}
-
-fn value(text: &str) -> Outcome {
-    Outcome::Value(text.to_owned())
-}
 
 fn request(connection: u64, request: Request) -> Event {
     Event::RequestReceived {
