@@ -8,21 +8,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::error::Unavailable;
 use super::hub::{Closes, Hub, Work};
-use super::lines::{LineError, Lines};
+use super::lines::Lines;
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{self, Serving};
 use super::stats::Counters;
+use super::upstream::{Greeted, greet};
 use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
 use crate::election::{Election, Term};
-use crate::protocol::{ClientHello, HandshakeError, decode_coordinator_hello};
+use crate::protocol::{ClientHello, HandshakeError};
 use crate::transport::{ConnectError, Connection, Transport};
 
 /// How long a leader whose work panicked waits for its land to be settled
@@ -448,57 +448,32 @@ where
         connection: Connection<T::Reader, T::Writer>,
         poll: Duration,
     ) -> Result<Option<(Lines<T::Reader>, T::Writer, String)>, Attempt<E, T>> {
-        let Connection {
-            reader: read,
-            writer: mut write,
-        } = connection;
-        let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
-        hello.push(b'\n');
-        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
-            return Ok(None);
-        }
-        let mut lines = Lines::new(read);
-        let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
-            Ok(Ok(line)) => line,
-            Ok(Err(LineError::Io(error)))
-                if error.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                // §14.5: the coordinator refused this process's certificate;
-                // waiting would not change that.
-                warn!(%error, "the coordinator refused this process");
-                return Err(Attempt::Failed {
-                    reason: Unavailable::Rejected(error),
-                    pause: poll,
-                });
+        match greet(connection, &ClientHello::current()).await {
+            Greeted::Answered {
+                lines,
+                writer,
+                hello,
+            } => {
+                info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+                Ok(Some((lines, writer, hello.epoch)))
             }
-            Ok(Err(error)) => {
-                debug!(%error, "the coordinator closed during the handshake");
-                return Ok(None);
-            }
-            Err(_) => {
-                warn!(
-                    "the coordinator did not answer the handshake in time; is its process stopped?"
-                );
-                return Ok(None);
-            }
-        };
-        let hello = match decode_coordinator_hello(&answer) {
-            Ok(hello) => hello,
-            Err(error) => {
-                warn!(%error, "cannot use the coordinator");
+            Greeted::Nobody => Ok(None),
+            Greeted::Rejected(error) => Err(Attempt::Failed {
+                reason: Unavailable::Rejected(error),
+                pause: poll,
+            }),
+            Greeted::Unusable(error) => {
                 // Do not hammer a coordinator of another version.
                 let pause = if matches!(error, HandshakeError::Version(_)) {
                     HANDSHAKE_TIMEOUT / 4
                 } else {
                     Duration::MAX
                 };
-                return Err(Attempt::Failed {
+                Err(Attempt::Failed {
                     reason: Unavailable::Handshake(error),
                     pause,
-                });
+                })
             }
-        };
-        info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
-        Ok(Some((lines, write, hello.epoch)))
+        }
     }
 }
