@@ -9,12 +9,14 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
-use super::options::HANDSHAKE_TIMEOUT;
+use super::options::{HANDSHAKE_TIMEOUT, Options};
+use super::server::{self, Serving};
+use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
-use crate::transport::Connection;
+use crate::transport::{ConnectError, Connection, Transport};
 
 /// A future that resolves when the coordinator reached is no longer the
 /// cluster's (SPEC.md §14.3); one that never resolves where the connection's
@@ -53,6 +55,145 @@ impl Upstream for NoUpstream {
 
     async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
         match *self {}
+    }
+}
+
+/// The upstream of a host coordinator: the cluster's election and transport
+/// (SPEC.md §14), as a process of the cluster uses them, but with the relay
+/// hello (§18.1). The host coordinator is its host's only candidate for the
+/// cluster's term: when nobody coordinates the cluster it campaigns, and
+/// when it wins it serves the cluster's coordinator too and reaches it like
+/// any other host (§18.4, "a host coordinator that is also the cluster's
+/// coordinator").
+// The host tier's backend, which builds it for the relay of a won host
+// directory, is the next step (§18.5); until then only the tests do.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(super) struct Reaching<E, T> {
+    election: E,
+    transport: T,
+    /// The relay hello, naming the host (§18.1).
+    hello: ClientHello,
+    /// The cluster's options: its grace window and poll interval (§14.3,
+    /// §14.4), for the cluster's term if this process wins it.
+    options: Options,
+    /// The cluster's term this process serves, if it won one.
+    serving: Option<Serving>,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl<E, T> Reaching<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    pub(super) fn new(election: E, transport: T, hello: ClientHello, options: Options) -> Self {
+        Reaching {
+            election,
+            transport,
+            hello,
+            options,
+            serving: None,
+        }
+    }
+
+    /// Connects to the coordinator the election names and greets it with the
+    /// relay hello: `Ok(None)` when nobody answers there (§10.1).
+    async fn connect(
+        &mut self,
+        address: E::Address,
+    ) -> Result<Option<Reached<T::Reader, T::Writer>>, Duration> {
+        let poll = self.options.poll_interval;
+        // §14.3: a coordinator whose key goes while the connection is made
+        // is no longer the one to reach; look again at once.
+        let mut gone: Gone = Box::pin(self.election.coordinator_gone());
+        let connected = tokio::select! {
+            connected = self.transport.connect(&address) => connected,
+            () = &mut gone => return Err(Duration::ZERO),
+        };
+        let connection = match connected {
+            Ok(connection) => connection,
+            Err(ConnectError::Unreachable(error)) => {
+                debug!(%error, "no coordinator of the cluster answers");
+                return Ok(None);
+            }
+            Err(error) => {
+                warn!(%error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
+                return Err(poll);
+            }
+        };
+        match greet(connection, &self.hello).await {
+            Greeted::Answered {
+                lines,
+                writer,
+                hello,
+            } => Ok(Some(Reached {
+                lines,
+                writer,
+                hello,
+                gone,
+            })),
+            Greeted::Nobody => Ok(None),
+            // Said by `greet`; a coordinator of another version or one that
+            // refuses this process is asked again after a pause.
+            Greeted::Rejected(_) | Greeted::Unusable(_) => Err(HANDSHAKE_TIMEOUT / 4),
+        }
+    }
+}
+
+impl<E, T> Upstream for Reaching<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    type Reader = T::Reader;
+    type Writer = T::Writer;
+
+    async fn reach(&mut self) -> Result<Reached<T::Reader, T::Writer>, Duration> {
+        let poll = self.options.poll_interval;
+        if self
+            .serving
+            .as_ref()
+            .is_some_and(|serving| serving.done.is_finished())
+        {
+            info!("this host's term of the cluster is over; campaigning again");
+            self.serving = None;
+        }
+        match self.election.coordinator().await {
+            Ok(Some(address)) => {
+                if let Some(reached) = self.connect(address).await? {
+                    return Ok(reached);
+                }
+            }
+            Ok(None) => debug!("no coordinator of the cluster serves"),
+            Err(error) => {
+                warn!(%error, "cannot find the cluster's coordinator");
+                return Err(poll);
+            }
+        }
+        // §7.2 item 3: a process that holds a term never campaigns again; it
+        // waits to reach its own listener.
+        if self.serving.is_some() {
+            return Err(poll);
+        }
+        match self.election.campaign().await {
+            Ok(Some(term)) => match self.transport.listen() {
+                Ok(listener) => {
+                    self.serving = Some(server::start(term, listener, &self.options));
+                    // It reaches itself at once, as any host does.
+                    Err(Duration::ZERO)
+                }
+                Err(error) => {
+                    warn!(epoch = %term.epoch(), %error, "won the cluster's election but cannot serve; resigning");
+                    term.resign(false).await;
+                    Err(poll)
+                }
+            },
+            Ok(None) => Err(poll),
+            Err(error) => {
+                warn!(%error, "cannot elect the cluster's coordinator");
+                Err(poll)
+            }
+        }
     }
 }
 
@@ -115,5 +256,157 @@ where
             warn!(%error, "cannot use the coordinator");
             Greeted::Unusable(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::AsyncWriteExt;
+
+    use crate::backend::Backend;
+    use crate::backend::local::Directory;
+    use crate::protocol::{HostId, Outcome, Response, decode_response};
+    use crate::shell::clock::Clock;
+    use crate::shell::mutant::Seeded;
+    use crate::transport::unix::UnixTransport;
+
+    /// A flight directory of this test, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let path =
+                std::env::temp_dir().join(format!("sf-upstream-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A process's connection to a directory's coordinator, greeted.
+    struct Client {
+        lines: Lines<<UnixTransport as Transport>::Reader>,
+        writer: <UnixTransport as Transport>::Writer,
+    }
+
+    impl Client {
+        async fn connect(transport: &UnixTransport) -> Client {
+            loop {
+                let connection = match transport.connect(&()).await {
+                    Ok(connection) => connection,
+                    Err(_) => {
+                        // The socket is bound once the term serves.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                if let Greeted::Answered { lines, writer, .. } =
+                    greet(connection, &ClientHello::current()).await
+                {
+                    return Client { lines, writer };
+                }
+            }
+        }
+
+        async fn send(&mut self, line: &str) {
+            self.writer.write_all(line.as_bytes()).await.unwrap();
+            self.writer.write_all(b"\n").await.unwrap();
+        }
+
+        async fn response(&mut self) -> Response {
+            let line = self.lines.next().await.expect("a response");
+            decode_response(&line).expect("a response")
+        }
+    }
+
+    fn options() -> Options {
+        Options {
+            grace_window: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(10),
+            seeded: Seeded::NONE,
+            clock: Clock::System,
+        }
+    }
+
+    /// §18.3, §18.4: the host coordinator of a directory finds no
+    /// coordinator of the cluster (here a second directory stands for the
+    /// cluster's election and transport), campaigns as its host's only
+    /// candidate, serves the cluster's term and relays to it over the
+    /// cluster's transport with the relay hello. Two processes of the host
+    /// that call one key are one party at the cluster: the first leads under
+    /// the cluster's token, the second joins, and a caller of another host,
+    /// a client of the cluster, joins the same flight and receives its
+    /// outcome.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s18_3_a_host_coordinator_that_wins_the_cluster_relays_to_itself() {
+        let host = Scratch::new("host");
+        let cluster = Scratch::new("cluster");
+        let options = options();
+        let (mut host_election, host_transport) = Directory::new(&host.0)
+            .open(options.poll_interval)
+            .await
+            .unwrap();
+        let host_term = host_election.campaign().await.unwrap().expect("won");
+        let listener = host_transport.listen().unwrap();
+        let (cluster_election, cluster_transport) = Directory::new(&cluster.0)
+            .open(options.poll_interval)
+            .await
+            .unwrap();
+        let upstream = Reaching::new(
+            cluster_election,
+            cluster_transport,
+            ClientHello::relaying(HostId::new("build-7").unwrap()),
+            options.clone(),
+        );
+        let serving = server::start_relay(host_term, listener, &options, upstream);
+
+        let mut first = Client::connect(&host_transport).await;
+        let mut second = Client::connect(&host_transport).await;
+        first.send(r#"{"op":"run","id":"a","key":"k"}"#).await;
+        let Response::Lead { token, .. } = first.response().await else {
+            panic!("the host's first caller leads");
+        };
+        second.send(r#"{"op":"run","id":"b","key":"k"}"#).await;
+        match second.response().await {
+            Response::Joined { flight, .. } => assert_eq!(flight, token),
+            other => panic!("the host's second caller was answered {other:?}"),
+        }
+        let other_transport = UnixTransport::new(&cluster.0).unwrap();
+        let mut other_host = Client::connect(&other_transport).await;
+        other_host.send(r#"{"op":"status","id":"s"}"#).await;
+        match other_host.response().await {
+            Response::Status { flights, .. } => {
+                assert_eq!(flights.len(), 1);
+                assert_eq!(flights[0].token, token, "the cluster's token");
+                assert_eq!(flights[0].joiners, 0, "one party of the host, its leader");
+            }
+            other => panic!("the status was answered {other:?}"),
+        }
+        other_host.send(r#"{"op":"run","id":"c","key":"k"}"#).await;
+        assert!(matches!(
+            other_host.response().await,
+            Response::Joined { .. }
+        ));
+        first
+            .send(r#"{"op":"land","id":"a","outcome":{"value":"v"}}"#)
+            .await;
+        for joiner in [&mut second, &mut other_host] {
+            match joiner.response().await {
+                Response::Landed { outcome, .. } => {
+                    assert_eq!(*outcome, Outcome::Value("v".to_owned()));
+                }
+                other => panic!("a joiner was answered {other:?}"),
+            }
+        }
+        assert!(matches!(first.response().await, Response::Ack { .. }));
+        drop(serving.stop);
+        serving.done.await.unwrap();
     }
 }
