@@ -16,10 +16,10 @@ use super::hub::{Closes, Hub, Work};
 use super::lines::Lines;
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::server::{self, Serving};
+use super::server::{Lifetime, Serving};
 use super::stats::Counters;
-use super::upstream::{Greeted, greet};
-use crate::backend::BackendError;
+use super::upstream::{Greeted, Serves, greet};
+use crate::backend::{Backend, BackendError};
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, HandshakeError};
@@ -39,7 +39,10 @@ pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 /// it serves, and
 /// holds no copy of what the machine decides (which calls lead, which lands
 /// settle, when to try again or leave).
-pub(super) struct Driver<E: Election, T: Transport> {
+pub(super) struct Driver<E: Election, T: Transport, U> {
+    /// How a term this process wins is served: the coordinator, or a host
+    /// directory's relay (SPEC.md §18.1).
+    serves: Serves<U>,
     /// The election and the transport, lent to the attempt in progress to
     /// reach or become the coordinator; `None` while one runs.
     finder: Option<Finder<E, T>>,
@@ -119,10 +122,11 @@ enum Attempt<E: Election, T: Transport> {
     },
 }
 
-impl<E, T> Driver<E, T>
+impl<E, T, U> Driver<E, T, U>
 where
     E: Election,
     T: Transport<Address = E::Address>,
+    U: Backend + Clone,
 {
     pub(super) fn new(
         election: E,
@@ -130,8 +134,10 @@ where
         options: Options,
         hub: Arc<Hub>,
         counters: Arc<Counters>,
-    ) -> Driver<E, T> {
+        serves: Serves<U>,
+    ) -> Driver<E, T, U> {
         Driver {
+            serves,
             finder: Some(Finder {
                 election,
                 transport,
@@ -256,7 +262,11 @@ where
                 }
             },
             Attempt::Won(term, listener) => {
-                self.serving = Some(server::start(term, listener, &self.options));
+                self.serving =
+                    Some(
+                        self.serves
+                            .start(term, listener, &self.options, Lifetime::UntilStopped),
+                    );
                 (Attempted::Won, None)
             }
             Attempt::Missed { pause } => (Attempted::Missed { pause }, None),

@@ -150,15 +150,11 @@ impl Machine for Coordinating {
 
 /// The relay of a host term (SPEC.md §18.3), with the buffer of its
 /// effects.
-// Served only by `server::start_relay`, which the host tier's backend will
-// call (§18.5); until then only the tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(super) struct Relaying {
     relay: Relay,
     effects: Vec<relay::Effect>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl Relaying {
     pub(super) fn new(relay: Relay) -> Relaying {
         Relaying {

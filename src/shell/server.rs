@@ -165,13 +165,11 @@ pub(super) fn start_for<T: Term, L: Listener>(
 
 /// Serves `term` of a host directory on `listener` with the relay (SPEC.md
 /// §18.3), which reaches the cluster's coordinator through `upstream`.
-// The host tier's backend, which calls it when a process wins its host
-// directory, is the next step (§18.5); until then only the tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
     term: T,
     listener: L,
     options: &Options,
+    lifetime: Lifetime,
     upstream: U,
 ) -> Serving {
     info!(target: LOG_TARGET, epoch = %term.epoch(), "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
@@ -179,7 +177,7 @@ pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
         term,
         listener,
         options,
-        Lifetime::UntilStopped,
+        lifetime,
         Relaying::new(Relay::new()),
         Some(upstream),
     )
@@ -1248,6 +1246,7 @@ mod tests {
             },
             Pipes(host_incoming),
             &options,
+            Lifetime::UntilStopped,
             upstream,
         );
         let mut first = Client::connect(&host_connect).await;

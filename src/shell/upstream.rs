@@ -13,10 +13,92 @@ use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::server::{self, Serving};
+use super::server::{self, Lifetime, Serving};
+use crate::backend::{Backend, Upper};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
-use crate::transport::{ConnectError, Connection, Transport};
+use crate::transport::{ConnectError, Connection, Listener, Transport};
+
+/// The pause before a host coordinator tries again to open the cluster
+/// (its certificates, its etcd client) after it failed: a file being
+/// renewed is fixed within seconds, a wrong setting not at all, and either
+/// way one attempt and one line of log every 2 s is enough.
+const REOPEN_PAUSE: Duration = Duration::from_secs(2);
+
+/// How this process serves a term it wins (SPEC.md §18.1): with the
+/// coordinator, or, in a host directory, with the relay that reaches the
+/// place above it for its host.
+pub(super) struct Serves<U> {
+    upper: Option<Upper<U>>,
+}
+
+impl<U: Backend + Clone> Serves<U> {
+    pub(super) fn new(upper: Option<Upper<U>>) -> Serves<U> {
+        Serves { upper }
+    }
+
+    /// Serves `term` on `listener` for `lifetime`.
+    pub(super) fn start<T: Term, L: Listener>(
+        &self,
+        term: T,
+        listener: L,
+        options: &Options,
+        lifetime: Lifetime,
+    ) -> Serving {
+        let Some(upper) = &self.upper else {
+            return server::start_for(term, listener, options, lifetime);
+        };
+        // The place above paces its own attempts (§14.3); its terms open
+        // the grace window this process was given (§14.4), and their relay
+        // windows last as long (§18.2).
+        let above = Options {
+            poll_interval: U::POLL_INTERVAL,
+            ..options.clone()
+        };
+        let upstream = Opening {
+            backend: upper.backend.clone(),
+            hello: ClientHello::relaying(upper.host.clone()),
+            options: above,
+            reaching: None,
+        };
+        server::start_relay(term, listener, options, lifetime, upstream)
+    }
+}
+
+/// The upstream of a host term before and after it opened the place above
+/// (SPEC.md §18.1): only the host coordinator opens it, so that the host's
+/// other processes hold no client of the cluster's election and no
+/// certificate.
+pub(super) struct Opening<B: Backend> {
+    backend: B,
+    hello: ClientHello,
+    options: Options,
+    reaching: Option<Reaching<B::Election, B::Transport>>,
+}
+
+impl<B: Backend> Upstream for Opening<B> {
+    type Reader = <B::Transport as Transport>::Reader;
+    type Writer = <B::Transport as Transport>::Writer;
+
+    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+        let reaching = match &mut self.reaching {
+            Some(reaching) => reaching,
+            None => match self.backend.open(self.options.poll_interval).await {
+                Ok((election, transport)) => self.reaching.insert(Reaching::new(
+                    election,
+                    transport,
+                    self.hello.clone(),
+                    self.options.clone(),
+                )),
+                Err(error) => {
+                    warn!(%error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
+                    return Err(REOPEN_PAUSE);
+                }
+            },
+        };
+        reaching.reach().await
+    }
+}
 
 /// A future that resolves when the coordinator reached is no longer the
 /// cluster's (SPEC.md §14.3); one that never resolves where the connection's
@@ -65,9 +147,6 @@ impl Upstream for NoUpstream {
 /// when it wins it serves the cluster's coordinator too and reaches it like
 /// any other host (§18.4, "a host coordinator that is also the cluster's
 /// coordinator").
-// The host tier's backend, which builds it for the relay of a won host
-// directory, is the next step (§18.5); until then only the tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(super) struct Reaching<E, T> {
     election: E,
     transport: T,
@@ -80,7 +159,6 @@ pub(super) struct Reaching<E, T> {
     serving: Option<Serving>,
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
 impl<E, T> Reaching<E, T>
 where
     E: Election,
@@ -365,7 +443,13 @@ mod tests {
             ClientHello::relaying(HostId::new("build-7").unwrap()),
             options.clone(),
         );
-        let serving = server::start_relay(host_term, listener, &options, upstream);
+        let serving = server::start_relay(
+            host_term,
+            listener,
+            &options,
+            Lifetime::UntilStopped,
+            upstream,
+        );
 
         let mut first = Client::connect(&host_transport).await;
         let mut second = Client::connect(&host_transport).await;
