@@ -16,8 +16,6 @@ use tokio::task::AbortHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
-use crate::client::connector::DRAIN_IDLE;
-
 use super::backlog::{MAX_QUEUED_BYTES, SlowReaders};
 use super::clock::Clock;
 use super::lines::{LineError, Lines};
@@ -25,6 +23,7 @@ use super::machine::{self, Coordinating, Machine, Order, Relaying};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::upstream::{NoUpstream, Reached, Upstream};
+use crate::client::connector::DRAIN_IDLE;
 pub(super) use crate::coordinator::Lifetime;
 use crate::coordinator::{
     self, ConnectionId, Coordinator, EndReason, Ending, Event, Needed, Timer,
