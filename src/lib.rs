@@ -77,7 +77,7 @@
 // rustdoc does not know `doc_auto_cfg`: `doc_cfg` alone does this.)
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-use single_flight_core::{client, coordinator, protocol};
+use single_flight_core::{client, coordinator, protocol, relay};
 
 // The library's inner modules: private, or public (and hidden) with the
 // `_internal` feature, for the tests, benchmarks and chaos harness only,

@@ -15,6 +15,8 @@ mod election;
 mod processes;
 #[path = "cluster/stampede.rs"]
 mod stampede;
+#[path = "cluster/tier.rs"]
+mod tier;
 
 /// The entry point of this binary's child processes (support/child.rs).
 #[test]

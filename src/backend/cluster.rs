@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Upper};
 use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
@@ -375,5 +375,12 @@ impl Backend for Cluster {
 
     fn serving_at(&self, transport: &TcpTransport) -> String {
         self.advertised(transport)
+    }
+
+    /// A process that reaches the cluster directly relays for no host.
+    type Upper = Cluster;
+
+    fn upper(&self) -> Option<Upper<Cluster>> {
+        None
     }
 }

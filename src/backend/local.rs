@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Upper};
 use crate::election::local::{DirectoryOptions, ElectionOptions, LocalElection, POLL_INTERVAL};
 use crate::transport::unix::UnixTransport;
 
@@ -111,5 +111,12 @@ impl Backend for Directory {
 
     fn serving_at(&self, _: &UnixTransport) -> String {
         self.describe()
+    }
+
+    /// A directory of its own relays to nothing.
+    type Upper = Directory;
+
+    fn upper(&self) -> Option<Upper<Directory>> {
+        None
     }
 }

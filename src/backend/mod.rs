@@ -19,6 +19,8 @@
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
 pub(crate) mod local;
+#[cfg(feature = "cluster")]
+pub(crate) mod tiered;
 
 use std::error::Error;
 use std::fmt;
@@ -28,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::election::Election;
+use crate::protocol::HostId;
 use crate::transport::Transport;
 
 /// One backend: the election and the transport of one kind of place.
@@ -64,6 +67,25 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Where this process serves when it coordinates, for logs and errors.
     fn serving_at(&self, transport: &Self::Transport) -> String;
+
+    /// The place whose coordinator this one relays to, for a host directory
+    /// of a cluster (SPEC.md §18.1): its coordinator serves the relay and
+    /// reaches the cluster. A place that relays to none names itself and
+    /// returns `None`.
+    type Upper: Backend + Clone;
+
+    /// The place above this one and the host this one relays for, if any.
+    fn upper(&self) -> Option<Upper<Self::Upper>>;
+}
+
+/// The place a host directory's coordinator relays to, and the host it
+/// relays for (SPEC.md §18.1).
+#[derive(Clone, Debug)]
+pub(crate) struct Upper<B> {
+    /// The cluster.
+    pub(crate) backend: B,
+    /// The host id of the relay hello.
+    pub(crate) host: HostId,
 }
 
 /// A coordinator that [`Backend::find`] found: the transport to reach it,
@@ -93,6 +115,12 @@ pub(crate) enum Place {
     /// A cluster of machines (SPEC.md §14).
     #[cfg(feature = "cluster")]
     Cluster(Box<cluster::Cluster>),
+    /// A host directory whose coordinator relays to a cluster (SPEC.md
+    /// §18). Made only with the library's insides until the host tier is
+    /// built (§18.5).
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
+    Tiered(Box<tiered::Tiered>),
 }
 
 impl Place {
@@ -102,6 +130,8 @@ impl Place {
             Place::Directory(directory) => visit.visit(directory).await,
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => visit.visit(*cluster).await,
+            #[cfg(feature = "cluster")]
+            Place::Tiered(tiered) => visit.visit(*tiered).await,
         }
     }
 
@@ -114,15 +144,20 @@ impl Place {
             Place::Directory(directory) => of(directory),
             #[cfg(feature = "cluster")]
             Place::Cluster(cluster) => of(&**cluster),
+            #[cfg(feature = "cluster")]
+            Place::Tiered(tiered) => of(&**tiered),
         }
     }
 
-    /// The flight directory; `None` for a cluster, which has none.
+    /// The flight directory, a host directory's too; `None` for a cluster
+    /// reached directly, which has none.
     pub(crate) fn directory(&self) -> Option<&Path> {
         match self {
             Place::Directory(directory) => Some(directory.path()),
             #[cfg(feature = "cluster")]
             Place::Cluster(_) => None,
+            #[cfg(feature = "cluster")]
+            Place::Tiered(tiered) => Some(tiered.directory().path()),
         }
     }
 
@@ -132,6 +167,7 @@ impl Place {
         match self {
             Place::Directory(_) => None,
             Place::Cluster(cluster) => Some(cluster),
+            Place::Tiered(tiered) => Some(tiered.cluster()),
         }
     }
 
@@ -142,6 +178,8 @@ impl Place {
             Place::Directory(directory) => directory.trust_fuse_type(fuse_type),
             #[cfg(feature = "cluster")]
             Place::Cluster(_) => {}
+            #[cfg(feature = "cluster")]
+            Place::Tiered(tiered) => tiered.trust_fuse_type(fuse_type),
         }
     }
 }

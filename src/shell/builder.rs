@@ -162,4 +162,20 @@ impl SingleFlight {
     pub fn cluster(cluster: crate::Cluster) -> Builder {
         Builder::new(Place::Cluster(Box::new(cluster)))
     }
+
+    /// A process of `cluster` that reaches it through its host (SPEC.md
+    /// §18): it meets the host's other processes in the host `directory`,
+    /// whose coordinator alone reaches the cluster, relaying for `host`.
+    /// With the library's insides only, until the host tier is built
+    /// (§18.5).
+    #[cfg(all(feature = "cluster", feature = "_internal"))]
+    pub fn through_host(
+        cluster: crate::Cluster,
+        directory: impl AsRef<Path>,
+        host: single_flight_core::protocol::HostId,
+    ) -> Builder {
+        let directory = Directory::new(directory.as_ref());
+        let tiered = crate::backend::tiered::Tiered::new(directory, cluster, host);
+        Builder::new(Place::Tiered(Box::new(tiered)))
+    }
 }

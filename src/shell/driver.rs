@@ -8,21 +8,21 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use super::error::Unavailable;
 use super::hub::{Closes, Hub, Work};
-use super::lines::{LineError, Lines};
+use super::lines::Lines;
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::server::{self, Serving};
+use super::server::{Lifetime, Serving};
 use super::stats::Counters;
-use crate::backend::BackendError;
+use super::upstream::{Greeted, Serves, greet};
+use crate::backend::{Backend, BackendError};
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
 use crate::election::{Election, Term};
-use crate::protocol::{ClientHello, HandshakeError, decode_coordinator_hello};
+use crate::protocol::{ClientHello, HandshakeError};
 use crate::transport::{ConnectError, Connection, Transport};
 
 /// How long a leader whose work panicked waits for its land to be settled
@@ -39,7 +39,10 @@ pub const PANIC_LAND_TIMEOUT: Duration = CLOSE_TIMEOUT;
 /// it serves, and
 /// holds no copy of what the machine decides (which calls lead, which lands
 /// settle, when to try again or leave).
-pub(super) struct Driver<E: Election, T: Transport> {
+pub(super) struct Driver<E: Election, T: Transport, U> {
+    /// How a term this process wins is served: the coordinator, or a host
+    /// directory's relay (SPEC.md §18.1).
+    serves: Serves<U>,
     /// The election and the transport, lent to the attempt in progress to
     /// reach or become the coordinator; `None` while one runs.
     finder: Option<Finder<E, T>>,
@@ -119,10 +122,11 @@ enum Attempt<E: Election, T: Transport> {
     },
 }
 
-impl<E, T> Driver<E, T>
+impl<E, T, U> Driver<E, T, U>
 where
     E: Election,
     T: Transport<Address = E::Address>,
+    U: Backend + Clone,
 {
     pub(super) fn new(
         election: E,
@@ -130,8 +134,10 @@ where
         options: Options,
         hub: Arc<Hub>,
         counters: Arc<Counters>,
-    ) -> Driver<E, T> {
+        serves: Serves<U>,
+    ) -> Driver<E, T, U> {
         Driver {
+            serves,
             finder: Some(Finder {
                 election,
                 transport,
@@ -256,7 +262,11 @@ where
                 }
             },
             Attempt::Won(term, listener) => {
-                self.serving = Some(server::start(term, listener, &self.options));
+                self.serving =
+                    Some(
+                        self.serves
+                            .start(term, listener, &self.options, Lifetime::UntilStopped),
+                    );
                 (Attempted::Won, None)
             }
             Attempt::Missed { pause } => (Attempted::Missed { pause }, None),
@@ -448,57 +458,32 @@ where
         connection: Connection<T::Reader, T::Writer>,
         poll: Duration,
     ) -> Result<Option<(Lines<T::Reader>, T::Writer, String)>, Attempt<E, T>> {
-        let Connection {
-            reader: read,
-            writer: mut write,
-        } = connection;
-        let mut hello = serde_json::to_vec(&ClientHello::current()).expect("a hello serializes");
-        hello.push(b'\n');
-        if write.write_all(&hello).await.is_err() || write.flush().await.is_err() {
-            return Ok(None);
-        }
-        let mut lines = Lines::new(read);
-        let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
-            Ok(Ok(line)) => line,
-            Ok(Err(LineError::Io(error)))
-                if error.kind() == std::io::ErrorKind::PermissionDenied =>
-            {
-                // §14.5: the coordinator refused this process's certificate;
-                // waiting would not change that.
-                warn!(%error, "the coordinator refused this process");
-                return Err(Attempt::Failed {
-                    reason: Unavailable::Rejected(error),
-                    pause: poll,
-                });
+        match greet(connection, &ClientHello::current()).await {
+            Greeted::Answered {
+                lines,
+                writer,
+                hello,
+            } => {
+                info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
+                Ok(Some((lines, writer, hello.epoch)))
             }
-            Ok(Err(error)) => {
-                debug!(%error, "the coordinator closed during the handshake");
-                return Ok(None);
-            }
-            Err(_) => {
-                warn!(
-                    "the coordinator did not answer the handshake in time; is its process stopped?"
-                );
-                return Ok(None);
-            }
-        };
-        let hello = match decode_coordinator_hello(&answer) {
-            Ok(hello) => hello,
-            Err(error) => {
-                warn!(%error, "cannot use the coordinator");
+            Greeted::Nobody => Ok(None),
+            Greeted::Rejected(error) => Err(Attempt::Failed {
+                reason: Unavailable::Rejected(error),
+                pause: poll,
+            }),
+            Greeted::Unusable(error) => {
                 // Do not hammer a coordinator of another version.
                 let pause = if matches!(error, HandshakeError::Version(_)) {
                     HANDSHAKE_TIMEOUT / 4
                 } else {
                     Duration::MAX
                 };
-                return Err(Attempt::Failed {
+                Err(Attempt::Failed {
                     reason: Unavailable::Handshake(error),
                     pause,
-                });
+                })
             }
-        };
-        info!(epoch = %hello.epoch, pid = hello.pid, "connected to the coordinator");
-        Ok(Some((lines, write, hello.epoch)))
+        }
     }
 }

@@ -14,6 +14,7 @@ mod failure;
 mod hub;
 mod landed;
 mod lines;
+mod machine;
 #[cfg(feature = "_internal")] // for the simulation only
 pub mod mutant;
 #[cfg(not(feature = "_internal"))]
@@ -25,6 +26,7 @@ mod server;
 mod stats;
 mod status;
 mod thread;
+mod upstream;
 
 pub use api::{Call, Detached, SingleFlight};
 #[cfg(feature = "_internal")] // for the tests and harnesses only

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::options::Options;
-use super::server::{self, Lifetime};
+use super::server::Lifetime;
+use super::upstream::Serves;
 use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::election::{Election, Term};
 use crate::transport::Transport;
@@ -74,6 +75,7 @@ impl<F: Future<Output = ()>> Visit for Serve<F> {
         campaign_and_serve(
             election,
             transport,
+            Serves::new(backend.upper()),
             &self.options,
             self.lifetime,
             self.shutdown,
@@ -143,9 +145,10 @@ enum Stopped {
 /// campaigns again when a term is lost; any backend. While needed
 /// ([`Lifetime::WhileNeeded`]) it campaigns once and serves one term: it is
 /// there to keep a term alive, not to wait for one.
-async fn campaign_and_serve<E, T>(
+async fn campaign_and_serve<E, T, U>(
     mut election: E,
     transport: T,
+    serves: Serves<U>,
     options: &Options,
     lifetime: Lifetime,
     shutdown: impl Future<Output = ()>,
@@ -153,6 +156,7 @@ async fn campaign_and_serve<E, T>(
 where
     E: Election,
     T: Transport<Address = E::Address>,
+    U: Backend + Clone,
 {
     tokio::pin!(shutdown);
     let mut outage = Outage::new(options.poll_interval);
@@ -203,7 +207,7 @@ where
                 return Err(Stopped::Listen(error));
             }
         };
-        let mut serving = server::start_for(term, listener, options, lifetime);
+        let mut serving = serves.start(term, listener, options, lifetime);
         tokio::select! {
             () = &mut shutdown => {
                 let _ = serving.stop.send(());

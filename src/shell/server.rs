@@ -1,7 +1,9 @@
 //! The coordinator's side of the socket (SPEC.md §10, §11): accepts
-//! connections, runs the handshake, feeds the pure [`Coordinator`] and carries
-//! out its effects. It runs on the single-flight thread of the process that
-//! won the election.
+//! connections, runs the handshake, feeds the term's pure machine (the
+//! [`Coordinator`], or a host coordinator's relay, §18.3, through
+//! `super::machine`) and carries out its orders, the relay's upstream ones
+//! on its connection to the cluster (`super::upstream`). It runs on the
+//! single-flight thread of the process that won the election.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,18 +19,22 @@ use tracing::{debug, info, warn};
 use super::backlog::{MAX_QUEUED_BYTES, SlowReaders};
 use super::clock::Clock;
 use super::lines::{LineError, Lines};
+use super::machine::{self, Coordinating, Machine, Order, Relaying};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
+use super::upstream::{NoUpstream, Reached, Upstream};
+use crate::client::connector::DRAIN_IDLE;
 pub(super) use crate::coordinator::Lifetime;
 use crate::coordinator::{
-    self, ConnectionId, Coordinator, Effect, EndReason, Ending, Event, Needed, Timer,
+    self, ConnectionId, Coordinator, EndReason, Ending, Event, Needed, Timer,
 };
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
-    CoordinatorHello, HandshakeError, HostId, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
+    CoordinatorHello, Epoch, HandshakeError, HostId, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
     PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
-    limits::MAX_FRAME_BYTES,
+    decode_response, encode, limits::MAX_FRAME_BYTES,
 };
+use crate::relay::Relay;
 use crate::transport::{Connection, Listener};
 
 /// The tracing target of every line the coordinator logs, named rather than
@@ -90,6 +96,16 @@ enum Report {
     Closed {
         connection: ConnectionId,
     },
+    /// A connection to the cluster's coordinator finished its relay hello
+    /// (SPEC.md §18.1); `relays` when that coordinator keeps relay windows.
+    UpstreamOpened {
+        writer: Writer,
+        relays: bool,
+    },
+    /// A line of the connection to the cluster's coordinator.
+    UpstreamResponse(Response),
+    /// The connection to the cluster's coordinator is gone.
+    UpstreamLost,
     /// The connection was refused or closed before it opened. `refused` when
     /// this side refused it (the transport's check of the peer, or its
     /// hello), not when the peer left before its hello (SPEC.md §8.11).
@@ -133,10 +149,50 @@ pub(super) fn start_for<T: Term, L: Listener>(
         coordinator::Term::First
     };
     info!(target: LOG_TARGET, epoch = %term.epoch(), term = ?kind, "coordinating");
-    let (stop, stopped) = oneshot::channel();
     // §18.2: a relay window lasts the term's grace window length, also for a
     // term that opened without a grace window.
     let coordinator = Coordinator::new(term.epoch(), kind).with_relay_window(options.grace_window);
+    start_with(
+        term,
+        listener,
+        options,
+        lifetime,
+        Coordinating::new(coordinator),
+        None::<NoUpstream>,
+    )
+}
+
+/// Serves `term` of a host directory on `listener` with the relay (SPEC.md
+/// §18.3), which reaches the cluster's coordinator through `upstream`.
+pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
+    term: T,
+    listener: L,
+    options: &Options,
+    lifetime: Lifetime,
+    upstream: U,
+) -> Serving {
+    info!(target: LOG_TARGET, epoch = %term.epoch(), "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
+    start_with(
+        term,
+        listener,
+        options,
+        lifetime,
+        Relaying::new(Relay::new()),
+        Some(upstream),
+    )
+}
+
+/// Serves `term` on `listener` with `machine`, and `upstream` when the
+/// machine relays.
+fn start_with<T: Term, L: Listener, M: Machine, U: Upstream>(
+    term: T,
+    listener: L,
+    options: &Options,
+    lifetime: Lifetime,
+    machine: M,
+    upstream: Option<U>,
+) -> Serving {
+    let (stop, stopped) = oneshot::channel();
     let hello = CoordinatorHello {
         protocol: PROTOCOL_NAME.to_owned(),
         version: PROTOCOL_VERSION,
@@ -144,10 +200,15 @@ pub(super) fn start_for<T: Term, L: Listener>(
         pid: std::process::id(),
         host: host_name(),
         // §18.1: the hello says that this term keeps relay windows.
-        relays: coordinator.keeps_relay_windows(),
+        relays: machine.keeps_relay_windows(),
     };
     let server = Server {
-        coordinator,
+        machine,
+        epoch: term.epoch(),
+        upstream,
+        upstream_writer: None,
+        upstream_task: None,
+        warned_no_relay_windows: false,
         hello,
         warrant: term.warrant(),
         term,
@@ -161,14 +222,28 @@ pub(super) fn start_for<T: Term, L: Listener>(
         started: options.clock.now(),
         clock: options.clock,
         seeded: options.seeded,
-        effects: Vec::new(),
+        orders: Vec::new(),
     };
     let done = tokio::spawn(server.serve(stopped));
     Serving { stop, done }
 }
 
-struct Server<T, L> {
-    coordinator: Coordinator,
+struct Server<M, T, L, U> {
+    /// What the term serves: the coordinator, or the relay.
+    machine: M,
+    /// The term's epoch, for the logs.
+    epoch: Epoch,
+    /// How the relay reaches the cluster's coordinator, until its task
+    /// starts; `None` for a coordinator.
+    upstream: Option<U>,
+    /// The writer of the connection to the cluster's coordinator while one
+    /// is ready (SPEC.md §18.3).
+    upstream_writer: Option<Writer>,
+    /// The task that reaches and reads the cluster's coordinator.
+    upstream_task: Option<AbortHandle>,
+    /// Whether this term said that the cluster's coordinator keeps no relay
+    /// windows: once per term (SPEC.md §18.1).
+    warned_no_relay_windows: bool,
     /// The first line of every connection of the term (SPEC.md §4.2).
     hello: CoordinatorHello,
     term: T,
@@ -195,9 +270,9 @@ struct Server<T, L> {
     clock: Clock,
     /// The shell's seeded bug, if any (SPEC.md §12.7).
     seeded: Seeded,
-    /// The coordinator's effects of the step in progress, one buffer for the
-    /// term so that a step allocates none (`Coordinator::step_into`).
-    effects: Vec<Effect>,
+    /// The machine's orders of the step in progress, one buffer for the term
+    /// so that a step allocates none (`Machine::step_into`).
+    orders: Vec<Order>,
 }
 
 /// This machine's name for the hello (SPEC.md §4.2), when it is one a
@@ -220,10 +295,19 @@ enum End {
     Lost,
 }
 
-impl<T: Term, L: Listener> Server<T, L> {
+impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
     async fn serve(mut self, mut stopped: oneshot::Receiver<()>) {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
         let mut checks = self.clock.every(CHECK_INTERVAL);
+        if let Some(upstream) = self.upstream.take() {
+            let task = tokio::spawn(upstream_task(
+                upstream,
+                reports.clone(),
+                self.warrant.clone(),
+                self.seeded,
+            ));
+            self.upstream_task = Some(task.abort_handle());
+        }
         if let Err(end) = self.step(Event::TermBegan) {
             return self.end(end).await;
         }
@@ -253,13 +337,13 @@ impl<T: Term, L: Listener> Server<T, L> {
                     let timer = expired.into_inner();
                     match &timer {
                         Timer::GraceWindow => {
-                            info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "grace window over");
+                            info!(target: LOG_TARGET, epoch = %self.epoch, "grace window over");
                         }
                         Timer::Reuse { key, .. } => {
                             self.reuse_timer_of.remove(key);
                         }
                         Timer::RelayWindow { host, .. } => {
-                            debug!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), %host, "a relay window is over (SPEC.md §18.2)");
+                            debug!(target: LOG_TARGET, epoch = %self.epoch, %host, "a relay window is over (SPEC.md §18.2)");
                         }
                     }
                     if let Err(end) = self.step(Event::TimerFired { timer }) {
@@ -272,7 +356,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     }
                     let served = now.duration_since(self.started);
                     if self.ending.ends_at_check(served, &self.needed()) {
-                        info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "no client and no kept value left; ending the term (SPEC.md §16.4)");
+                        info!(target: LOG_TARGET, epoch = %self.epoch, "no client and no kept value left; ending the term (SPEC.md §16.4)");
                         break End::Stopped;
                     }
                 }
@@ -281,7 +365,7 @@ impl<T: Term, L: Listener> Server<T, L> {
                     if let Err(end) = self.step(Event::StopRequested) {
                         break end;
                     }
-                    info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
+                    info!(target: LOG_TARGET, epoch = %self.epoch, "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
                 }
             }
         };
@@ -292,9 +376,9 @@ impl<T: Term, L: Listener> Server<T, L> {
     /// open or in its handshake while it has a reader or a writer.
     fn needed(&self) -> Needed {
         Needed {
-            in_grace: self.coordinator.in_grace(),
+            in_grace: self.machine.in_grace(),
             connections: self.readers.len().max(self.writers.len()),
-            flights: self.coordinator.flights().next().is_some(),
+            flights: self.machine.in_progress(),
             kept: self.reuse_timer_of.len(),
         }
     }
@@ -305,7 +389,7 @@ impl<T: Term, L: Listener> Server<T, L> {
         let connection = ConnectionId(self.next_connection);
         self.next_connection += 1;
         self.step(Event::ConnectionAccepted { connection })?;
-        if !self.coordinator.in_handshake(connection) {
+        if !self.machine.in_handshake(connection) {
             // Refused: dropping `incoming` closes it.
             return Ok(());
         }
@@ -344,6 +428,23 @@ impl<T: Term, L: Listener> Server<T, L> {
                 self.forget(connection);
                 self.step(Event::ConnectionClosed { connection })
             }
+            Report::UpstreamOpened { writer, relays } => {
+                if !relays && !self.warned_no_relay_windows {
+                    self.warned_no_relay_windows = true;
+                    warn!(target: LOG_TARGET, epoch = %self.epoch, "the cluster's coordinator keeps no relay windows: this host's flights are interrupted at once if this process dies (SPEC.md §18.1)");
+                }
+                self.upstream_writer = Some(writer);
+                self.step_machine(machine::Event::Upstream(machine::Upstream::Ready))
+            }
+            Report::UpstreamResponse(response) => self.step_machine(machine::Event::Upstream(
+                machine::Upstream::Response(response),
+            )),
+            Report::UpstreamLost => {
+                if let Some(writer) = self.upstream_writer.take() {
+                    writer.task.abort();
+                }
+                self.step_machine(machine::Event::Upstream(machine::Upstream::Lost))
+            }
             Report::Abandoned {
                 connection,
                 refused,
@@ -360,9 +461,14 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
     }
 
-    /// Runs one event through the coordinator and carries out its effects
-    /// in order; an error when the term ends, and how.
+    /// Runs one local event through the machine (SPEC.md §8.1).
     fn step(&mut self, event: Event) -> Result<(), End> {
+        self.step_machine(machine::Event::Local(event))
+    }
+
+    /// Runs one event through the machine and carries out its orders in
+    /// order; an error when the term ends, and how.
+    fn step_machine(&mut self, event: machine::Event) -> Result<(), End> {
         // A term that can no longer prove it holds answers nothing more,
         // not even to the event that woke it: another coordinator may serve
         // already (SPEC.md §7).
@@ -371,13 +477,13 @@ impl<T: Term, L: Listener> Server<T, L> {
         }
         let mut slow = SlowReaders::default();
         let mut encoder = LineEncoder::default();
-        // Taken while the effects are carried out: a nested step (below)
+        // Taken while the orders are carried out: a nested step (below)
         // finds it empty and uses a buffer of its own.
-        let mut effects = std::mem::take(&mut self.effects);
-        self.coordinator.step_into(event, &mut effects);
-        for effect in effects.drain(..) {
-            match effect {
-                Effect::Send {
+        let mut orders = std::mem::take(&mut self.orders);
+        self.machine.step_into(event, &mut orders);
+        for order in orders.drain(..) {
+            match order {
+                Order::Send {
                     connection,
                     response,
                 } => {
@@ -390,25 +496,36 @@ impl<T: Term, L: Listener> Server<T, L> {
                     trace_response(connection, &response);
                     self.enqueue(connection, encoder.line(&response), &mut slow);
                 }
-                Effect::Close { connection, reason } => {
+                Order::Close { connection, reason } => {
                     warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
                     self.forget(connection);
                 }
-                Effect::StartTimer { timer, after } => self.start_timer(timer, after),
+                Order::StartTimer { timer, after } => self.start_timer(timer, after),
+                Order::SendUpstream(request) => {
+                    // The relay orders it only while a connection is ready
+                    // (SPEC.md §18.3); one whose writer is gone is reported
+                    // lost by its reader.
+                    if let Some(writer) = &self.upstream_writer {
+                        let mut line = encode(&request).into_bytes();
+                        line.push(b'\n');
+                        writer.queued.fetch_add(line.len(), Ordering::AcqRel);
+                        let _ = writer.lines.send(line);
+                    }
+                }
                 // The last effect of its step: the coordinator ignores
                 // every event from now on.
-                Effect::EndTerm {
+                Order::EndTerm {
                     reason: EndReason::Stopped,
                 } => return Err(End::Stopped),
-                Effect::EndTerm {
+                Order::EndTerm {
                     reason: EndReason::OutOfTokens,
                 } => {
-                    warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term has minted its last token; ending it (SPEC.md §8.9)");
+                    warn!(target: LOG_TARGET, epoch = %self.epoch, "this term has minted its last token; ending it (SPEC.md §8.9)");
                     return Err(End::Lost);
                 }
             }
         }
-        self.effects = effects;
+        self.orders = orders;
         // §11.3: a client too slow to read loses its connection, after the
         // step, so that the effects of this event stay in order.
         for connection in slow.take() {
@@ -428,7 +545,7 @@ impl<T: Term, L: Listener> Server<T, L> {
     fn still_holds(&self) -> bool {
         let holds = self.warrant.holds();
         if !holds {
-            warn!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), "this term can no longer prove it holds; ending it before it answers");
+            warn!(target: LOG_TARGET, epoch = %self.epoch, "this term can no longer prove it holds; ending it before it answers");
         }
         holds
     }
@@ -492,7 +609,15 @@ impl<T: Term, L: Listener> Server<T, L> {
     }
 
     async fn end(mut self, end: End) {
-        let clean = matches!(end, End::Stopped) && self.coordinator.flights().next().is_none();
+        let clean = matches!(end, End::Stopped) && !self.machine.in_progress();
+        // The relay's connection to the cluster closes with the term: the
+        // cluster keeps the host's flights for its next coordinator (§18.2).
+        if let Some(task) = self.upstream_task.take() {
+            task.abort();
+        }
+        if let Some(writer) = self.upstream_writer.take() {
+            writer.task.abort();
+        }
         for reader in std::mem::take(&mut self.readers).into_values() {
             reader.abort();
         }
@@ -526,7 +651,7 @@ impl<T: Term, L: Listener> Server<T, L> {
             }
         }
         self.listener.close();
-        info!(target: LOG_TARGET, epoch = %self.coordinator.epoch(), clean, "term over");
+        info!(target: LOG_TARGET, epoch = %self.epoch, clean, "term over");
         self.term.resign(clean).await;
     }
 }
@@ -689,6 +814,96 @@ async fn handshake<L: Listener>(
         task,
     };
     Ok((lines, writer, relay))
+}
+
+/// Reaches the cluster's coordinator, reports each connection's lines to the
+/// server, and reaches it again once the connection is gone (SPEC.md §18.3).
+/// A coordinator whose term is over (§14.3) is read on until it is quiet
+/// for `DRAIN_IDLE`, as a client does, so that its last answers (a landed
+/// value) reach the relay.
+async fn upstream_task<U: Upstream>(
+    mut upstream: U,
+    reports: mpsc::Sender<Report>,
+    warrant: Warrant,
+    seeded: Seeded,
+) {
+    loop {
+        let Reached {
+            mut lines,
+            writer,
+            hello,
+            mut gone,
+        } = match upstream.reach().await {
+            Ok(reached) => reached,
+            Err(pause) => {
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+        };
+        info!(target: LOG_TARGET, epoch = %hello.epoch, pid = hello.pid, "relaying to the cluster's coordinator (SPEC.md §18.1)");
+        let (lines_out, outgoing) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let task = tokio::spawn(write_lines(
+            writer,
+            outgoing,
+            queued.clone(),
+            warrant.clone(),
+            seeded,
+        ));
+        let writer = Writer {
+            lines: lines_out,
+            queued,
+            task,
+        };
+        let opened = Report::UpstreamOpened {
+            writer,
+            relays: hello.relays,
+        };
+        if reports.send(opened).await.is_err() {
+            return;
+        }
+        let mut draining = false;
+        loop {
+            let line = if draining {
+                match tokio::time::timeout(DRAIN_IDLE, lines.next()).await {
+                    Ok(line) => line,
+                    Err(_) => break,
+                }
+            } else {
+                tokio::select! {
+                    line = lines.next() => line,
+                    () = &mut gone => {
+                        info!(target: LOG_TARGET, "the cluster's coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
+                        draining = true;
+                        continue;
+                    }
+                }
+            };
+            let response = match line {
+                Ok(line) => match decode_response(&line) {
+                    Ok(response) => response,
+                    Err(error) => {
+                        warn!(target: LOG_TARGET, %error, "the cluster's coordinator sent a malformed response; leaving it (SPEC.md §3.7)");
+                        break;
+                    }
+                },
+                Err(error) => {
+                    debug!(target: LOG_TARGET, %error, "the connection to the cluster's coordinator is gone");
+                    break;
+                }
+            };
+            if reports
+                .send(Report::UpstreamResponse(response))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        if reports.send(Report::UpstreamLost).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Writes queued lines, several per system call when they pile up, while
@@ -968,6 +1183,113 @@ mod tests {
         }
         drop(serving.stop);
         serving.done.await.unwrap();
+    }
+
+    /// The cluster's coordinator of these tests, reached in memory with the
+    /// relay hello of `host` (SPEC.md §18.1).
+    struct PipeUpstream {
+        connect: mpsc::UnboundedSender<DuplexStream>,
+        host: HostId,
+    }
+
+    impl Upstream for PipeUpstream {
+        type Reader = ReadHalf<DuplexStream>;
+        type Writer = WriteHalf<DuplexStream>;
+
+        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            self.connect.send(theirs).expect("the cluster listens");
+            let (reader, writer) = tokio::io::split(ours);
+            let hello = crate::protocol::ClientHello::relaying(self.host.clone());
+            match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
+                super::super::upstream::Greeted::Answered {
+                    lines,
+                    writer,
+                    hello,
+                } => Ok(Reached {
+                    lines,
+                    writer,
+                    hello,
+                    gone: Box::pin(std::future::pending()),
+                }),
+                _ => panic!("the cluster's coordinator greets the relay"),
+            }
+        }
+    }
+
+    /// §18.3: two processes of one host call one key through their host
+    /// coordinator's relay; the cluster's coordinator sees one party of the
+    /// host, which leads, and a caller of another host joins it. The first
+    /// caller leads under the cluster's token, the second joins without a
+    /// party at the cluster, and the land reaches both other callers before
+    /// the leader's `ack`.
+    #[tokio::test]
+    async fn s18_3_a_hosts_two_calls_of_one_key_are_one_party_at_the_cluster() {
+        let options = options(Duration::from_secs(1), Clock::System);
+        let (cluster_connect, cluster_incoming) = mpsc::unbounded_channel();
+        let cluster = start(
+            Lapsing {
+                asks: Arc::new(AtomicUsize::new(usize::MAX)),
+            },
+            Pipes(cluster_incoming),
+            &options,
+        );
+        let (host_connect, host_incoming) = mpsc::unbounded_channel();
+        let upstream = PipeUpstream {
+            connect: cluster_connect.clone(),
+            host: HostId::new("build-7").unwrap(),
+        };
+        let host = start_relay(
+            Lapsing {
+                asks: Arc::new(AtomicUsize::new(usize::MAX)),
+            },
+            Pipes(host_incoming),
+            &options,
+            Lifetime::UntilStopped,
+            upstream,
+        );
+        let mut first = Client::connect(&host_connect).await;
+        let mut second = Client::connect(&host_connect).await;
+        first.send(r#"{"op":"run","id":"a","key":"k"}"#).await;
+        let Response::Lead { token, .. } = first.response().await else {
+            panic!("the host's first caller leads");
+        };
+        second.send(r#"{"op":"run","id":"b","key":"k"}"#).await;
+        match second.response().await {
+            Response::Joined { flight, .. } => assert_eq!(flight, token),
+            other => panic!("the host's second caller was answered {other:?}"),
+        }
+        let mut other_host = Client::connect(&cluster_connect).await;
+        other_host.send(r#"{"op":"status","id":"s"}"#).await;
+        match other_host.response().await {
+            Response::Status { flights, .. } => {
+                assert_eq!(flights.len(), 1);
+                assert_eq!(flights[0].token, token, "the cluster's token");
+                assert_eq!(flights[0].joiners, 0, "one party of the host, its leader");
+            }
+            other => panic!("the status was answered {other:?}"),
+        }
+        other_host.send(r#"{"op":"run","id":"c","key":"k"}"#).await;
+        assert!(matches!(
+            other_host.response().await,
+            Response::Joined { .. }
+        ));
+        first
+            .send(r#"{"op":"land","id":"a","outcome":{"value":"v"}}"#)
+            .await;
+        for joiner in [&mut second, &mut other_host] {
+            match joiner.response().await {
+                Response::Landed { outcome, .. } => {
+                    assert_eq!(*outcome, crate::protocol::Outcome::Value("v".to_owned()));
+                }
+                other => panic!("a joiner was answered {other:?}"),
+            }
+        }
+        assert!(matches!(first.response().await, Response::Ack { .. }));
+        drop(host.stop);
+        host.done.await.unwrap();
+        drop(cluster.stop);
+        cluster.done.await.unwrap();
     }
 
     /// §10.4, §8.9: a term asked to stop inside its grace window serves the

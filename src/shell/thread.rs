@@ -17,6 +17,7 @@ use super::hub::{Closes, Commands, Hub};
 use super::mutant::Seeded;
 use super::options::Options;
 use super::stats::Counters;
+use super::upstream::Serves;
 use crate::backend::{Backend, Place, Visit};
 
 /// What every handle of one `SingleFlight` shares: the way to its thread.
@@ -106,9 +107,17 @@ impl Visit for Drive {
         match backend.open(self.options.poll_interval).await {
             Ok((election, transport)) => {
                 let _ = self.answer.send(Ok(()));
-                Driver::new(election, transport, self.options, self.hub, self.counters)
-                    .run(self.inbox)
-                    .await;
+                let serves = Serves::new(backend.upper());
+                Driver::new(
+                    election,
+                    transport,
+                    self.options,
+                    self.hub,
+                    self.counters,
+                    serves,
+                )
+                .run(self.inbox)
+                .await;
             }
             Err(error) => {
                 let _ = self.answer.send(Err(OpenError::Backend(error)));
@@ -281,7 +290,9 @@ where
         options.clock,
         move |inbox, hub, counters| async move {
             let (election, transport) = opened.await;
-            Driver::new(election, transport, options, hub, counters)
+            // The simulation's places relay to none: each is its own.
+            let serves = Serves::<crate::backend::local::Directory>::new(None);
+            Driver::new(election, transport, options, hub, counters, serves)
                 .run(inbox)
                 .await;
         },

@@ -1,0 +1,99 @@
+//! The host tier of a cluster (SPEC.md §18): the processes of one host meet
+//! in a host directory as in local mode (§7, §11.1), and only the
+//! directory's coordinator reaches the cluster, relaying for its host. This
+//! backend is the host directory's; its [`Backend::upper`] is the cluster.
+
+use std::time::Duration;
+
+use super::cluster::Cluster;
+use super::local::Directory;
+use super::{Backend, BackendError, Upper};
+use crate::election::local::LocalElection;
+use crate::protocol::HostId;
+use crate::transport::unix::UnixTransport;
+
+/// A host directory and the cluster its coordinator relays to.
+#[derive(Clone, Debug)]
+pub(crate) struct Tiered {
+    directory: Directory,
+    cluster: Cluster,
+    /// The host id of the relay hello (SPEC.md §18.1).
+    host: HostId,
+}
+
+impl Tiered {
+    // Reached only through the library's insides until the host tier is the
+    // cluster's default (§18.5).
+    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
+    pub(crate) fn new(directory: Directory, cluster: Cluster, host: HostId) -> Tiered {
+        Tiered {
+            directory,
+            cluster,
+            host,
+        }
+    }
+
+    pub(crate) fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    pub(crate) fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Vouches that the FUSE file system type is local (SPEC.md §7.4).
+    pub(crate) fn trust_fuse_type(&mut self, fuse_type: String) {
+        self.directory.trust_fuse_type(fuse_type);
+    }
+}
+
+impl Backend for Tiered {
+    type Election = LocalElection;
+    type Transport = UnixTransport;
+    type Upper = Cluster;
+
+    /// The cluster's: the terms this backend's processes open with a grace
+    /// window are the cluster's (§14.4); a host term opens none (§18.3),
+    /// and the cluster's relay windows cover a host coordinator's death
+    /// (§18.2).
+    const GRACE_WINDOW: Duration = <Cluster as Backend>::GRACE_WINDOW;
+    /// The host directory's: its attempts are reads of a local file
+    /// (§7.2); the relay paces its attempts to reach the cluster itself
+    /// (§14.3).
+    const POLL_INTERVAL: Duration = <Directory as Backend>::POLL_INTERVAL;
+
+    async fn open(
+        &self,
+        poll_interval: Duration,
+    ) -> Result<(LocalElection, UnixTransport), BackendError> {
+        self.directory.open(poll_interval).await
+    }
+
+    /// The host coordinator: what a process of the host reaches.
+    async fn find(&self) -> Result<Option<(UnixTransport, ())>, BackendError> {
+        self.directory.find().await
+    }
+
+    fn shown(address: &()) -> Option<String> {
+        Directory::shown(address)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the host directory {} of {}",
+            self.directory.describe(),
+            self.cluster
+        )
+    }
+
+    fn serving_at(&self, transport: &UnixTransport) -> String {
+        self.directory.serving_at(transport)
+    }
+
+    fn upper(&self) -> Option<Upper<Cluster>> {
+        Some(Upper {
+            backend: self.cluster.clone(),
+            host: self.host.clone(),
+        })
+    }
+}

@@ -1,0 +1,496 @@
+//! How a host coordinator reaches the cluster's coordinator (SPEC.md
+//! §18.1, §18.3): one connection at a time, opened with the relay hello,
+//! whose lines the server reports to its relay. The greeting is the
+//! client's (§4.2), shared with the driver (`super::driver`).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, info, warn};
+
+use super::lines::{LineError, Lines};
+use super::options::{HANDSHAKE_TIMEOUT, Options};
+use super::server::{self, Lifetime, Serving};
+use crate::backend::{Backend, Upper};
+use crate::election::{Election, Term};
+use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
+use crate::transport::{ConnectError, Connection, Listener, Transport};
+
+/// The pause before a host coordinator tries again to open the cluster
+/// (its certificates, its etcd client) after it failed: a file being
+/// renewed is fixed within seconds, a wrong setting not at all, and either
+/// way one attempt and one line of log every 2 s is enough.
+const REOPEN_PAUSE: Duration = Duration::from_secs(2);
+
+/// How this process serves a term it wins (SPEC.md §18.1): with the
+/// coordinator, or, in a host directory, with the relay that reaches the
+/// place above it for its host.
+pub(super) struct Serves<U> {
+    upper: Option<Upper<U>>,
+}
+
+impl<U: Backend + Clone> Serves<U> {
+    pub(super) fn new(upper: Option<Upper<U>>) -> Serves<U> {
+        Serves { upper }
+    }
+
+    /// Serves `term` on `listener` for `lifetime`.
+    pub(super) fn start<T: Term, L: Listener>(
+        &self,
+        term: T,
+        listener: L,
+        options: &Options,
+        lifetime: Lifetime,
+    ) -> Serving {
+        let Some(upper) = &self.upper else {
+            return server::start_for(term, listener, options, lifetime);
+        };
+        // The place above paces its own attempts (§14.3); its terms open
+        // the grace window this process was given (§14.4), and their relay
+        // windows last as long (§18.2).
+        let above = Options {
+            poll_interval: U::POLL_INTERVAL,
+            ..options.clone()
+        };
+        let upstream = Opening {
+            backend: upper.backend.clone(),
+            hello: ClientHello::relaying(upper.host.clone()),
+            options: above,
+            reaching: None,
+        };
+        server::start_relay(term, listener, options, lifetime, upstream)
+    }
+}
+
+/// The upstream of a host term before and after it opened the place above
+/// (SPEC.md §18.1): only the host coordinator opens it, so that the host's
+/// other processes hold no client of the cluster's election and no
+/// certificate.
+pub(super) struct Opening<B: Backend> {
+    backend: B,
+    hello: ClientHello,
+    options: Options,
+    reaching: Option<Reaching<B::Election, B::Transport>>,
+}
+
+impl<B: Backend> Upstream for Opening<B> {
+    type Reader = <B::Transport as Transport>::Reader;
+    type Writer = <B::Transport as Transport>::Writer;
+
+    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+        let reaching = match &mut self.reaching {
+            Some(reaching) => reaching,
+            None => match self.backend.open(self.options.poll_interval).await {
+                Ok((election, transport)) => self.reaching.insert(Reaching::new(
+                    election,
+                    transport,
+                    self.hello.clone(),
+                    self.options.clone(),
+                )),
+                Err(error) => {
+                    warn!(%error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
+                    return Err(REOPEN_PAUSE);
+                }
+            },
+        };
+        reaching.reach().await
+    }
+}
+
+/// A future that resolves when the coordinator reached is no longer the
+/// cluster's (SPEC.md §14.3); one that never resolves where the connection's
+/// close says it (a local coordinator).
+pub(super) type Gone = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A connection to the cluster's coordinator whose relay hello was answered.
+pub(super) struct Reached<R, W> {
+    pub(super) lines: Lines<R>,
+    pub(super) writer: W,
+    pub(super) hello: CoordinatorHello,
+    pub(super) gone: Gone,
+}
+
+/// Reaches the cluster's coordinator for a host's relay, again after each
+/// loss: the server runs one attempt at a time, and the next only after the
+/// connection it made is gone.
+pub(super) trait Upstream: Send + 'static {
+    type Reader: AsyncRead + Unpin + Send + 'static;
+    type Writer: AsyncWrite + Unpin + Send + 'static;
+
+    /// One attempt: the connection, greeted with the relay hello, or the
+    /// pause before the next attempt.
+    fn reach(
+        &mut self,
+    ) -> impl Future<Output = Result<Reached<Self::Reader, Self::Writer>, Duration>> + Send;
+}
+
+/// The upstream of a term that does not relay: the coordinator's. It has
+/// no value, so the server never runs one.
+pub(super) enum NoUpstream {}
+
+impl Upstream for NoUpstream {
+    type Reader = tokio::io::Empty;
+    type Writer = tokio::io::Sink;
+
+    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+        match *self {}
+    }
+}
+
+/// The upstream of a host coordinator: the cluster's election and transport
+/// (SPEC.md §14), as a process of the cluster uses them, but with the relay
+/// hello (§18.1). The host coordinator is its host's only candidate for the
+/// cluster's term: when nobody coordinates the cluster it campaigns, and
+/// when it wins it serves the cluster's coordinator too and reaches it like
+/// any other host (§18.4, "a host coordinator that is also the cluster's
+/// coordinator").
+pub(super) struct Reaching<E, T> {
+    election: E,
+    transport: T,
+    /// The relay hello, naming the host (§18.1).
+    hello: ClientHello,
+    /// The cluster's options: its grace window and poll interval (§14.3,
+    /// §14.4), for the cluster's term if this process wins it.
+    options: Options,
+    /// The cluster's term this process serves, if it won one.
+    serving: Option<Serving>,
+}
+
+impl<E, T> Reaching<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    pub(super) fn new(election: E, transport: T, hello: ClientHello, options: Options) -> Self {
+        Reaching {
+            election,
+            transport,
+            hello,
+            options,
+            serving: None,
+        }
+    }
+
+    /// Connects to the coordinator the election names and greets it with the
+    /// relay hello: `Ok(None)` when nobody answers there (§10.1).
+    async fn connect(
+        &mut self,
+        address: E::Address,
+    ) -> Result<Option<Reached<T::Reader, T::Writer>>, Duration> {
+        let poll = self.options.poll_interval;
+        // §14.3: a coordinator whose key goes while the connection is made
+        // is no longer the one to reach; look again at once.
+        let mut gone: Gone = Box::pin(self.election.coordinator_gone());
+        let connected = tokio::select! {
+            connected = self.transport.connect(&address) => connected,
+            () = &mut gone => return Err(Duration::ZERO),
+        };
+        let connection = match connected {
+            Ok(connection) => connection,
+            Err(ConnectError::Unreachable(error)) => {
+                debug!(%error, "no coordinator of the cluster answers");
+                return Ok(None);
+            }
+            Err(error) => {
+                warn!(%error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
+                return Err(poll);
+            }
+        };
+        match greet(connection, &self.hello).await {
+            Greeted::Answered {
+                lines,
+                writer,
+                hello,
+            } => Ok(Some(Reached {
+                lines,
+                writer,
+                hello,
+                gone,
+            })),
+            Greeted::Nobody => Ok(None),
+            // Said by `greet`; a coordinator of another version or one that
+            // refuses this process is asked again after a pause.
+            Greeted::Rejected(_) | Greeted::Unusable(_) => Err(HANDSHAKE_TIMEOUT / 4),
+        }
+    }
+}
+
+impl<E, T> Upstream for Reaching<E, T>
+where
+    E: Election,
+    T: Transport<Address = E::Address>,
+{
+    type Reader = T::Reader;
+    type Writer = T::Writer;
+
+    async fn reach(&mut self) -> Result<Reached<T::Reader, T::Writer>, Duration> {
+        let poll = self.options.poll_interval;
+        if self
+            .serving
+            .as_ref()
+            .is_some_and(|serving| serving.done.is_finished())
+        {
+            info!("this host's term of the cluster is over; campaigning again");
+            self.serving = None;
+        }
+        match self.election.coordinator().await {
+            Ok(Some(address)) => {
+                if let Some(reached) = self.connect(address).await? {
+                    return Ok(reached);
+                }
+            }
+            Ok(None) => debug!("no coordinator of the cluster serves"),
+            Err(error) => {
+                warn!(%error, "cannot find the cluster's coordinator");
+                return Err(poll);
+            }
+        }
+        // §7.2 item 3: a process that holds a term never campaigns again; it
+        // waits to reach its own listener.
+        if self.serving.is_some() {
+            return Err(poll);
+        }
+        match self.election.campaign().await {
+            Ok(Some(term)) => match self.transport.listen() {
+                Ok(listener) => {
+                    self.serving = Some(server::start(term, listener, &self.options));
+                    // It reaches itself at once, as any host does.
+                    Err(Duration::ZERO)
+                }
+                Err(error) => {
+                    warn!(epoch = %term.epoch(), %error, "won the cluster's election but cannot serve; resigning");
+                    term.resign(false).await;
+                    Err(poll)
+                }
+            },
+            Ok(None) => Err(poll),
+            Err(error) => {
+                warn!(%error, "cannot elect the cluster's coordinator");
+                Err(poll)
+            }
+        }
+    }
+}
+
+/// What a greeting came to (SPEC.md §4.2).
+pub(super) enum Greeted<R, W> {
+    /// The coordinator answered with a hello this process accepts.
+    Answered {
+        lines: Lines<R>,
+        writer: W,
+        hello: CoordinatorHello,
+    },
+    /// Nobody answered, or the connection closed: try again.
+    Nobody,
+    /// The coordinator refused this process's certificate (SPEC.md §14.5);
+    /// waiting would not change that.
+    Rejected(io::Error),
+    /// The coordinator's hello cannot be used: another version, or not a
+    /// hello.
+    Unusable(HandshakeError),
+}
+
+/// Sends `hello` on `connection` and reads the coordinator's (SPEC.md §4.2).
+pub(super) async fn greet<R, W>(connection: Connection<R, W>, hello: &ClientHello) -> Greeted<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let Connection {
+        reader: read,
+        writer: mut write,
+    } = connection;
+    let mut line = serde_json::to_vec(hello).expect("a hello serializes");
+    line.push(b'\n');
+    if write.write_all(&line).await.is_err() || write.flush().await.is_err() {
+        return Greeted::Nobody;
+    }
+    let mut lines = Lines::new(read);
+    let answer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
+        Ok(Ok(line)) => line,
+        Ok(Err(LineError::Io(error))) if error.kind() == io::ErrorKind::PermissionDenied => {
+            warn!(%error, "the coordinator refused this process");
+            return Greeted::Rejected(error);
+        }
+        Ok(Err(error)) => {
+            debug!(%error, "the coordinator closed during the handshake");
+            return Greeted::Nobody;
+        }
+        Err(_) => {
+            warn!("the coordinator did not answer the handshake in time; is its process stopped?");
+            return Greeted::Nobody;
+        }
+    };
+    match decode_coordinator_hello(&answer) {
+        Ok(hello) => Greeted::Answered {
+            lines,
+            writer: write,
+            hello,
+        },
+        Err(error) => {
+            warn!(%error, "cannot use the coordinator");
+            Greeted::Unusable(error)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::AsyncWriteExt;
+
+    use crate::backend::Backend;
+    use crate::backend::local::Directory;
+    use crate::protocol::{HostId, Outcome, Response, decode_response};
+    use crate::shell::clock::Clock;
+    use crate::shell::mutant::Seeded;
+    use crate::transport::unix::UnixTransport;
+
+    /// A flight directory of this test, removed when dropped.
+    struct Scratch(std::path::PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let path =
+                std::env::temp_dir().join(format!("sf-upstream-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            Scratch(path)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A process's connection to a directory's coordinator, greeted.
+    struct Client {
+        lines: Lines<<UnixTransport as Transport>::Reader>,
+        writer: <UnixTransport as Transport>::Writer,
+    }
+
+    impl Client {
+        async fn connect(transport: &UnixTransport) -> Client {
+            loop {
+                let connection = match transport.connect(&()).await {
+                    Ok(connection) => connection,
+                    Err(_) => {
+                        // The socket is bound once the term serves.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                if let Greeted::Answered { lines, writer, .. } =
+                    greet(connection, &ClientHello::current()).await
+                {
+                    return Client { lines, writer };
+                }
+            }
+        }
+
+        async fn send(&mut self, line: &str) {
+            self.writer.write_all(line.as_bytes()).await.unwrap();
+            self.writer.write_all(b"\n").await.unwrap();
+        }
+
+        async fn response(&mut self) -> Response {
+            let line = self.lines.next().await.expect("a response");
+            decode_response(&line).expect("a response")
+        }
+    }
+
+    fn options() -> Options {
+        Options {
+            grace_window: Duration::from_secs(1),
+            poll_interval: Duration::from_millis(10),
+            seeded: Seeded::NONE,
+            clock: Clock::System,
+        }
+    }
+
+    /// §18.3, §18.4: the host coordinator of a directory finds no
+    /// coordinator of the cluster (here a second directory stands for the
+    /// cluster's election and transport), campaigns as its host's only
+    /// candidate, serves the cluster's term and relays to it over the
+    /// cluster's transport with the relay hello. Two processes of the host
+    /// that call one key are one party at the cluster: the first leads under
+    /// the cluster's token, the second joins, and a caller of another host,
+    /// a client of the cluster, joins the same flight and receives its
+    /// outcome.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s18_3_a_host_coordinator_that_wins_the_cluster_relays_to_itself() {
+        let host = Scratch::new("host");
+        let cluster = Scratch::new("cluster");
+        let options = options();
+        let (mut host_election, host_transport) = Directory::new(&host.0)
+            .open(options.poll_interval)
+            .await
+            .unwrap();
+        let host_term = host_election.campaign().await.unwrap().expect("won");
+        let listener = host_transport.listen().unwrap();
+        let (cluster_election, cluster_transport) = Directory::new(&cluster.0)
+            .open(options.poll_interval)
+            .await
+            .unwrap();
+        let upstream = Reaching::new(
+            cluster_election,
+            cluster_transport,
+            ClientHello::relaying(HostId::new("build-7").unwrap()),
+            options.clone(),
+        );
+        let serving = server::start_relay(
+            host_term,
+            listener,
+            &options,
+            Lifetime::UntilStopped,
+            upstream,
+        );
+
+        let mut first = Client::connect(&host_transport).await;
+        let mut second = Client::connect(&host_transport).await;
+        first.send(r#"{"op":"run","id":"a","key":"k"}"#).await;
+        let Response::Lead { token, .. } = first.response().await else {
+            panic!("the host's first caller leads");
+        };
+        second.send(r#"{"op":"run","id":"b","key":"k"}"#).await;
+        match second.response().await {
+            Response::Joined { flight, .. } => assert_eq!(flight, token),
+            other => panic!("the host's second caller was answered {other:?}"),
+        }
+        let other_transport = UnixTransport::new(&cluster.0).unwrap();
+        let mut other_host = Client::connect(&other_transport).await;
+        other_host.send(r#"{"op":"status","id":"s"}"#).await;
+        match other_host.response().await {
+            Response::Status { flights, .. } => {
+                assert_eq!(flights.len(), 1);
+                assert_eq!(flights[0].token, token, "the cluster's token");
+                assert_eq!(flights[0].joiners, 0, "one party of the host, its leader");
+            }
+            other => panic!("the status was answered {other:?}"),
+        }
+        other_host.send(r#"{"op":"run","id":"c","key":"k"}"#).await;
+        assert!(matches!(
+            other_host.response().await,
+            Response::Joined { .. }
+        ));
+        first
+            .send(r#"{"op":"land","id":"a","outcome":{"value":"v"}}"#)
+            .await;
+        for joiner in [&mut second, &mut other_host] {
+            match joiner.response().await {
+                Response::Landed { outcome, .. } => {
+                    assert_eq!(*outcome, Outcome::Value("v".to_owned()));
+                }
+                other => panic!("a joiner was answered {other:?}"),
+            }
+        }
+        assert!(matches!(first.response().await, Response::Ack { .. }));
+        drop(serving.stop);
+        serving.done.await.unwrap();
+    }
+}
