@@ -21,6 +21,8 @@ pub mod mutant;
 mod mutant;
 mod nested;
 mod options;
+#[cfg(test)]
+mod scenarios;
 mod serve;
 mod server;
 mod stats;

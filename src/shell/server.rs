@@ -1088,6 +1088,16 @@ mod tests {
         }
     }
 
+    impl crate::shell::scenarios::Caller for Client {
+        async fn send(&mut self, line: &str) {
+            Client::send(self, line).await;
+        }
+
+        async fn response(&mut self) -> Response {
+            Client::response(self).await
+        }
+    }
+
     /// A term's options for these tests: a grace window and a clock.
     fn options(grace_window: Duration, clock: Clock) -> Options {
         Options {
@@ -1250,42 +1260,13 @@ mod tests {
         );
         let mut first = Client::connect(&host_connect).await;
         let mut second = Client::connect(&host_connect).await;
-        first.send(r#"{"op":"run","id":"a","key":"k"}"#).await;
-        let Response::Lead { token, .. } = first.response().await else {
-            panic!("the host's first caller leads");
-        };
-        second.send(r#"{"op":"run","id":"b","key":"k"}"#).await;
-        match second.response().await {
-            Response::Joined { flight, .. } => assert_eq!(flight, token),
-            other => panic!("the host's second caller was answered {other:?}"),
-        }
         let mut other_host = Client::connect(&cluster_connect).await;
-        other_host.send(r#"{"op":"status","id":"s"}"#).await;
-        match other_host.response().await {
-            Response::Status { flights, .. } => {
-                assert_eq!(flights.len(), 1);
-                assert_eq!(flights[0].token, token, "the cluster's token");
-                assert_eq!(flights[0].joiners, 0, "one party of the host, its leader");
-            }
-            other => panic!("the status was answered {other:?}"),
-        }
-        other_host.send(r#"{"op":"run","id":"c","key":"k"}"#).await;
-        assert!(matches!(
-            other_host.response().await,
-            Response::Joined { .. }
-        ));
-        first
-            .send(r#"{"op":"land","id":"a","outcome":{"value":"v"}}"#)
-            .await;
-        for joiner in [&mut second, &mut other_host] {
-            match joiner.response().await {
-                Response::Landed { outcome, .. } => {
-                    assert_eq!(*outcome, crate::protocol::Outcome::Value("v".to_owned()));
-                }
-                other => panic!("a joiner was answered {other:?}"),
-            }
-        }
-        assert!(matches!(first.response().await, Response::Ack { .. }));
+        crate::shell::scenarios::a_hosts_two_calls_are_one_party(
+            &mut first,
+            &mut second,
+            &mut other_host,
+        )
+        .await;
         drop(host.stop);
         host.done.await.unwrap();
         drop(cluster.stop);
