@@ -106,6 +106,23 @@ fn flights_not_detached_are_unchanged() {
     assert_eq!(co.step(cancel(1, "1")), vec![interrupted(3, "1")]);
 }
 
+/// §15.2: a flight that is not detached stays so while another flight is:
+/// its last joiner leaving stops nothing, and `status` shows only the
+/// detached one as detached.
+#[test]
+fn one_detached_flight_detaches_no_other() {
+    let mut co = coordinator(1, Term::First, 3);
+    co.step(run(1, "1", "a"));
+    co.step(run(2, "1", "a"));
+    co.step(detach(1, "1"));
+    co.step(run(1, "2", "b"));
+    co.step(run(3, "1", "b"));
+    assert_eq!(co.step(cancel(3, "1")), vec![]);
+    assert_eq!(co.flights().count(), 2);
+    let detached: Vec<crate::protocol::Key> = co.detached().map(|(k, _, _)| k.clone()).collect();
+    assert_eq!(detached, vec![key("a")]);
+}
+
 /// §15.2: `detach` of anything but a leading party is ignored.
 #[test]
 fn detach_of_a_joiner_or_unknown_id_is_ignored() {
