@@ -115,6 +115,7 @@ mod transport;
 pub use backend::BackendError;
 #[cfg(feature = "cluster")]
 pub use backend::cluster::{Cluster, DEFAULT_CLUSTER_GRACE_WINDOW};
+pub use backend::default_directory::default_directory;
 pub use backend::local::DEFAULT_GRACE_WINDOW;
 pub use shell::blocking;
 pub use shell::{

@@ -8,7 +8,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Backend, BackendError, Upper};
+use super::default_directory::default_directory;
+use super::host::HostChoice;
+use super::local::Directory;
+use super::tiered::Tiered;
+use super::{Backend, BackendError, Place, Upper};
 use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
@@ -60,7 +64,27 @@ pub struct Cluster {
     security: Option<Security>,
     /// Files of the CA's revocation lists (SPEC.md §14.5).
     crls: Vec<PathBuf>,
+    /// How this process reaches the cluster (SPEC.md §18.6).
+    reach: Reach,
 }
+
+/// How a process reaches its cluster (SPEC.md §18.6).
+#[derive(Clone, Debug)]
+enum Reach {
+    /// Through its host's coordinator, in its host directory: `cluster-NAME`
+    /// in `directory` (the user's default flight directory when `None`).
+    ThroughHost {
+        directory: Option<PathBuf>,
+        host: HostChoice,
+    },
+    /// As its own client of etcd and of the cluster's coordinator (§14).
+    Direct,
+}
+
+/// What a host directory's name begins with, before the cluster's name: a
+/// cluster may be named `flight.lock`, and its host directory must not be
+/// mistaken for a file of the flight directory it is in (§7.1).
+const HOST_DIRECTORY_PREFIX: &str = "cluster-";
 
 /// What to call the cluster in messages: its name and its etcd endpoints,
 /// as `the cluster "default" at http://e1:2379,http://e2:2379`.
@@ -116,7 +140,102 @@ impl Cluster {
             advertise: None,
             security: None,
             crls: Vec::new(),
+            reach: Reach::ThroughHost {
+                directory: None,
+                host: HostChoice::Kept,
+            },
         }
+    }
+
+    /// The flight directory in which this host's processes meet before
+    /// they reach the cluster (SPEC.md §18.6): the host directory is
+    /// `cluster-NAME` inside it. The user's
+    /// [`default_directory`](crate::default_directory) by default. Every
+    /// process of a host gives the same one; simulated hosts that share a
+    /// file system each give their own.
+    pub fn directory(mut self, directory: impl Into<PathBuf>) -> Cluster {
+        let host = self.host_choice();
+        self.reach = Reach::ThroughHost {
+            directory: Some(directory.into()),
+            host,
+        };
+        self
+    }
+
+    /// The id under which this host's coordinator relays for it (SPEC.md
+    /// §18.1, §18.6): 1 to 255 bytes of text without control characters,
+    /// different on every host of the cluster. By default the host
+    /// directory keeps one, made of the host's name and 64 random bits.
+    pub fn host_id(mut self, id: impl Into<String>) -> Cluster {
+        let directory = match self.reach {
+            Reach::ThroughHost { directory, .. } => directory,
+            Reach::Direct => None,
+        };
+        self.reach = Reach::ThroughHost {
+            directory,
+            host: HostChoice::Named(id.into()),
+        };
+        self
+    }
+
+    /// Reaches the cluster directly, as its own client of etcd and of the
+    /// cluster's coordinator and its own candidate, instead of through
+    /// this host's coordinator (SPEC.md §18.6): for a process that cannot
+    /// share a host directory, or a host with a single process. Replaces
+    /// [`directory`](Self::directory) and [`host_id`](Self::host_id).
+    pub fn direct(mut self) -> Cluster {
+        self.reach = Reach::Direct;
+        self
+    }
+
+    /// The host directory this process meets its host's others in
+    /// (SPEC.md §18.6); `None` when it reaches the cluster directly.
+    pub fn host_directory(&self) -> Option<PathBuf> {
+        match &self.reach {
+            Reach::ThroughHost { directory, .. } => {
+                let parent = directory.clone().unwrap_or_else(default_directory);
+                Some(parent.join(format!("{HOST_DIRECTORY_PREFIX}{}", self.etcd.cluster)))
+            }
+            Reach::Direct => None,
+        }
+    }
+
+    fn host_choice(&self) -> HostChoice {
+        match &self.reach {
+            Reach::ThroughHost { host, .. } => host.clone(),
+            Reach::Direct => HostChoice::Kept,
+        }
+    }
+
+    /// Where this process meets the cluster: its host directory, or the
+    /// cluster itself when it reaches it directly (SPEC.md §18.6).
+    pub(crate) fn place(self) -> Place {
+        match self.host_directory() {
+            Some(path) => {
+                let host = self.host_choice();
+                Place::Tiered(Box::new(Tiered::new(Directory::new(&path), self, host)))
+            }
+            None => Place::Cluster(Box::new(self)),
+        }
+    }
+
+    /// Checks what can be checked of the configuration without etcd or a
+    /// port (SPEC.md §18.6): the certificates load, the name is one a
+    /// cluster may have, and there is an address to advertise. A process
+    /// of a host checks it when it opens, although only its host's
+    /// coordinator uses it, so that a mistake is an error at once and not a
+    /// host coordinator that retries for ever.
+    pub(crate) fn check(&self) -> Result<(), BackendError> {
+        let security = self.security().map_err(BackendError::new)?;
+        if self.advertise.is_none() && self.listen.ip().is_unspecified() {
+            return Err(BackendError::new(ClusterError::NothingToAdvertise {
+                listen: self.listen,
+            }));
+        }
+        etcd::check_options(&self.etcd_options(&security)).map_err(BackendError::new)?;
+        TcpTransport::client(&security)
+            .map(drop)
+            .map_err(|error| BackendError::new(ClusterError::from(error)))
     }
 
     /// Where this process listens when it coordinates; port 0 picks a free
@@ -380,7 +499,11 @@ impl Backend for Cluster {
     /// A process that reaches the cluster directly relays for no host.
     type Upper = Cluster;
 
-    fn upper(&self) -> Option<Upper<Cluster>> {
+    fn above(&self) -> Option<&Cluster> {
         None
+    }
+
+    fn upper(&self) -> Result<Option<Upper<Cluster>>, BackendError> {
+        Ok(None)
     }
 }

@@ -116,7 +116,11 @@ impl Backend for Directory {
     /// A directory of its own relays to nothing.
     type Upper = Directory;
 
-    fn upper(&self) -> Option<Upper<Directory>> {
+    fn above(&self) -> Option<&Directory> {
         None
+    }
+
+    fn upper(&self) -> Result<Option<Upper<Directory>>, BackendError> {
+        Ok(None)
     }
 }

@@ -18,6 +18,9 @@
 
 #[cfg(feature = "cluster")]
 pub(crate) mod cluster;
+pub(crate) mod default_directory;
+#[cfg(feature = "cluster")]
+pub(crate) mod host;
 pub(crate) mod local;
 #[cfg(feature = "cluster")]
 pub(crate) mod tiered;
@@ -74,8 +77,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// returns `None`.
     type Upper: Backend + Clone;
 
-    /// The place above this one and the host this one relays for, if any.
-    fn upper(&self) -> Option<Upper<Self::Upper>>;
+    /// The place above this one, if any, for a look at it (§13.5): reading
+    /// it creates nothing.
+    fn above(&self) -> Option<&Self::Upper>;
+
+    /// The place above this one and the id of the host this one relays for
+    /// (§18.6), once [`open`](Self::open) has prepared the directory that
+    /// may keep the id; `None` for a place that relays to none.
+    fn upper(&self) -> Result<Option<Upper<Self::Upper>>, BackendError>;
 }
 
 /// The place a host directory's coordinator relays to, and the host it
@@ -116,10 +125,9 @@ pub(crate) enum Place {
     #[cfg(feature = "cluster")]
     Cluster(Box<cluster::Cluster>),
     /// A host directory whose coordinator relays to a cluster (SPEC.md
-    /// §18). Made only with the library's insides until the host tier is
-    /// built (§18.5).
+    /// §18): a cluster's place unless its processes reach it directly
+    /// (§18.6).
     #[cfg(feature = "cluster")]
-    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
     Tiered(Box<tiered::Tiered>),
 }
 

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use super::cluster::Cluster;
+use super::host::HostChoice;
 use super::local::Directory;
 use super::{Backend, BackendError, Upper};
 use crate::election::local::LocalElection;
-use crate::protocol::HostId;
 use crate::transport::unix::UnixTransport;
 
 /// A host directory and the cluster its coordinator relays to.
@@ -17,15 +17,12 @@ use crate::transport::unix::UnixTransport;
 pub(crate) struct Tiered {
     directory: Directory,
     cluster: Cluster,
-    /// The host id of the relay hello (SPEC.md §18.1).
-    host: HostId,
+    /// How the host id of the relay hello is chosen (SPEC.md §18.6).
+    host: HostChoice,
 }
 
 impl Tiered {
-    // Reached only through the library's insides until the host tier is the
-    // cluster's default (§18.5).
-    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
-    pub(crate) fn new(directory: Directory, cluster: Cluster, host: HostId) -> Tiered {
+    pub(crate) fn new(directory: Directory, cluster: Cluster, host: HostChoice) -> Tiered {
         Tiered {
             directory,
             cluster,
@@ -62,10 +59,14 @@ impl Backend for Tiered {
     /// (§14.3).
     const POLL_INTERVAL: Duration = <Directory as Backend>::POLL_INTERVAL;
 
+    /// Checks the cluster's configuration, which any process of the host
+    /// may come to use as its host's coordinator (§18.6), then the host
+    /// directory as a flight directory.
     async fn open(
         &self,
         poll_interval: Duration,
     ) -> Result<(LocalElection, UnixTransport), BackendError> {
+        self.cluster.check()?;
         self.directory.open(poll_interval).await
     }
 
@@ -90,10 +91,18 @@ impl Backend for Tiered {
         self.directory.serving_at(transport)
     }
 
-    fn upper(&self) -> Option<Upper<Cluster>> {
-        Some(Upper {
+    fn above(&self) -> Option<&Cluster> {
+        Some(&self.cluster)
+    }
+
+    fn upper(&self) -> Result<Option<Upper<Cluster>>, BackendError> {
+        let host = self
+            .host
+            .host_id(self.directory.path())
+            .map_err(BackendError::new)?;
+        Ok(Some(Upper {
             backend: self.cluster.clone(),
-            host: self.host.clone(),
-        })
+            host,
+        }))
     }
 }

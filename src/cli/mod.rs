@@ -7,7 +7,6 @@
 
 mod capture;
 mod completions;
-mod directory;
 mod exit;
 mod man;
 mod metrics;

@@ -156,26 +156,12 @@ impl SingleFlight {
     /// Single-flight for the processes of a cluster of machines (SPEC.md
     /// §14), with cluster mode's defaults: a grace window of
     /// [`DEFAULT_CLUSTER_GRACE_WINDOW`](crate::DEFAULT_CLUSTER_GRACE_WINDOW)
-    /// and attempts every 100 ms. [`Cluster`](crate::Cluster) has an
-    /// example.
+    /// and attempts every 100 ms. The processes of one host reach the
+    /// cluster through their host's coordinator, whom they meet in a host
+    /// directory (§18), unless [`Cluster::direct`](crate::Cluster::direct)
+    /// says otherwise. [`Cluster`](crate::Cluster) has an example.
     #[cfg(feature = "cluster")]
     pub fn cluster(cluster: crate::Cluster) -> Builder {
-        Builder::new(Place::Cluster(Box::new(cluster)))
-    }
-
-    /// A process of `cluster` that reaches it through its host (SPEC.md
-    /// §18): it meets the host's other processes in the host `directory`,
-    /// whose coordinator alone reaches the cluster, relaying for `host`.
-    /// With the library's insides only, until the host tier is built
-    /// (§18.5).
-    #[cfg(all(feature = "cluster", feature = "_internal"))]
-    pub fn through_host(
-        cluster: crate::Cluster,
-        directory: impl AsRef<Path>,
-        host: single_flight_core::protocol::HostId,
-    ) -> Builder {
-        let directory = Directory::new(directory.as_ref());
-        let tiered = crate::backend::tiered::Tiered::new(directory, cluster, host);
-        Builder::new(Place::Tiered(Box::new(tiered)))
+        Builder::new(cluster.place())
     }
 }

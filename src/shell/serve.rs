@@ -70,12 +70,13 @@ impl<F: Future<Output = ()>> Visit for Serve<F> {
 
     async fn visit<B: Backend>(self, backend: B) -> Result<(), ServeError> {
         let (election, transport) = backend.open(self.options.poll_interval).await?;
+        let upper = backend.upper()?;
         let place = backend.serving_at(&transport);
         info!(%place, "campaigning");
         campaign_and_serve(
             election,
             transport,
-            Serves::new(backend.upper()),
+            Serves::new(upper),
             &self.options,
             self.lifetime,
             self.shutdown,

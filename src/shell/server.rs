@@ -498,7 +498,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 }
                 Order::Close { connection, reason } => {
                     warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
-                    self.forget(connection);
+                    self.close_after_queued(connection);
                 }
                 Order::StartTimer { timer, after } => self.start_timer(timer, after),
                 Order::SendUpstream(request) => {
@@ -593,6 +593,35 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         if let Some(reader) = self.readers.remove(&connection) {
             reader.abort();
         }
+    }
+
+    /// Closes `connection` once the lines its machine ordered before the
+    /// close are written: effects are in order, and a relay that closes
+    /// its host's connections when it loses the cluster (SPEC.md §18.3)
+    /// has just ordered the `landed` that it read last sent to them. The
+    /// writer gets as long as at the end of a term ([`flush_time`]); a
+    /// client that does not read in that time loses the rest, as it would
+    /// at the end of the term.
+    fn close_after_queued(&mut self, connection: ConnectionId) {
+        if let Some(reader) = self.readers.remove(&connection) {
+            reader.abort();
+        }
+        let Some(Writer {
+            lines,
+            queued,
+            task,
+        }) = self.writers.remove(&connection)
+        else {
+            return;
+        };
+        drop(lines);
+        let patience = flush_time(queued.load(Ordering::Acquire));
+        let abort = task.abort_handle();
+        tokio::spawn(async move {
+            if tokio::time::timeout(patience, task).await.is_err() {
+                abort.abort();
+            }
+        });
     }
 
     /// §7.2, §11.1: the term and its listener must still be its own.

@@ -110,44 +110,55 @@ impl Visit for Look {
     type Output = Result<Status, StatusError>;
 
     async fn visit<B: Backend>(self, backend: B) -> Result<Status, StatusError> {
-        let place = backend.describe();
-        let Some((transport, address)) = backend.find().await? else {
-            return Err(StatusError::NoCoordinator {
-                place,
-                error: io::Error::new(io::ErrorKind::NotFound, "no coordinator is known there"),
-            });
-        };
-        let shown = B::shown(&address);
-        let Connection { reader, writer } =
-            transport
-                .connect(&address)
-                .await
-                .map_err(|error| match error {
-                    // A socket nobody listens on is a directory nobody
-                    // uses; an address that the election still names is a
-                    // coordinator gone without a word (§13.5).
-                    ConnectError::Unreachable(error) => match &shown {
-                        None => StatusError::NoCoordinator {
-                            place: place.clone(),
-                            error,
-                        },
-                        Some(address) => StatusError::NotAnswering {
-                            place: place.clone(),
-                            address: address.clone(),
-                            error,
-                        },
-                    },
-                    ConnectError::Refused(PeerRefused::OtherUser { uid }) => {
-                        StatusError::OtherUser {
-                            place: place.clone(),
-                            uid,
-                        }
-                    }
-                    ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
-                    other => StatusError::Backend(BackendError::new(other)),
-                })?;
-        exchange(reader, writer, shown).await
+        match look_at(&backend).await {
+            // A host none of whose processes runs now: the place above may
+            // still have a coordinator (SPEC.md §18.6).
+            Err(StatusError::NoCoordinator { .. }) if backend.above().is_some() => {
+                let above = backend.above().expect("checked just now");
+                look_at(above).await
+            }
+            answer => answer,
+        }
     }
+}
+
+/// One look at the coordinator of `backend`.
+async fn look_at<B: Backend>(backend: &B) -> Result<Status, StatusError> {
+    let place = backend.describe();
+    let Some((transport, address)) = backend.find().await? else {
+        return Err(StatusError::NoCoordinator {
+            place,
+            error: io::Error::new(io::ErrorKind::NotFound, "no coordinator is known there"),
+        });
+    };
+    let shown = B::shown(&address);
+    let Connection { reader, writer } =
+        transport
+            .connect(&address)
+            .await
+            .map_err(|error| match error {
+                // A socket nobody listens on is a directory nobody
+                // uses; an address that the election still names is a
+                // coordinator gone without a word (§13.5).
+                ConnectError::Unreachable(error) => match &shown {
+                    None => StatusError::NoCoordinator {
+                        place: place.clone(),
+                        error,
+                    },
+                    Some(address) => StatusError::NotAnswering {
+                        place: place.clone(),
+                        address: address.clone(),
+                        error,
+                    },
+                },
+                ConnectError::Refused(PeerRefused::OtherUser { uid }) => StatusError::OtherUser {
+                    place: place.clone(),
+                    uid,
+                },
+                ConnectError::Refused(PeerRefused::Unknown(error)) => StatusError::Io(error),
+                other => StatusError::Backend(BackendError::new(other)),
+            })?;
+    exchange(reader, writer, shown).await
 }
 
 /// Asks the coordinator at the end of a connection for its status.

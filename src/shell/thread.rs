@@ -104,10 +104,15 @@ impl Visit for Drive {
     type Output = ();
 
     async fn visit<B: Backend>(self, backend: B) {
-        match backend.open(self.options.poll_interval).await {
-            Ok((election, transport)) => {
+        let opened = match backend.open(self.options.poll_interval).await {
+            Ok((election, transport)) => backend
+                .upper()
+                .map(|upper| (election, transport, Serves::new(upper))),
+            Err(error) => Err(error),
+        };
+        match opened {
+            Ok((election, transport, serves)) => {
                 let _ = self.answer.send(Ok(()));
-                let serves = Serves::new(backend.upper());
                 Driver::new(
                     election,
                     transport,

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use single_flight::_internal::transport::unix::UnixTransport;
 use single_flight::_internal::transport::{Connection, Transport};
 use single_flight::{Cluster, Role, SingleFlight};
-use single_flight_core::protocol::HostId;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Notify, oneshot};
 
@@ -106,7 +105,9 @@ async fn s18_3_a_hosts_two_processes_are_one_party_at_the_cluster() {
     let etcd = Etcd::single();
     let scratch = Scratch::new("one-party");
     let (stop, stopped) = oneshot::channel::<()>();
-    let serve = SingleFlight::cluster(scratch.cluster(&etcd, "c"));
+    // The `serve` and the look at the cluster reach it directly (§18.6),
+    // as processes of other hosts.
+    let serve = SingleFlight::cluster(scratch.cluster(&etcd, "c").direct());
     let serving = tokio::spawn(async move {
         serve
             .serve(async {
@@ -114,7 +115,7 @@ async fn s18_3_a_hosts_two_processes_are_one_party_at_the_cluster() {
             })
             .await
     });
-    let status = SingleFlight::cluster(scratch.cluster(&etcd, "c"));
+    let status = SingleFlight::cluster(scratch.cluster(&etcd, "c").direct());
     let deadline = Instant::now() + PATIENCE;
     while status.status().await.is_err() {
         assert!(
@@ -124,15 +125,14 @@ async fn s18_3_a_hosts_two_processes_are_one_party_at_the_cluster() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let host = scratch.0.join("host");
-    let first = SingleFlight::through_host(
-        scratch.cluster(&etcd, "c"),
-        &host,
-        HostId::new("host-1").unwrap(),
-    )
-    .open()
-    .await
-    .expect("the host directory opens");
+    let member = scratch
+        .cluster(&etcd, "c")
+        .directory(scratch.0.join("host"));
+    let host = member.host_directory().expect("a host directory");
+    let first = SingleFlight::cluster(member)
+        .open()
+        .await
+        .expect("the host directory opens");
     let runs = Arc::new(AtomicUsize::new(0));
     let leading = Arc::new(Notify::new());
     let release = Arc::new(Notify::new());

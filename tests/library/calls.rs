@@ -608,7 +608,12 @@ fn a_blocking_cluster_opens_without_a_runtime() {
         return;
     }
     let etcd = crate::support::etcd::Etcd::single();
-    let cluster = single_flight::Cluster::etcd(etcd.endpoints(), "blocking").insecure();
+    // Through a host directory of its own (SPEC.md §18.6): the process is
+    // its host's coordinator, relays to the cluster, and coordinates that too.
+    let directory = std::env::temp_dir().join(format!("sf-blocking-{}", std::process::id()));
+    let cluster = single_flight::Cluster::etcd(etcd.endpoints(), "blocking")
+        .insecure()
+        .directory(&directory);
     let flights = blocking::SingleFlight::cluster(cluster).open().unwrap();
     let first = flights.run("k", |token| Ok::<_, std::io::Error>(token.get()));
     let first = first.unwrap();
@@ -622,6 +627,7 @@ fn a_blocking_cluster_opens_without_a_runtime() {
         second.value
     );
     flights.close();
+    let _ = std::fs::remove_dir_all(directory);
 }
 
 /// §15.3: the caller of a detached leader leaves (its task is aborted)

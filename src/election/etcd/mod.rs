@@ -386,6 +386,14 @@ impl Connected {
     }
 }
 
+/// Checks `options` as connecting would, without a request to etcd: the
+/// cluster's name, the endpoints, etcd's TLS files and the password file
+/// (SPEC.md §18.6). Needs a Tokio runtime, as the client it makes and drops
+/// does.
+pub fn check_options(options: &EtcdOptions) -> Result<(), EtcdError> {
+    Connected::new(options).map(drop)
+}
+
 /// The address of the coordinator that the cluster's key names, read once
 /// by a client that only reads (SPEC.md §13.5): no lease, no campaign, no
 /// watch, so that `status` needs only read permission (§14.9) and leaves

@@ -1,5 +1,7 @@
 //! The default flight directory (SPEC.md §13.1): one per user, so that every
-//! program of a user finds the same flights without being told where.
+//! program of a user finds the same flights without being told where. The
+//! command's default, and the one under which a cluster's host directories
+//! are by default (§18.6).
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -8,11 +10,12 @@ use std::path::{Path, PathBuf};
 /// The name of the flight directory inside `$XDG_RUNTIME_DIR`.
 const RUNTIME_NAME: &str = "single-flight";
 
+/// The user's default flight directory (SPEC.md §13.1):
 /// `$XDG_RUNTIME_DIR/single-flight` when `XDG_RUNTIME_DIR` names a usable
-/// runtime directory, otherwise `<temp dir>/single-flight-<uid>`. The library
-/// creates it with mode 0700 and checks it (SPEC.md §7.4): in a shared
-/// temporary directory another user may have made that name first, and is
-/// refused then.
+/// runtime directory, otherwise `<temp dir>/single-flight-<uid>`. Opening
+/// it creates it with mode 0700 and checks it (§7.4): in a shared temporary
+/// directory another user may have made that name first, and is refused
+/// then.
 pub fn default_directory() -> PathBuf {
     let uid = rustix::process::getuid().as_raw();
     let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
