@@ -140,19 +140,32 @@ impl Cluster {
             advertise: None,
             security: None,
             crls: Vec::new(),
-            reach: Reach::ThroughHost {
-                directory: None,
-                host: HostChoice::Kept,
-            },
+            // The host tier becomes the default once a host coordinator
+            // tells its host's callers what keeps it from the cluster
+            // (SPEC.md §18.5).
+            reach: Reach::Direct,
         }
     }
 
-    /// The flight directory in which this host's processes meet before
-    /// they reach the cluster (SPEC.md §18.6): the host directory is
-    /// `cluster-NAME` inside it. The user's
-    /// [`default_directory`](crate::default_directory) by default. Every
-    /// process of a host gives the same one; simulated hosts that share a
-    /// file system each give their own.
+    /// Reaches the cluster through this host's coordinator (SPEC.md §18):
+    /// the host's processes meet in the host directory `cluster-NAME` in
+    /// the user's [`default_directory`](crate::default_directory), and only
+    /// the one that coordinates there is a client of etcd and of the
+    /// cluster's coordinator, relaying for the host.
+    pub fn through_host(mut self) -> Cluster {
+        if matches!(self.reach, Reach::Direct) {
+            self.reach = Reach::ThroughHost {
+                directory: None,
+                host: HostChoice::Kept,
+            };
+        }
+        self
+    }
+
+    /// [`through_host`](Self::through_host), with the host directory
+    /// `cluster-NAME` in `directory` (SPEC.md §18.6). Every process of a
+    /// host gives the same one; simulated hosts that share a file system
+    /// each give their own.
     pub fn directory(mut self, directory: impl Into<PathBuf>) -> Cluster {
         let host = self.host_choice();
         self.reach = Reach::ThroughHost {
@@ -162,9 +175,9 @@ impl Cluster {
         self
     }
 
-    /// The id under which this host's coordinator relays for it (SPEC.md
+    /// [`through_host`](Self::through_host), under the id `id` (SPEC.md
     /// §18.1, §18.6): 1 to 255 bytes of text without control characters,
-    /// different on every host of the cluster. By default the host
+    /// different on every host of the cluster. Without it the host
     /// directory keeps one, made of the host's name and 64 random bits.
     pub fn host_id(mut self, id: impl Into<String>) -> Cluster {
         let directory = match self.reach {
@@ -179,10 +192,9 @@ impl Cluster {
     }
 
     /// Reaches the cluster directly, as its own client of etcd and of the
-    /// cluster's coordinator and its own candidate, instead of through
-    /// this host's coordinator (SPEC.md §18.6): for a process that cannot
-    /// share a host directory, or a host with a single process. Replaces
-    /// [`directory`](Self::directory) and [`host_id`](Self::host_id).
+    /// cluster's coordinator and its own candidate (SPEC.md §14, §18.6),
+    /// as a cluster does by default for now. Replaces
+    /// [`through_host`](Self::through_host).
     pub fn direct(mut self) -> Cluster {
         self.reach = Reach::Direct;
         self

@@ -240,7 +240,7 @@ struct Server<M, T, L, U> {
     /// is ready (SPEC.md §18.3).
     upstream_writer: Option<Writer>,
     /// The task that reaches and reads the cluster's coordinator.
-    upstream_task: Option<AbortHandle>,
+    upstream_task: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     /// Whether this term said that the cluster's coordinator keeps no relay
     /// windows: once per term (SPEC.md §18.1).
     warned_no_relay_windows: bool,
@@ -300,13 +300,15 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         let (reports, mut inbox) = mpsc::channel(EVENT_QUEUE);
         let mut checks = self.clock.every(CHECK_INTERVAL);
         if let Some(upstream) = self.upstream.take() {
+            let (stop, stopped) = oneshot::channel();
             let task = tokio::spawn(upstream_task(
                 upstream,
                 reports.clone(),
                 self.warrant.clone(),
                 self.seeded,
+                stopped,
             ));
-            self.upstream_task = Some(task.abort_handle());
+            self.upstream_task = Some((stop, task));
         }
         if let Err(end) = self.step(Event::TermBegan) {
             return self.end(end).await;
@@ -641,8 +643,11 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         let clean = matches!(end, End::Stopped) && !self.machine.in_progress();
         // The relay's connection to the cluster closes with the term: the
         // cluster keeps the host's flights for its next coordinator (§18.2).
-        if let Some(task) = self.upstream_task.take() {
-            task.abort();
+        // The cluster's term this process serves, if any, ends with it
+        // (§10.4), before the process can exit.
+        if let Some((stop, task)) = self.upstream_task.take() {
+            let _ = stop.send(());
+            let _ = task.await;
         }
         if let Some(writer) = self.upstream_writer.take() {
             writer.task.abort();
@@ -852,6 +857,21 @@ async fn handshake<L: Listener>(
 /// value) reach the relay.
 async fn upstream_task<U: Upstream>(
     mut upstream: U,
+    reports: mpsc::Sender<Report>,
+    warrant: Warrant,
+    seeded: Seeded,
+    stopped: oneshot::Receiver<()>,
+) {
+    tokio::select! {
+        () = relay_upstream(&mut upstream, reports, warrant, seeded) => {}
+        _ = stopped => {}
+    }
+    upstream.close().await;
+}
+
+/// The loop of [`upstream_task`] until its term ends.
+async fn relay_upstream<U: Upstream>(
+    upstream: &mut U,
     reports: mpsc::Sender<Report>,
     warrant: Warrant,
     seeded: Seeded,
@@ -1254,6 +1274,9 @@ mod tests {
                 _ => panic!("the cluster's coordinator greets the relay"),
             }
         }
+
+        /// It holds no term of the cluster.
+        async fn close(self) {}
     }
 
     /// §18.3: two processes of one host call one key through their host

@@ -98,6 +98,12 @@ impl<B: Backend> Upstream for Opening<B> {
         };
         reaching.reach().await
     }
+
+    async fn close(self) {
+        if let Some(reaching) = self.reaching {
+            reaching.close().await;
+        }
+    }
 }
 
 /// A future that resolves when the coordinator reached is no longer the
@@ -125,6 +131,12 @@ pub(super) trait Upstream: Send + 'static {
     fn reach(
         &mut self,
     ) -> impl Future<Output = Result<Reached<Self::Reader, Self::Writer>, Duration>> + Send;
+
+    /// Ends what this upstream holds when its host term ends: the cluster's
+    /// term it serves, if it won one, ends as a stopped term does (§10.4),
+    /// its last answers written and its end recorded, before the process
+    /// that serves it can exit.
+    fn close(self) -> impl Future<Output = ()> + Send;
 }
 
 /// The upstream of a term that does not relay: the coordinator's. It has
@@ -137,6 +149,10 @@ impl Upstream for NoUpstream {
 
     async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
         match *self {}
+    }
+
+    async fn close(self) {
+        match self {}
     }
 }
 
@@ -271,6 +287,13 @@ where
                 warn!(%error, "cannot elect the cluster's coordinator");
                 Err(poll)
             }
+        }
+    }
+
+    async fn close(self) {
+        if let Some(serving) = self.serving {
+            let _ = serving.stop.send(());
+            let _ = serving.done.await;
         }
     }
 }
@@ -473,5 +496,11 @@ mod tests {
         .await;
         drop(serving.stop);
         serving.done.await.unwrap();
+        // §18.5: the host term's end ended the cluster's term its process
+        // served, as a stopped term (§10.4), before it returned.
+        assert!(
+            cluster.0.join(crate::election::local::CLEAN_FILE).exists(),
+            "the cluster's term ended cleanly with the host's"
+        );
     }
 }

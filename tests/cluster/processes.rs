@@ -47,7 +47,6 @@ fn cluster_of_env() -> Cluster {
             Ok(seconds) => Duration::from_secs(seconds),
             Err(_) => TTL,
         })
-        .directory(var("SF_HOST_DIR"))
 }
 
 async fn run_child(role: &str) -> i32 {
@@ -214,12 +213,7 @@ impl World {
             .env("SF_CERTS", self.scratch.join("certs"))
             .env("SF_CERT", "server")
             .env("SF_CA", "")
-            .env("SF_RUNS", self.runs())
-            // Each child is a host of its own (SPEC.md §18.6).
-            .env(
-                "SF_HOST_DIR",
-                certs::own_host_directory(&self.scratch.join("certs/ca.pem")),
-            );
+            .env("SF_RUNS", self.runs());
         for (name, value) in extra {
             command.env(name, value);
         }
