@@ -49,9 +49,24 @@ fn cluster_of_env() -> Cluster {
         })
 }
 
+/// The cluster as a child reaches it: through the host tier (SPEC.md
+/// §18.6), each child a host of its own unless the test gives two the same
+/// host directory, or directly with `SF_DIRECT`.
+fn place_of_env() -> Cluster {
+    let cluster = cluster_of_env().directory(var("SF_HOST_DIR"));
+    if var("SF_DIRECT").is_empty() {
+        cluster
+    } else {
+        cluster.direct()
+    }
+}
+
 async fn run_child(role: &str) -> i32 {
-    let flights = match SingleFlight::cluster(cluster_of_env())
-        .grace_window(Duration::from_secs(1))
+    let grace = var("SF_GRACE_MS")
+        .parse()
+        .map_or(Duration::from_secs(1), Duration::from_millis);
+    let flights = match SingleFlight::cluster(place_of_env())
+        .grace_window(grace)
         .open()
         .await
     {
@@ -191,6 +206,22 @@ impl World {
         self.scratch.join("runs")
     }
 
+    /// The directory in which the host `host`'s children meet (SPEC.md
+    /// §18.6): the namespaces share one file system, so each host has its
+    /// own.
+    fn host_directory(&self, host: usize) -> PathBuf {
+        self.scratch.join(format!("hosts/{host}"))
+    }
+
+    /// The host directory of a host the test names, which several children
+    /// share (`SF_HOST_DIR`).
+    fn host_directory_named(&self, host: &str) -> String {
+        self.scratch
+            .join(format!("hosts/{host}"))
+            .display()
+            .to_string()
+    }
+
     fn release(&self) {
         std::fs::write(self.runs().join("release"), b"").unwrap();
     }
@@ -213,7 +244,8 @@ impl World {
             .env("SF_CERTS", self.scratch.join("certs"))
             .env("SF_CERT", "server")
             .env("SF_CA", "")
-            .env("SF_RUNS", self.runs());
+            .env("SF_RUNS", self.runs())
+            .env("SF_HOST_DIR", self.host_directory(self.children.count()));
         for (name, value) in extra {
             command.env(name, value);
         }
@@ -532,6 +564,117 @@ fn s14_3_the_coordinators_host_dies_and_the_flight_goes_on_elsewhere() {
     assert_eq!(times_ran(&world.runs()), 1, "nothing ran twice");
 }
 
+/// Which coordinators a failover of the host tier kills (SPEC.md §18.4).
+#[derive(Clone, Copy, PartialEq)]
+enum Killed {
+    /// The leader's host's coordinator.
+    HostCoordinator,
+    /// The cluster's coordinator, a host of its own.
+    ClusterCoordinator,
+    /// Both, one after the other at once.
+    Both,
+    /// One process that coordinates both the cluster and the leader's host.
+    OneCoordinatingBoth,
+}
+
+/// §18.4: the cluster's coordinator, and two hosts: on host A its
+/// coordinator, a leader and a joiner (one party at the cluster, §18.3);
+/// on host B a joiner. `killed` dies (`kill -9`) while the leader runs.
+/// The leader's flight survives it: the leader and host A's joiner replay
+/// through host A's next coordinator (the leader's process, when the first
+/// one died), the relay window (§18.2) or the next cluster term's grace
+/// window takes the flight back, every joiner on both hosts receives the
+/// leader's value under its token, and the work ran once.
+fn a_flight_survives_in_the_tier(name: &str, killed: Killed) {
+    let Some(mut world) = World::loopback(name, 1) else {
+        return;
+    };
+    let host = |world: &World, name: &str| world.host_directory_named(name);
+    // A window long enough for a process to win its host's claim, reach the
+    // cluster and reassert on a loaded machine: its length decides no
+    // outcome here, only whether the window is missed.
+    let grace = ("SF_GRACE_MS", "10000");
+    let cluster_host = match killed {
+        Killed::OneCoordinatingBoth => host(&world, "a"),
+        _ => host(&world, "c"),
+    };
+    let cluster = world.spawn(None, "idle", &[("SF_HOST_DIR", &cluster_host), grace]);
+    world.line(cluster, "READY");
+    let host_a = if killed == Killed::OneCoordinatingBoth {
+        cluster
+    } else {
+        let host_a = world.spawn(None, "idle", &[("SF_HOST_DIR", &host(&world, "a")), grace]);
+        world.line(host_a, "READY");
+        host_a
+    };
+    let call = |world: &mut World, on: &str| {
+        let directory = host(world, on);
+        world.spawn(
+            None,
+            "call",
+            &[("SF_KEY", "refill"), ("SF_HOST_DIR", &directory), grace],
+        )
+    };
+    let leader = call(&mut world, "a");
+    world.line(leader, "LEADING");
+    let joiners = [call(&mut world, "a"), call(&mut world, "b")];
+    // Host B's party joined at the cluster; host A's joiner is its host's
+    // (§18.3), and joins before or after the kill alike.
+    world.wait_for_joiners("refill", 1);
+    let dying: &[usize] = match killed {
+        Killed::HostCoordinator => &[host_a],
+        Killed::ClusterCoordinator | Killed::OneCoordinatingBoth => &[cluster],
+        Killed::Both => &[cluster, host_a],
+    };
+    for &child in dying {
+        world.children.kill(child);
+    }
+    // The flight is back at the cluster's coordinator (the leader's
+    // reassert, host B's rejoin) before the leader may finish: a leader
+    // that ends its process while its land waits out a failover longer
+    // than its close lasts loses the land, in the tier as directly (§9.4).
+    world.wait_for_joiners("refill", 1);
+    world.release();
+    let led = world.result(leader);
+    assert!(led.starts_with("led "), "{led}");
+    for (joiner, host) in joiners.into_iter().zip(["a", "b"]) {
+        let joined = world.result(joiner);
+        assert!(
+            joined.starts_with("joined "),
+            "host {host}'s joiner: {joined}"
+        );
+        assert_eq!(token(&joined), token(&led));
+    }
+    assert_eq!(times_ran(&world.runs()), 1, "nothing ran twice");
+}
+
+/// §18.2, §18.4: a host coordinator's death leaves its host's flight to its
+/// next one, within the relay window.
+#[test]
+fn s18_4_a_host_coordinators_death_loses_no_flight() {
+    a_flight_survives_in_the_tier("tier-host", Killed::HostCoordinator);
+}
+
+/// §18.4: the cluster coordinator's death: every host replays through its
+/// own coordinator to the next cluster term.
+#[test]
+fn s18_4_the_cluster_coordinators_death_loses_no_flight() {
+    a_flight_survives_in_the_tier("tier-cluster", Killed::ClusterCoordinator);
+}
+
+/// §18.4: both coordinators die at once.
+#[test]
+fn s18_4_both_coordinators_dying_at_once_lose_no_flight() {
+    a_flight_survives_in_the_tier("tier-both", Killed::Both);
+}
+
+/// §18.4: one process coordinates both the cluster and the leader's host,
+/// and dies.
+#[test]
+fn s18_4_a_process_coordinating_its_host_and_the_cluster_dies_and_no_flight_is_lost() {
+    a_flight_survives_in_the_tier("tier-one", Killed::OneCoordinatingBoth);
+}
+
 /// §14.5: a client whose certificate comes from another CA is refused; its
 /// call ends `Unavailable` with the reason, and the coordinator logs who.
 #[test]
@@ -548,6 +691,9 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
             ("SF_KEY", "k"),
             ("SF_CERT", "other-client"),
             ("SF_DEADLINE_MS", "20000"),
+            // A host coordinator refused by the cluster's coordinator does
+            // not yet tell its host's callers why (SPEC.md §18.5).
+            ("SF_DIRECT", "1"),
         ],
     );
     let result = world.result(stranger);

@@ -174,6 +174,11 @@ impl Children {
         }
     }
 
+    /// How many children were started.
+    pub fn count(&self) -> usize {
+        self.processes.len()
+    }
+
     /// Starts `command` (from [`command`] or [`as_child`]) and returns the
     /// child's index. Its standard input is a pipe that stays open until
     /// [`Children::close_stdin`]; its standard error is the test's.
