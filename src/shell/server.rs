@@ -16,7 +16,7 @@ use tokio::task::AbortHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
-use super::backlog::{MAX_QUEUED_BYTES, SlowReaders};
+use super::backlog::{self, MAX_QUEUED_BYTES, MAX_UPSTREAM_QUEUED_BYTES, SlowReaders};
 use super::clock::Clock;
 use super::lines::{LineError, Lines};
 use super::machine::{self, Coordinating, LogTarget, Machine, Order, Relaying};
@@ -122,6 +122,9 @@ enum Report {
     UpstreamOpened {
         writer: Writer,
         relays: bool,
+        /// Dropped to make the upstream task leave the connection (its
+        /// backlog, SPEC.md §18.3); the task then reports it lost.
+        leave: oneshot::Sender<()>,
     },
     /// A line of the connection to the cluster's coordinator.
     UpstreamResponse(Response),
@@ -228,6 +231,7 @@ fn start_with<T: Term, L: Listener, M: Machine, U: Upstream>(
         epoch: term.epoch(),
         upstream,
         upstream_writer: None,
+        upstream_leave: None,
         upstream_task: None,
         warned_no_relay_windows: false,
         hello,
@@ -260,6 +264,9 @@ struct Server<M, T, L, U> {
     /// The writer of the connection to the cluster's coordinator while one
     /// is ready (SPEC.md §18.3).
     upstream_writer: Option<Writer>,
+    /// Held while that connection is ready; dropped, it makes the upstream
+    /// task leave the connection (`Report::UpstreamOpened`).
+    upstream_leave: Option<oneshot::Sender<()>>,
     /// The task that reaches and reads the cluster's coordinator.
     upstream_task: Option<AbortHandle>,
     /// Whether this term said that the cluster's coordinator keeps no relay
@@ -450,21 +457,24 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 self.forget(connection);
                 self.step(Event::ConnectionClosed { connection })
             }
-            Report::UpstreamOpened { writer, relays } => {
+            Report::UpstreamOpened {
+                writer,
+                relays,
+                leave,
+            } => {
                 if !relays && !self.warned_no_relay_windows {
                     self.warned_no_relay_windows = true;
                     term_log!(M::LOG_TARGET, warn, epoch = %self.epoch, "the cluster's coordinator keeps no relay windows: this host's flights are interrupted at once if this process dies (SPEC.md §18.1)");
                 }
                 self.upstream_writer = Some(writer);
+                self.upstream_leave = Some(leave);
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Ready))
             }
             Report::UpstreamResponse(response) => self.step_machine(machine::Event::Upstream(
                 machine::Upstream::Response(response),
             )),
             Report::UpstreamLost => {
-                if let Some(writer) = self.upstream_writer.take() {
-                    writer.task.abort();
-                }
+                self.leave_upstream();
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Lost))
             }
             Report::Abandoned {
@@ -532,12 +542,25 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 Order::SendUpstream(request) => {
                     // The relay orders it only while a connection is ready
                     // (SPEC.md §18.3); one whose writer is gone is reported
-                    // lost by its reader.
+                    // lost by its reader, and so is one given up for its
+                    // backlog: the requests of the step meanwhile go nowhere,
+                    // as on a connection that broke.
                     if let Some(writer) = &self.upstream_writer {
                         let mut line = encode(&request).into_bytes();
                         line.push(b'\n');
-                        writer.queued.fetch_add(line.len(), Ordering::AcqRel);
-                        let _ = writer.lines.send(line);
+                        let unwritten = writer.queued.load(Ordering::Acquire);
+                        if backlog::upstream_admits(unwritten, line.len()) {
+                            writer.queued.fetch_add(line.len(), Ordering::AcqRel);
+                            let _ = writer.lines.send(line);
+                        } else {
+                            term_log!(
+                                M::LOG_TARGET,
+                                warn,
+                                limit = MAX_UPSTREAM_QUEUED_BYTES,
+                                "the cluster's coordinator does not read this host's requests; leaving it, and the host's processes replay on the next connection (SPEC.md §18.3)"
+                            );
+                            self.leave_upstream();
+                        }
                     }
                 }
                 // The last effect of its step: the coordinator ignores
@@ -568,6 +591,15 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
             self.step(Event::ConnectionClosed { connection })?;
         }
         Ok(())
+    }
+
+    /// Stops writing to the connection to the cluster's coordinator, and
+    /// makes its task leave it, which then reports it lost (SPEC.md §18.3).
+    fn leave_upstream(&mut self) {
+        if let Some(writer) = self.upstream_writer.take() {
+            writer.task.abort();
+        }
+        self.upstream_leave = None;
     }
 
     /// Whether the term may still answer (SPEC.md §14.2); says so when not.
@@ -644,9 +676,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         if let Some(task) = self.upstream_task.take() {
             task.abort();
         }
-        if let Some(writer) = self.upstream_writer.take() {
-            writer.task.abort();
-        }
+        self.leave_upstream();
         for reader in std::mem::take(&mut self.readers).into_values() {
             reader.abort();
         }
@@ -886,29 +916,39 @@ async fn upstream_task<U: Upstream>(
             queued,
             task,
         };
+        let (leave, mut left) = oneshot::channel();
         let opened = Report::UpstreamOpened {
             writer,
             relays: hello.relays,
+            leave,
         };
         if reports.send(opened).await.is_err() {
             return;
         }
         let mut draining = false;
         loop {
-            let line = if draining {
-                match tokio::time::timeout(DRAIN_IDLE, lines.next()).await {
-                    Ok(line) => line,
-                    Err(_) => break,
+            let drain = draining;
+            let lines = &mut lines;
+            let next = async move {
+                if drain {
+                    tokio::time::timeout(DRAIN_IDLE, lines.next()).await.ok()
+                } else {
+                    Some(lines.next().await)
                 }
-            } else {
-                tokio::select! {
-                    line = lines.next() => line,
-                    () = &mut gone => {
-                        info!(target: RELAY_LOG_TARGET, "the cluster's coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
-                        draining = true;
-                        continue;
-                    }
+            };
+            let line = tokio::select! {
+                // The server gave the connection up (its backlog, §18.3):
+                // the relay learns of the loss from the report below.
+                _ = &mut left => break,
+                () = &mut gone, if !draining => {
+                    info!(target: RELAY_LOG_TARGET, "the cluster's coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
+                    draining = true;
+                    continue;
                 }
+                line = next => match line {
+                    Some(line) => line,
+                    None => break,
+                },
             };
             let response = match line {
                 Ok(line) => match decode_response(&line) {
@@ -1345,6 +1385,126 @@ mod tests {
             captured.count(RELAY_LOG_TARGET, "relaying to the cluster's coordinator"),
             1
         );
+    }
+
+    /// A cluster's coordinator of these tests that answers the relay hello
+    /// and leads the first `leads` runs relayed to it, then reads nothing
+    /// more, as a coordinator whose host is cut off without a reset. It is
+    /// reached once; `reached` counts the attempts.
+    struct StalledUpstream {
+        leads: usize,
+        reached: Arc<AtomicUsize>,
+    }
+
+    impl Upstream for StalledUpstream {
+        type Reader = ReadHalf<DuplexStream>;
+        type Writer = WriteHalf<DuplexStream>;
+
+        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+            if self.reached.fetch_add(1, Ordering::AcqRel) > 0 {
+                return Err(Duration::from_secs(3600));
+            }
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            let leads = self.leads;
+            tokio::spawn(async move {
+                let mut theirs = BufReader::new(theirs);
+                let mut line = String::new();
+                theirs.read_line(&mut line).await.unwrap();
+                let epoch = Epoch::new(5).unwrap();
+                let hello = CoordinatorHello {
+                    protocol: PROTOCOL_NAME.to_owned(),
+                    version: PROTOCOL_VERSION,
+                    epoch: epoch.to_string(),
+                    pid: 1,
+                    host: None,
+                    relays: true,
+                };
+                let mut answer = serde_json::to_string(&hello).unwrap();
+                answer.push('\n');
+                theirs.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                for sequence in 1..=leads {
+                    line.clear();
+                    theirs.read_line(&mut line).await.unwrap();
+                    let run: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    let token = crate::protocol::FencingToken::new(epoch, sequence as u32);
+                    let answer = format!(
+                        "{{\"op\":\"lead\",\"id\":{},\"token\":{}}}\n",
+                        run["id"],
+                        serde_json::to_string(&token.unwrap()).unwrap()
+                    );
+                    theirs.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                }
+                // Held, never read again.
+                std::future::pending::<()>().await;
+            });
+            let (reader, writer) = tokio::io::split(ours);
+            let hello = crate::protocol::ClientHello::relaying(HostId::new("build-7").unwrap());
+            match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
+                super::super::upstream::Greeted::Answered {
+                    lines,
+                    writer,
+                    hello,
+                } => Ok(Reached {
+                    lines,
+                    writer,
+                    hello,
+                    gone: Box::pin(std::future::pending()),
+                }),
+                _ => panic!("the stalled coordinator greets the relay"),
+            }
+        }
+    }
+
+    /// §18.3: a host's leaders land values of a whole frame each to a
+    /// cluster's coordinator that reads nothing: the host coordinator
+    /// queues the lands up to `MAX_UPSTREAM_QUEUED_BYTES`, and the one past
+    /// it makes it leave the connection, take it for lost and close its
+    /// host's connections, so that their processes replay, and reach the
+    /// cluster again. Before the bound it queued every land, and its memory
+    /// grew with them.
+    #[tokio::test]
+    async fn s18_3_a_cluster_coordinator_that_does_not_read_is_left_at_the_upstreams_bound() {
+        let lands = MAX_UPSTREAM_QUEUED_BYTES / MAX_FRAME_BYTES + 1;
+        let options = options(Duration::from_secs(1), Clock::System);
+        let reached = Arc::new(AtomicUsize::new(0));
+        let (host_connect, host_incoming) = mpsc::unbounded_channel();
+        let host = start_relay(
+            Lapsing {
+                asks: Arc::new(AtomicUsize::new(usize::MAX)),
+            },
+            Pipes(host_incoming),
+            &options,
+            Lifetime::UntilStopped,
+            StalledUpstream {
+                leads: lands,
+                reached: reached.clone(),
+            },
+        );
+        let mut process = Client::connect(&host_connect).await;
+        for key in 0..lands {
+            process
+                .send(&format!(r#"{{"op":"run","id":"{key}","key":"k{key}"}}"#))
+                .await;
+            assert!(matches!(process.response().await, Response::Lead { .. }));
+        }
+        let value = "v".repeat(MAX_FRAME_BYTES - 64 * 1024);
+        for key in 0..lands {
+            process
+                .send(&format!(
+                    r#"{{"op":"land","id":"{key}","outcome":{{"value":"{value}"}}}}"#
+                ))
+                .await;
+        }
+        assert_eq!(
+            process.line().await,
+            None,
+            "the host's connection is closed, unanswered"
+        );
+        while reached.load(Ordering::Acquire) < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(host.stop);
+        host.done.await.unwrap();
     }
 
     /// §10.4, §8.9: a term asked to stop inside its grace window serves the
