@@ -133,7 +133,7 @@ pub use single_flight_core::protocol::{
 #[cfg(feature = "_internal")]
 #[doc(hidden)]
 pub mod _internal {
-    pub use crate::shell::LOG_TARGET;
+    pub use crate::shell::{LOG_TARGET, RELAY_LOG_TARGET};
     #[cfg(feature = "cluster")]
     pub use crate::transport::tcp::TlsConfigs;
     pub use crate::{backend, election, shell, transport};

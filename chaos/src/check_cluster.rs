@@ -415,6 +415,41 @@ mod tests {
         );
     }
 
+    /// A worker that coordinates its host (SPEC.md §18.3) logs its relay's
+    /// term and the answers it relays under the relay's own target: the
+    /// checker reads only the cluster coordinator's term, and none of the
+    /// host's answers, in it or out of it.
+    #[test]
+    fn reads_no_host_coordinators_line_as_the_coordinators() {
+        use single_flight::_internal::RELAY_LOG_TARGET;
+        let dir = std::env::temp_dir().join(format!("chaos-check-relay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let log = std::fs::File::create(dir.join("worker-4.txt")).expect("a log file");
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(std::sync::Mutex::new(log))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: RELAY_LOG_TARGET, epoch = 9, "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
+            tracing::debug!(target: RELAY_LOG_TARGET, connection = 1, id = 1, token = "3.1", "lead");
+            tracing::info!(target: LOG_TARGET, epoch = 3, term = "First", "coordinating");
+            tracing::debug!(target: RELAY_LOG_TARGET, connection = 2, id = 2, flight = "3.1", "joined");
+            tracing::debug!(target: LOG_TARGET, connection = 1, id = 1, token = "3.1", "lead");
+            tracing::debug!(target: RELAY_LOG_TARGET, connection = 2, id = 2, "landed");
+            tracing::info!(target: LOG_TARGET, epoch = 3, clean = true, "term over");
+            tracing::debug!(target: RELAY_LOG_TARGET, connection = 3, id = 3, "interrupted");
+        });
+        let terms = super::read_terms(&dir);
+        std::fs::remove_dir_all(&dir).expect("remove the temporary directory");
+        assert_eq!(terms.keys().copied().collect::<Vec<_>>(), [(4, 3)]);
+        assert_eq!(
+            terms[&(4, 3)].answers.len(),
+            1,
+            "the coordinator's lead alone"
+        );
+    }
+
     #[test]
     fn parses_tracing_times() {
         assert_eq!(

@@ -70,8 +70,25 @@ impl std::fmt::Debug for CloseReason {
     }
 }
 
+/// Under which tracing target a term logs its lines (SPEC.md §13.1): the
+/// coordinator's decisions under [`LOG_TARGET`], which the chaos checker
+/// and users' filters read as the coordinator's, and a host term's under
+/// [`RELAY_LOG_TARGET`], so that a host coordinator's lines are never taken
+/// for those of the cluster's coordinator.
+///
+/// [`LOG_TARGET`]: super::server::LOG_TARGET
+/// [`RELAY_LOG_TARGET`]: super::server::RELAY_LOG_TARGET
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LogTarget {
+    Coordinator,
+    Relay,
+}
+
 /// A machine a term serves: the coordinator, or the relay.
 pub(super) trait Machine: Send + 'static {
+    /// The target of the term's log lines.
+    const LOG_TARGET: LogTarget;
+
     /// Takes one event and appends the orders it gives to `orders`.
     fn step_into(&mut self, event: Event, orders: &mut Vec<Order>);
 
@@ -108,6 +125,8 @@ impl Coordinating {
 }
 
 impl Machine for Coordinating {
+    const LOG_TARGET: LogTarget = LogTarget::Coordinator;
+
     fn step_into(&mut self, event: Event, orders: &mut Vec<Order>) {
         // A coordinator has no upstream: nothing reports one to it.
         let Event::Local(event) = event else {
@@ -165,6 +184,8 @@ impl Relaying {
 }
 
 impl Machine for Relaying {
+    const LOG_TARGET: LogTarget = LogTarget::Relay;
+
     fn step_into(&mut self, event: Event, orders: &mut Vec<Order>) {
         let event = match event {
             Event::Local(event) => match event {

@@ -6,6 +6,8 @@ mod api;
 mod backlog;
 pub mod blocking;
 mod builder;
+#[cfg(test)]
+mod captured;
 mod clock;
 mod codec;
 mod driver;
@@ -21,6 +23,7 @@ pub mod mutant;
 mod mutant;
 mod nested;
 mod options;
+mod outage;
 #[cfg(test)]
 mod scenarios;
 mod serve;
@@ -44,7 +47,7 @@ pub use landed::{Landed, Role};
 pub use options::HANDSHAKE_TIMEOUT;
 pub use serve::ServeError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
-pub use server::LOG_TARGET;
+pub use server::{LOG_TARGET, RELAY_LOG_TARGET};
 /// Connections a term serves at once (SPEC.md §11.3): the coordinator holds
 /// the slots and refuses a connection at accept when none is free.
 #[cfg(feature = "_internal")] // for the tests and harnesses only

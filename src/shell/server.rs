@@ -16,10 +16,10 @@ use tokio::task::AbortHandle;
 use tokio_util::time::{DelayQueue, delay_queue};
 use tracing::{debug, info, warn};
 
-use super::backlog::{MAX_QUEUED_BYTES, SlowReaders};
+use super::backlog::{self, MAX_QUEUED_BYTES, MAX_UPSTREAM_QUEUED_BYTES, SlowReaders};
 use super::clock::Clock;
 use super::lines::{LineError, Lines};
-use super::machine::{self, Coordinating, Machine, Order, Relaying};
+use super::machine::{self, Coordinating, LogTarget, Machine, Order, Relaying};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::upstream::{NoUpstream, Reached, Upstream};
@@ -42,6 +42,27 @@ use crate::transport::{Connection, Listener};
 /// filter. The cluster chaos harness's checker matches it in the workers'
 /// logs (the terms and their answers, RELIABILITY.md).
 pub const LOG_TARGET: &str = "single_flight::coordinator";
+
+/// The tracing target of every line a host term logs (SPEC.md §13.1,
+/// §18.3): its own, so that a host coordinator's lines (its `coordinating`,
+/// the answers it relays to its host's processes) are never read as the
+/// cluster's coordinator's by a filter or by the chaos checker.
+pub const RELAY_LOG_TARGET: &str = "single_flight::relay";
+
+/// Logs an event of a term under its machine's target
+/// ([`Machine::LOG_TARGET`]): `term_log!(target, level, fields and
+/// message)`. Tracing keeps an event's target in a static of its call site,
+/// which code generic over the machine cannot take from the machine's type,
+/// so each target has a call site of its own here, and the server names
+/// the machine's target, never which machine it serves.
+macro_rules! term_log {
+    ($target:expr, $level:ident, $($event:tt)+) => {
+        match $target {
+            LogTarget::Coordinator => tracing::$level!(target: LOG_TARGET, $($event)+),
+            LogTarget::Relay => tracing::$level!(target: RELAY_LOG_TARGET, $($event)+),
+        }
+    };
+}
 
 /// Requests read ahead of the coordinator across all connections. When the
 /// coordinator falls behind, readers wait, and the kernel's socket buffers
@@ -101,6 +122,9 @@ enum Report {
     UpstreamOpened {
         writer: Writer,
         relays: bool,
+        /// Dropped to make the upstream task leave the connection (its
+        /// backlog, SPEC.md §18.3); the task then reports it lost.
+        leave: oneshot::Sender<()>,
     },
     /// A line of the connection to the cluster's coordinator.
     UpstreamResponse(Response),
@@ -171,7 +195,7 @@ pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
     lifetime: Lifetime,
     upstream: U,
 ) -> Serving {
-    info!(target: LOG_TARGET, epoch = %term.epoch(), "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
+    info!(target: RELAY_LOG_TARGET, epoch = %term.epoch(), "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
     start_with(
         term,
         listener,
@@ -207,6 +231,7 @@ fn start_with<T: Term, L: Listener, M: Machine, U: Upstream>(
         epoch: term.epoch(),
         upstream,
         upstream_writer: None,
+        upstream_leave: None,
         upstream_task: None,
         warned_no_relay_windows: false,
         hello,
@@ -239,6 +264,9 @@ struct Server<M, T, L, U> {
     /// The writer of the connection to the cluster's coordinator while one
     /// is ready (SPEC.md §18.3).
     upstream_writer: Option<Writer>,
+    /// Held while that connection is ready; dropped, it makes the upstream
+    /// task leave the connection (`Report::UpstreamOpened`).
+    upstream_leave: Option<oneshot::Sender<()>>,
     /// The task that reaches and reads the cluster's coordinator.
     upstream_task: Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
     /// Whether this term said that the cluster's coordinator keeps no relay
@@ -326,7 +354,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     Err(error) => {
                         // Out of descriptors or memory: an immediate retry
                         // would fail the same way and spin.
-                        warn!(target: LOG_TARGET, %error, "cannot accept a connection");
+                        term_log!(M::LOG_TARGET, warn, %error, "cannot accept a connection");
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                     }
                 },
@@ -339,13 +367,13 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     let timer = expired.into_inner();
                     match &timer {
                         Timer::GraceWindow => {
-                            info!(target: LOG_TARGET, epoch = %self.epoch, "grace window over");
+                            term_log!(M::LOG_TARGET, info, epoch = %self.epoch, "grace window over");
                         }
                         Timer::Reuse { key, .. } => {
                             self.reuse_timer_of.remove(key);
                         }
                         Timer::RelayWindow { host, .. } => {
-                            debug!(target: LOG_TARGET, epoch = %self.epoch, %host, "a relay window is over (SPEC.md §18.2)");
+                            term_log!(M::LOG_TARGET, debug, epoch = %self.epoch, %host, "a relay window is over (SPEC.md §18.2)");
                         }
                     }
                     if let Err(end) = self.step(Event::TimerFired { timer }) {
@@ -358,7 +386,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     }
                     let served = now.duration_since(self.started);
                     if self.ending.ends_at_check(served, &self.needed()) {
-                        info!(target: LOG_TARGET, epoch = %self.epoch, "no client and no kept value left; ending the term (SPEC.md §16.4)");
+                        term_log!(M::LOG_TARGET, info, epoch = %self.epoch, "no client and no kept value left; ending the term (SPEC.md §16.4)");
                         break End::Stopped;
                     }
                 }
@@ -367,7 +395,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     if let Err(end) = self.step(Event::StopRequested) {
                         break end;
                     }
-                    info!(target: LOG_TARGET, epoch = %self.epoch, "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
+                    term_log!(M::LOG_TARGET, info, epoch = %self.epoch, "asked to stop inside the grace window; serving until it ends (SPEC.md §10.4)");
                 }
             }
         };
@@ -397,6 +425,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         }
         self.ending.connection_accepted();
         let task = tokio::spawn(connection_task::<L>(
+            M::LOG_TARGET,
             incoming,
             connection,
             self.hello.clone(),
@@ -430,21 +459,24 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 self.forget(connection);
                 self.step(Event::ConnectionClosed { connection })
             }
-            Report::UpstreamOpened { writer, relays } => {
+            Report::UpstreamOpened {
+                writer,
+                relays,
+                leave,
+            } => {
                 if !relays && !self.warned_no_relay_windows {
                     self.warned_no_relay_windows = true;
-                    warn!(target: LOG_TARGET, epoch = %self.epoch, "the cluster's coordinator keeps no relay windows: this host's flights are interrupted at once if this process dies (SPEC.md §18.1)");
+                    term_log!(M::LOG_TARGET, warn, epoch = %self.epoch, "the cluster's coordinator keeps no relay windows: this host's flights are interrupted at once if this process dies (SPEC.md §18.1)");
                 }
                 self.upstream_writer = Some(writer);
+                self.upstream_leave = Some(leave);
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Ready))
             }
             Report::UpstreamResponse(response) => self.step_machine(machine::Event::Upstream(
                 machine::Upstream::Response(response),
             )),
             Report::UpstreamLost => {
-                if let Some(writer) = self.upstream_writer.take() {
-                    writer.task.abort();
-                }
+                self.leave_upstream();
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Lost))
             }
             Report::Abandoned {
@@ -495,23 +527,42 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     if !self.still_holds() {
                         return Err(End::Lost);
                     }
-                    trace_response(connection, &response);
+                    trace_response(M::LOG_TARGET, connection, &response);
                     self.enqueue(connection, encoder.line(&response), &mut slow);
                 }
                 Order::Close { connection, reason } => {
-                    warn!(target: LOG_TARGET, ?connection, ?reason, "closing a connection");
+                    term_log!(
+                        M::LOG_TARGET,
+                        warn,
+                        ?connection,
+                        ?reason,
+                        "closing a connection"
+                    );
                     self.close_after_queued(connection);
                 }
                 Order::StartTimer { timer, after } => self.start_timer(timer, after),
                 Order::SendUpstream(request) => {
                     // The relay orders it only while a connection is ready
                     // (SPEC.md §18.3); one whose writer is gone is reported
-                    // lost by its reader.
+                    // lost by its reader, and so is one given up for its
+                    // backlog: the requests of the step meanwhile go nowhere,
+                    // as on a connection that broke.
                     if let Some(writer) = &self.upstream_writer {
                         let mut line = encode(&request).into_bytes();
                         line.push(b'\n');
-                        writer.queued.fetch_add(line.len(), Ordering::AcqRel);
-                        let _ = writer.lines.send(line);
+                        let unwritten = writer.queued.load(Ordering::Acquire);
+                        if backlog::upstream_admits(unwritten, line.len()) {
+                            writer.queued.fetch_add(line.len(), Ordering::AcqRel);
+                            let _ = writer.lines.send(line);
+                        } else {
+                            term_log!(
+                                M::LOG_TARGET,
+                                warn,
+                                limit = MAX_UPSTREAM_QUEUED_BYTES,
+                                "the cluster's coordinator does not read this host's requests; leaving it, and the host's processes replay on the next connection (SPEC.md §18.3)"
+                            );
+                            self.leave_upstream();
+                        }
                     }
                 }
                 // The last effect of its step: the coordinator ignores
@@ -522,7 +573,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 Order::EndTerm {
                     reason: EndReason::OutOfTokens,
                 } => {
-                    warn!(target: LOG_TARGET, epoch = %self.epoch, "this term has minted its last token; ending it (SPEC.md §8.9)");
+                    term_log!(M::LOG_TARGET, warn, epoch = %self.epoch, "this term has minted its last token; ending it (SPEC.md §8.9)");
                     return Err(End::Lost);
                 }
             }
@@ -531,8 +582,9 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         // §11.3: a client too slow to read loses its connection, after the
         // step, so that the effects of this event stay in order.
         for connection in slow.take() {
-            warn!(
-                target: LOG_TARGET,
+            term_log!(
+                M::LOG_TARGET,
+                warn,
                 ?connection,
                 limit = MAX_QUEUED_BYTES,
                 "closing a connection that does not read its responses"
@@ -543,11 +595,20 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         Ok(())
     }
 
+    /// Stops writing to the connection to the cluster's coordinator, and
+    /// makes its task leave it, which then reports it lost (SPEC.md §18.3).
+    fn leave_upstream(&mut self) {
+        if let Some(writer) = self.upstream_writer.take() {
+            writer.task.abort();
+        }
+        self.upstream_leave = None;
+    }
+
     /// Whether the term may still answer (SPEC.md §14.2); says so when not.
     fn still_holds(&self) -> bool {
         let holds = self.warrant.holds();
         if !holds {
-            warn!(target: LOG_TARGET, epoch = %self.epoch, "this term can no longer prove it holds; ending it before it answers");
+            term_log!(M::LOG_TARGET, warn, epoch = %self.epoch, "this term can no longer prove it holds; ending it before it answers");
         }
         holds
     }
@@ -629,11 +690,11 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
     /// §7.2, §11.1: the term and its listener must still be its own.
     fn check(&mut self) -> bool {
         if let Err(error) = self.term.check() {
-            warn!(target: LOG_TARGET, %error, "ending the term");
+            term_log!(M::LOG_TARGET, warn, %error, "ending the term");
             return false;
         }
         if let Err(error) = self.listener.check() {
-            warn!(target: LOG_TARGET, %error, "cannot listen any more; ending the term");
+            term_log!(M::LOG_TARGET, warn, %error, "cannot listen any more; ending the term");
             return false;
         }
         true
@@ -649,9 +710,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
             let _ = stop.send(());
             let _ = task.await;
         }
-        if let Some(writer) = self.upstream_writer.take() {
-            writer.task.abort();
-        }
+        self.leave_upstream();
         for reader in std::mem::take(&mut self.readers).into_values() {
             reader.abort();
         }
@@ -685,25 +744,25 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
             }
         }
         self.listener.close();
-        info!(target: LOG_TARGET, epoch = %self.epoch, clean, "term over");
+        term_log!(M::LOG_TARGET, info, epoch = %self.epoch, clean, "term over");
         self.term.resign(clean).await;
     }
 }
 
-fn trace_response(connection: ConnectionId, response: &Response) {
+fn trace_response(target: LogTarget, connection: ConnectionId, response: &Response) {
     match response {
         Response::Lead { id, token } => {
-            debug!(target: LOG_TARGET, ?connection, %id, %token, "lead")
+            term_log!(target, debug, ?connection, %id, %token, "lead")
         }
         Response::Joined { id, flight } => {
-            debug!(target: LOG_TARGET, ?connection, %id, %flight, "joined")
+            term_log!(target, debug, ?connection, %id, %flight, "joined")
         }
-        Response::Landed { id, .. } => debug!(target: LOG_TARGET, ?connection, %id, "landed"),
-        Response::Interrupted { id } => debug!(target: LOG_TARGET, ?connection, %id, "interrupted"),
-        Response::Rejected { id } => debug!(target: LOG_TARGET, ?connection, %id, "rejected"),
-        Response::Stop { id } => debug!(target: LOG_TARGET, ?connection, %id, "stop: nobody waits"),
+        Response::Landed { id, .. } => term_log!(target, debug, ?connection, %id, "landed"),
+        Response::Interrupted { id } => term_log!(target, debug, ?connection, %id, "interrupted"),
+        Response::Rejected { id } => term_log!(target, debug, ?connection, %id, "rejected"),
+        Response::Stop { id } => term_log!(target, debug, ?connection, %id, "stop: nobody waits"),
         Response::Reused { id, flight, .. } => {
-            debug!(target: LOG_TARGET, ?connection, %id, %flight, "reused")
+            term_log!(target, debug, ?connection, %id, %flight, "reused")
         }
         _ => {}
     }
@@ -711,6 +770,7 @@ fn trace_response(connection: ConnectionId, response: &Response) {
 
 /// One connection: handshake, then requests until it closes (SPEC.md §4).
 async fn connection_task<L: Listener>(
+    target: LogTarget,
     incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
@@ -719,7 +779,7 @@ async fn connection_task<L: Listener>(
     seeded: Seeded,
 ) {
     let (mut lines, writer, relay) =
-        match handshake::<L>(incoming, connection, hello, warrant, seeded).await {
+        match handshake::<L>(target, incoming, connection, hello, warrant, seeded).await {
             Ok(open) => open,
             Err(refused) => {
                 // The slot is freed, or failed handshakes would fill the table of
@@ -750,13 +810,13 @@ async fn connection_task<L: Listener>(
             Ok(line) => match decode_request(&line) {
                 Ok(request) => request,
                 Err(error) => {
-                    warn!(target: LOG_TARGET, ?connection, %error, "closing a connection that sent a malformed request (SPEC.md §3.7)");
+                    term_log!(target, warn, ?connection, %error, "closing a connection that sent a malformed request (SPEC.md §3.7)");
                     break;
                 }
             },
             Err(LineError::Closed) => break,
             Err(error) => {
-                warn!(target: LOG_TARGET, ?connection, %error, "closing a connection");
+                term_log!(target, warn, ?connection, %error, "closing a connection");
                 break;
             }
         };
@@ -788,6 +848,7 @@ enum NotOpened {
 /// Checks the peer and exchanges hellos (SPEC.md §4.2, §11.2); an error when
 /// the connection is refused or closed before it is open.
 async fn handshake<L: Listener>(
+    target: LogTarget,
     incoming: L::Incoming,
     connection: ConnectionId,
     hello: CoordinatorHello,
@@ -797,7 +858,7 @@ async fn handshake<L: Listener>(
     let Connection { reader, writer } = match L::establish(incoming).await {
         Ok(established) => established,
         Err(error) => {
-            warn!(target: LOG_TARGET, ?connection, %error, "refused a connection (SPEC.md §11.2)");
+            term_log!(target, warn, ?connection, %error, "refused a connection (SPEC.md §11.2)");
             return Err(NotOpened::Refused);
         }
     };
@@ -816,11 +877,11 @@ async fn handshake<L: Listener>(
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, lines.next()).await {
         Ok(Ok(line)) => line,
         Ok(Err(error)) => {
-            debug!(target: LOG_TARGET, ?connection, %error, "closed before its hello");
+            term_log!(target, debug, ?connection, %error, "closed before its hello");
             return Err(NotOpened::Left);
         }
         Err(_) => {
-            debug!(target: LOG_TARGET, ?connection, "no hello in time; closing");
+            term_log!(target, debug, ?connection, "no hello in time; closing");
             return Err(NotOpened::Refused);
         }
     };
@@ -831,13 +892,13 @@ async fn handshake<L: Listener>(
             if matches!(error, HandshakeError::Version(_)) {
                 let _ = lines_out.send(our_hello);
             }
-            warn!(target: LOG_TARGET, ?connection, %error, "refused a handshake");
+            term_log!(target, warn, ?connection, %error, "refused a handshake");
             return Err(NotOpened::Refused);
         }
     };
     let relay = client.relay.map(|relay| relay.host);
     if let Some(host) = &relay {
-        debug!(target: LOG_TARGET, ?connection, %host, "a host coordinator relays on this connection (SPEC.md §18.1)");
+        term_log!(target, debug, ?connection, %host, "a host coordinator relays on this connection (SPEC.md §18.1)");
     }
     // The writer subtracts every line it writes from `queued`, the hello too.
     queued.fetch_add(our_hello.len(), Ordering::AcqRel);
@@ -889,7 +950,7 @@ async fn relay_upstream<U: Upstream>(
                 continue;
             }
         };
-        info!(target: LOG_TARGET, epoch = %hello.epoch, pid = hello.pid, "relaying to the cluster's coordinator (SPEC.md §18.1)");
+        info!(target: RELAY_LOG_TARGET, epoch = %hello.epoch, pid = hello.pid, "relaying to the cluster's coordinator (SPEC.md §18.1)");
         let (lines_out, outgoing) = mpsc::unbounded_channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let task = tokio::spawn(write_lines(
@@ -904,40 +965,50 @@ async fn relay_upstream<U: Upstream>(
             queued,
             task,
         };
+        let (leave, mut left) = oneshot::channel();
         let opened = Report::UpstreamOpened {
             writer,
             relays: hello.relays,
+            leave,
         };
         if reports.send(opened).await.is_err() {
             return;
         }
         let mut draining = false;
         loop {
-            let line = if draining {
-                match tokio::time::timeout(DRAIN_IDLE, lines.next()).await {
-                    Ok(line) => line,
-                    Err(_) => break,
+            let drain = draining;
+            let lines = &mut lines;
+            let next = async move {
+                if drain {
+                    tokio::time::timeout(DRAIN_IDLE, lines.next()).await.ok()
+                } else {
+                    Some(lines.next().await)
                 }
-            } else {
-                tokio::select! {
-                    line = lines.next() => line,
-                    () = &mut gone => {
-                        info!(target: LOG_TARGET, "the cluster's coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
-                        draining = true;
-                        continue;
-                    }
+            };
+            let line = tokio::select! {
+                // The server gave the connection up (its backlog, §18.3):
+                // the relay learns of the loss from the report below.
+                _ = &mut left => break,
+                () = &mut gone, if !draining => {
+                    info!(target: RELAY_LOG_TARGET, "the cluster's coordinator's term is over; reading what it sent, then leaving it (SPEC.md §14.3)");
+                    draining = true;
+                    continue;
                 }
+                line = next => match line {
+                    Some(line) => line,
+                    None => break,
+                },
             };
             let response = match line {
                 Ok(line) => match decode_response(&line) {
                     Ok(response) => response,
                     Err(error) => {
-                        warn!(target: LOG_TARGET, %error, "the cluster's coordinator sent a malformed response; leaving it (SPEC.md §3.7)");
+                        warn!(target: RELAY_LOG_TARGET, %error, "the cluster's coordinator sent a malformed response; leaving it (SPEC.md §3.7)");
                         break;
                     }
                 },
                 Err(error) => {
-                    debug!(target: LOG_TARGET, %error, "the connection to the cluster's coordinator is gone");
+                    debug!(target: RELAY_LOG_TARGET, %error, "the connection to the cluster's coordinator is gone");
                     break;
                 }
             };
@@ -1287,6 +1358,12 @@ mod tests {
     /// the leader's `ack`.
     #[tokio::test]
     async fn s18_3_a_hosts_two_calls_of_one_key_are_one_party_at_the_cluster() {
+        a_hosts_two_calls_through_its_relay().await;
+    }
+
+    /// The scenario of the test above: a cluster's coordinator, a host term
+    /// that relays to it, and their callers, each stopped at the end.
+    async fn a_hosts_two_calls_through_its_relay() {
         let options = options(Duration::from_secs(1), Clock::System);
         let (cluster_connect, cluster_incoming) = mpsc::unbounded_channel();
         let cluster = start(
@@ -1323,6 +1400,166 @@ mod tests {
         host.done.await.unwrap();
         drop(cluster.stop);
         cluster.done.await.unwrap();
+    }
+
+    /// §13.1, §18.3: a host term logs under a target of its own: its
+    /// `coordinating` line and the answers it relays to its host's processes
+    /// are never lines of the coordinator's target, whose lines are exactly
+    /// the cluster coordinator's (its term and the answers it sent: the
+    /// host's one party leads, the other host's caller joins and receives
+    /// the land). Before the target of its own, the host term's lead,
+    /// joined and landed were logged as the coordinator's.
+    #[tokio::test]
+    async fn s13_1_a_host_term_logs_under_the_relays_target() {
+        use crate::shell::captured::Captured;
+        let (captured, _guard) = Captured::start();
+        a_hosts_two_calls_through_its_relay().await;
+        for (target, coordinating, lead, joined, landed) in
+            [(LOG_TARGET, 1, 1, 1, 1), (RELAY_LOG_TARGET, 0, 1, 1, 1)]
+        {
+            assert_eq!(
+                captured.count(target, "coordinating epoch="),
+                coordinating,
+                "{target}"
+            );
+            assert_eq!(captured.count(target, "lead "), lead, "{target}");
+            assert_eq!(captured.count(target, "joined "), joined, "{target}");
+            assert_eq!(captured.count(target, "landed "), landed, "{target}");
+        }
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "coordinating the host"),
+            1,
+            "{:#?}",
+            captured.lines()
+        );
+        assert_eq!(captured.count(LOG_TARGET, "coordinating the host"), 0);
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "relaying to the cluster's coordinator"),
+            1
+        );
+    }
+
+    /// A cluster's coordinator of these tests that answers the relay hello
+    /// and leads the first `leads` runs relayed to it, then reads nothing
+    /// more, as a coordinator whose host is cut off without a reset. It is
+    /// reached once; `reached` counts the attempts.
+    struct StalledUpstream {
+        leads: usize,
+        reached: Arc<AtomicUsize>,
+    }
+
+    impl Upstream for StalledUpstream {
+        type Reader = ReadHalf<DuplexStream>;
+        type Writer = WriteHalf<DuplexStream>;
+
+        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+            if self.reached.fetch_add(1, Ordering::AcqRel) > 0 {
+                return Err(Duration::from_secs(3600));
+            }
+            let (ours, theirs) = tokio::io::duplex(1 << 16);
+            let leads = self.leads;
+            tokio::spawn(async move {
+                let mut theirs = BufReader::new(theirs);
+                let mut line = String::new();
+                theirs.read_line(&mut line).await.unwrap();
+                let epoch = Epoch::new(5).unwrap();
+                let hello = CoordinatorHello {
+                    protocol: PROTOCOL_NAME.to_owned(),
+                    version: PROTOCOL_VERSION,
+                    epoch: epoch.to_string(),
+                    pid: 1,
+                    host: None,
+                    relays: true,
+                };
+                let mut answer = serde_json::to_string(&hello).unwrap();
+                answer.push('\n');
+                theirs.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                for sequence in 1..=leads {
+                    line.clear();
+                    theirs.read_line(&mut line).await.unwrap();
+                    let run: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    let token = crate::protocol::FencingToken::new(epoch, sequence as u32);
+                    let answer = format!(
+                        "{{\"op\":\"lead\",\"id\":{},\"token\":{}}}\n",
+                        run["id"],
+                        serde_json::to_string(&token.unwrap()).unwrap()
+                    );
+                    theirs.get_mut().write_all(answer.as_bytes()).await.unwrap();
+                }
+                // Held, never read again.
+                std::future::pending::<()>().await;
+            });
+            let (reader, writer) = tokio::io::split(ours);
+            let hello = crate::protocol::ClientHello::relaying(HostId::new("build-7").unwrap());
+            match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
+                super::super::upstream::Greeted::Answered {
+                    lines,
+                    writer,
+                    hello,
+                } => Ok(Reached {
+                    lines,
+                    writer,
+                    hello,
+                    gone: Box::pin(std::future::pending()),
+                }),
+                _ => panic!("the stalled coordinator greets the relay"),
+            }
+        }
+
+        /// It holds no term of the cluster.
+        async fn close(self) {}
+    }
+
+    /// §18.3: a host's leaders land values of a whole frame each to a
+    /// cluster's coordinator that reads nothing: the host coordinator
+    /// queues the lands up to `MAX_UPSTREAM_QUEUED_BYTES`, and the one past
+    /// it makes it leave the connection, take it for lost and close its
+    /// host's connections, so that their processes replay, and reach the
+    /// cluster again. Before the bound it queued every land, and its memory
+    /// grew with them.
+    #[tokio::test]
+    async fn s18_3_a_cluster_coordinator_that_does_not_read_is_left_at_the_upstreams_bound() {
+        let lands = MAX_UPSTREAM_QUEUED_BYTES / MAX_FRAME_BYTES + 1;
+        let options = options(Duration::from_secs(1), Clock::System);
+        let reached = Arc::new(AtomicUsize::new(0));
+        let (host_connect, host_incoming) = mpsc::unbounded_channel();
+        let host = start_relay(
+            Lapsing {
+                asks: Arc::new(AtomicUsize::new(usize::MAX)),
+            },
+            Pipes(host_incoming),
+            &options,
+            Lifetime::UntilStopped,
+            StalledUpstream {
+                leads: lands,
+                reached: reached.clone(),
+            },
+        );
+        let mut process = Client::connect(&host_connect).await;
+        for key in 0..lands {
+            process
+                .send(&format!(r#"{{"op":"run","id":"{key}","key":"k{key}"}}"#))
+                .await;
+            assert!(matches!(process.response().await, Response::Lead { .. }));
+        }
+        let value = "v".repeat(MAX_FRAME_BYTES - 64 * 1024);
+        for key in 0..lands {
+            process
+                .send(&format!(
+                    r#"{{"op":"land","id":"{key}","outcome":{{"value":"{value}"}}}}"#
+                ))
+                .await;
+        }
+        assert_eq!(
+            process.line().await,
+            None,
+            "the host's connection is closed, unanswered"
+        );
+        while reached.load(Ordering::Acquire) < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(host.stop);
+        host.done.await.unwrap();
     }
 
     /// §10.4, §8.9: a term asked to stop inside its grace window serves the

@@ -6,14 +6,15 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info, warn};
 
 use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::server::{self, Lifetime, Serving};
+use super::outage::Outage;
+use super::server::{self, Lifetime, RELAY_LOG_TARGET, Serving};
 use crate::backend::{Backend, Upper};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
@@ -91,7 +92,7 @@ impl<B: Backend> Upstream for Opening<B> {
                     self.options.clone(),
                 )),
                 Err(error) => {
-                    warn!(%error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
+                    warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
                     return Err(REOPEN_PAUSE);
                 }
             },
@@ -173,6 +174,9 @@ pub(super) struct Reaching<E, T> {
     options: Options,
     /// The cluster's term this process serves, if it won one.
     serving: Option<Serving>,
+    /// Whether the cluster's election is out, for one line of log per
+    /// outage and the pauses between attempts through it (§18.5).
+    outage: Outage,
 }
 
 impl<E, T> Reaching<E, T>
@@ -182,12 +186,32 @@ where
 {
     pub(super) fn new(election: E, transport: T, hello: ClientHello, options: Options) -> Self {
         Reaching {
+            outage: Outage::new(options.poll_interval),
             election,
             transport,
             hello,
             options,
             serving: None,
         }
+    }
+
+    /// The cluster's election answered: says so when it was out (§18.5).
+    fn answered(&mut self) {
+        if let Some(after) = self.outage.answered(Instant::now()) {
+            info!(target: RELAY_LOG_TARGET, ?after, "the cluster's election answers again; relaying as before (SPEC.md §18.5)");
+        }
+    }
+
+    /// The cluster's election is out (§14.6) while this process `tried`:
+    /// a warning when the outage begins, not at every attempt (§18.5). The
+    /// pause before the next attempt.
+    fn out(&mut self, tried: &str, error: &E::Error) -> Duration {
+        if self.outage.failed(Instant::now()) {
+            warn!(target: RELAY_LOG_TARGET, %error, "{tried}; trying again until the cluster's election answers (SPEC.md §18.5)");
+        } else {
+            debug!(target: RELAY_LOG_TARGET, %error, "the cluster's election is still out");
+        }
+        self.outage.pause()
     }
 
     /// Connects to the coordinator the election names and greets it with the
@@ -207,11 +231,11 @@ where
         let connection = match connected {
             Ok(connection) => connection,
             Err(ConnectError::Unreachable(error)) => {
-                debug!(%error, "no coordinator of the cluster answers");
+                debug!(target: RELAY_LOG_TARGET, %error, "no coordinator of the cluster answers");
                 return Ok(None);
             }
             Err(error) => {
-                warn!(%error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
+                warn!(target: RELAY_LOG_TARGET, %error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
                 return Err(poll);
             }
         };
@@ -249,18 +273,25 @@ where
             .as_ref()
             .is_some_and(|serving| serving.done.is_finished())
         {
-            info!("this host's term of the cluster is over; campaigning again");
+            info!(target: RELAY_LOG_TARGET, "this host's term of the cluster is over; campaigning again");
             self.serving = None;
         }
         match self.election.coordinator().await {
             Ok(Some(address)) => {
+                self.answered();
                 if let Some(reached) = self.connect(address).await? {
                     return Ok(reached);
                 }
             }
-            Ok(None) => debug!("no coordinator of the cluster serves"),
+            Ok(None) => {
+                self.answered();
+                debug!(target: RELAY_LOG_TARGET, "no coordinator of the cluster serves");
+            }
+            Err(error) if E::is_outage(&error) => {
+                return Err(self.out("cannot find the cluster's coordinator", &error));
+            }
             Err(error) => {
-                warn!(%error, "cannot find the cluster's coordinator");
+                warn!(target: RELAY_LOG_TARGET, %error, "cannot find the cluster's coordinator");
                 return Err(poll);
             }
         }
@@ -269,7 +300,11 @@ where
         if self.serving.is_some() {
             return Err(poll);
         }
-        match self.election.campaign().await {
+        let campaign = self.election.campaign().await;
+        if campaign.is_ok() {
+            self.answered();
+        }
+        match campaign {
             Ok(Some(term)) => match self.transport.listen() {
                 Ok(listener) => {
                     self.serving = Some(server::start(term, listener, &self.options));
@@ -277,14 +312,17 @@ where
                     Err(Duration::ZERO)
                 }
                 Err(error) => {
-                    warn!(epoch = %term.epoch(), %error, "won the cluster's election but cannot serve; resigning");
+                    warn!(target: RELAY_LOG_TARGET, epoch = %term.epoch(), %error, "won the cluster's election but cannot serve; resigning");
                     term.resign(false).await;
                     Err(poll)
                 }
             },
             Ok(None) => Err(poll),
+            Err(error) if E::is_outage(&error) => {
+                Err(self.out("cannot elect the cluster's coordinator", &error))
+            }
             Err(error) => {
-                warn!(%error, "cannot elect the cluster's coordinator");
+                warn!(target: RELAY_LOG_TARGET, %error, "cannot elect the cluster's coordinator");
                 Err(poll)
             }
         }
@@ -444,6 +482,119 @@ mod tests {
             seeded: Seeded::NONE,
             clock: Clock::System,
         }
+    }
+
+    /// An outage of etcd as the cluster's election reports it (§14.6).
+    #[derive(Debug)]
+    struct EtcdOut;
+
+    impl std::fmt::Display for EtcdOut {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("no etcd member answers")
+        }
+    }
+
+    impl std::error::Error for EtcdOut {}
+
+    /// A cluster's election that answers as it is told, one answer per ask,
+    /// and in which another process always holds the term.
+    struct Scripted {
+        /// `true`: the next ask is answered (nobody serves, or another
+        /// process won); `false`: etcd is out.
+        answers: std::collections::VecDeque<bool>,
+    }
+
+    impl Scripted {
+        fn answer(&mut self) -> Result<(), EtcdOut> {
+            match self.answers.pop_front() {
+                Some(true) => Ok(()),
+                Some(false) => Err(EtcdOut),
+                None => panic!("asked more than the script says"),
+            }
+        }
+    }
+
+    impl Election for Scripted {
+        type Address = ();
+        type Term = <crate::election::local::LocalElection as Election>::Term;
+        type Error = EtcdOut;
+
+        async fn coordinator(&mut self) -> Result<Option<()>, EtcdOut> {
+            self.answer().map(|()| None)
+        }
+
+        async fn campaign(&mut self) -> Result<Option<Self::Term>, EtcdOut> {
+            self.answer().map(|()| None)
+        }
+
+        fn is_outage(_error: &EtcdOut) -> bool {
+            true
+        }
+    }
+
+    /// §18.5: a host coordinator whose cluster's election is out warns once
+    /// when an outage begins and says once when it is over, however many
+    /// attempts it makes meanwhile; its pauses double from the poll
+    /// interval as `serve`'s do (§13.5), and start again from it once the
+    /// election answers. An outage that begins at the campaign, after the
+    /// look for the coordinator was answered, is an outage as well. Before,
+    /// every attempt logged a warning and paused one poll interval.
+    #[tokio::test]
+    async fn s18_5_a_host_coordinator_logs_one_line_per_outage_of_the_clusters_election() {
+        use crate::shell::captured::Captured;
+        let (captured, _guard) = Captured::start();
+        let scratch = Scratch::new("outage");
+        std::fs::create_dir_all(&scratch.0).unwrap();
+        let options = options();
+        let poll = options.poll_interval;
+        // Each attempt asks for the coordinator, and, when that is
+        // answered, campaigns.
+        let script = [
+            false, // outage 1 begins
+            false, false, true, // outage 1 over
+            true, false, // outage 2 begins
+            true,  // outage 2 over
+            false, // outage 3 begins, at the campaign
+            true,  // outage 3 over
+            true,
+        ];
+        let mut reaching = Reaching::new(
+            Scripted {
+                answers: script.into_iter().collect(),
+            },
+            UnixTransport::new(&scratch.0).unwrap(),
+            ClientHello::relaying(HostId::new("build-7").unwrap()),
+            options,
+        );
+        let mut pauses = Vec::new();
+        for _ in 0..7 {
+            match reaching.reach().await {
+                Ok(_) => panic!("nobody serves the cluster"),
+                Err(pause) => pauses.push(pause),
+            }
+        }
+        assert_eq!(
+            pauses,
+            [poll * 2, poll * 4, poll * 8, poll, poll * 2, poll * 2, poll]
+        );
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "cannot find the cluster's coordinator;"),
+            2,
+            "{:#?}",
+            captured.lines()
+        );
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "cannot elect the cluster's coordinator;"),
+            1
+        );
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "the cluster's election answers again"),
+            3
+        );
+        assert_eq!(
+            captured.count(RELAY_LOG_TARGET, "the cluster's election is still out"),
+            2
+        );
     }
 
     /// §18.3, §18.4: the host coordinator of a directory finds no
