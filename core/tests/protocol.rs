@@ -9,13 +9,15 @@ use proptest::prelude::*;
 use single_flight_core::fuzzing;
 use single_flight_core::protocol::limits::{
     MAX_FRAME_BYTES, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_NESTING_DEPTH, MAX_OP_BYTES,
-    MAX_OUTCOME_BYTES, MAX_REUSE_WINDOW_MS, OUTCOME_ENVELOPE_BYTES, STATUS_ENVELOPE_BYTES,
+    MAX_OUTCOME_BYTES, MAX_REASON_BYTES, MAX_REUSE_WINDOW_MS, OUTCOME_ENVELOPE_BYTES,
+    STATUS_ENVELOPE_BYTES,
 };
 use single_flight_core::protocol::{
     ClientHello, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken,
     FlightStatus, FrameError, HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome,
-    PROTOCOL_VERSION, ProtocolVersionError, Request, RequestId, Response, ReuseWindow, TokenError,
-    decode_client_hello, decode_coordinator_hello, decode_request, decode_response, encode,
+    PROTOCOL_VERSION, ProtocolVersionError, Reason, Request, RequestId, Response, ReuseWindow,
+    TokenError, decode_client_hello, decode_coordinator_hello, decode_request, decode_response,
+    encode,
 };
 
 fn id(text: &str) -> RequestId {
@@ -200,6 +202,38 @@ fn detach_stop_and_reused() {
         decode_response(br#"{"op":"reused","id":"4","outcome":{"value":"1"}}"#),
         Err(DecodeError::MissingField { field: "flight" })
     );
+}
+
+/// §18.3: a host coordinator's `unavailable`, its reason required, not
+/// empty and bounded.
+#[test]
+fn unavailable_carries_its_reason() {
+    assert_response_line(
+        Response::Unavailable {
+            id: id("5"),
+            reason: Reason::new("etcd refused \"ci\"").unwrap(),
+        },
+        r#"{"op":"unavailable","id":"5","reason":"etcd refused \"ci\""}"#,
+    );
+    assert_eq!(
+        decode_response(br#"{"op":"unavailable","id":"5"}"#),
+        Err(DecodeError::MissingField { field: "reason" })
+    );
+    assert_eq!(
+        decode_response(br#"{"op":"unavailable","id":"5","reason":""}"#),
+        Err(DecodeError::Empty { field: "reason" })
+    );
+    let long = format!(
+        r#"{{"op":"unavailable","id":"5","reason":"{}"}}"#,
+        "x".repeat(MAX_REASON_BYTES + 1)
+    );
+    assert!(matches!(
+        decode_response(long.as_bytes()),
+        Err(DecodeError::TooLong {
+            field: "reason",
+            ..
+        })
+    ));
 }
 
 /// §3.2, §3.4: `land` with a value outcome.

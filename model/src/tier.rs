@@ -951,7 +951,12 @@ impl Step<'_> {
                     }
                 }
             }
-            Resolution::Reused { .. } | Resolution::Unsupported | Resolution::Cycle { .. } => {
+            // The model's host coordinators always reach the cluster in the
+            // end; no attempt of theirs fails (SPEC.md §18.3, "Unavailable").
+            Resolution::Reused { .. }
+            | Resolution::Unsupported
+            | Resolution::Cycle { .. }
+            | Resolution::Unavailable { .. } => {
                 self.state.violations.insert(Violation::UnexpectedAnswer);
             }
         }

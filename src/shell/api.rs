@@ -417,6 +417,14 @@ impl<'a> Started<'a> {
                     keys: keys.iter().map(|key| key.as_str().to_owned()).collect(),
                 }));
             }
+            // §18.3: the host's coordinator could not reach the cluster;
+            // the call ends as a direct one does when no coordinator can be
+            // had (§14.6).
+            Resolution::Unavailable { reason } => {
+                return Answer::Done(Err(RunError::Unavailable(Arc::new(
+                    Unavailable::Host(reason.as_str().to_owned()),
+                ))));
+            }
             Resolution::Unsupported => return Answer::Done(Err(RunError::Protocol {
                 key,
                 reason: "the coordinator answered that it does not support a run; it does not speak this protocol correctly".into(),

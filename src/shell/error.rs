@@ -50,6 +50,11 @@ pub enum Unavailable {
     /// certificate is not one of the cluster's.
     #[error("{0}")]
     Rejected(io::Error),
+    /// This host's coordinator could not reach the cluster for the call
+    /// (SPEC.md §18.3): its reason names what refused it or what is out of
+    /// reach, as a direct process's error would.
+    #[error("this host's coordinator cannot reach the cluster: {0}")]
+    Host(String),
     /// The `SingleFlight` this call belongs to was shut down, or its thread
     /// stopped.
     #[error("this SingleFlight has shut down; open a new one")]

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::coordinator::{self, ConnectionId, Coordinator, EndReason, Timer};
-use crate::protocol::{Request, Response};
+use crate::protocol::{Reason, Request, Response};
 use crate::relay::{self, Relay};
 
 /// A fact the server reports to its machine, in the order it happened.
@@ -30,6 +30,8 @@ pub(super) enum Upstream {
     Response(Response),
     /// It is gone.
     Lost,
+    /// An attempt to reach one failed, for this reason (SPEC.md §18.3).
+    Unavailable(Reason),
 }
 
 /// What the server carries out, in the order given.
@@ -229,6 +231,9 @@ impl Machine for Relaying {
                 relay::Event::UpstreamResponse(response)
             }
             Event::Upstream(Upstream::Lost) => relay::Event::UpstreamLost,
+            Event::Upstream(Upstream::Unavailable(reason)) => {
+                relay::Event::UpstreamUnavailable { reason }
+            }
         };
         self.relay.step_into(event, &mut self.effects);
         orders.extend(self.effects.drain(..).map(|effect| match effect {

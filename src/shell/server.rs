@@ -22,7 +22,7 @@ use super::lines::{LineError, Lines};
 use super::machine::{self, Coordinating, LogTarget, Machine, Order, Relaying};
 use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
-use super::upstream::{NoUpstream, Reached, Upstream};
+use super::upstream::{NoUpstream, Reached, Unreached, Upstream};
 use crate::client::connector::DRAIN_IDLE;
 pub(super) use crate::coordinator::Lifetime;
 use crate::coordinator::{
@@ -31,7 +31,7 @@ use crate::coordinator::{
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
     CoordinatorHello, Epoch, HandshakeError, HostId, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
-    PROTOCOL_NAME, PROTOCOL_VERSION, Response, decode_client_hello, decode_request,
+    PROTOCOL_NAME, PROTOCOL_VERSION, Reason, Response, decode_client_hello, decode_request,
     decode_response, encode, limits::MAX_FRAME_BYTES,
 };
 use crate::relay::Relay;
@@ -130,6 +130,9 @@ enum Report {
     UpstreamResponse(Response),
     /// The connection to the cluster's coordinator is gone.
     UpstreamLost,
+    /// An attempt to reach the cluster's coordinator failed, for this
+    /// reason (SPEC.md §18.3, "Unavailable").
+    UpstreamUnavailable(Reason),
     /// The connection was refused or closed before it opened. `refused` when
     /// this side refused it (the transport's check of the peer, or its
     /// hello), not when the peer left before its hello (SPEC.md §8.11).
@@ -479,6 +482,9 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 self.leave_upstream();
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Lost))
             }
+            Report::UpstreamUnavailable(reason) => self.step_machine(machine::Event::Upstream(
+                machine::Upstream::Unavailable(reason),
+            )),
             Report::Abandoned {
                 connection,
                 refused,
@@ -945,7 +951,17 @@ async fn relay_upstream<U: Upstream>(
             mut gone,
         } = match upstream.reach().await {
             Ok(reached) => reached,
-            Err(pause) => {
+            Err(Unreached { pause, error }) => {
+                if let Some(error) = error {
+                    let reason = Reason::lossy(&error);
+                    if reports
+                        .send(Report::UpstreamUnavailable(reason))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
                 tokio::time::sleep(pause).await;
                 continue;
             }
@@ -1326,7 +1342,7 @@ mod tests {
         type Reader = ReadHalf<DuplexStream>;
         type Writer = WriteHalf<DuplexStream>;
 
-        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
             let (ours, theirs) = tokio::io::duplex(1 << 16);
             self.connect.send(theirs).expect("the cluster listens");
             let (reader, writer) = tokio::io::split(ours);
@@ -1452,9 +1468,9 @@ mod tests {
         type Reader = ReadHalf<DuplexStream>;
         type Writer = WriteHalf<DuplexStream>;
 
-        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+        async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
             if self.reached.fetch_add(1, Ordering::AcqRel) > 0 {
-                return Err(Duration::from_secs(3600));
+                return Err(Unreached::missed(Duration::from_secs(3600)));
             }
             let (ours, theirs) = tokio::io::duplex(1 << 16);
             let leads = self.leads;

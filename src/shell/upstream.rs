@@ -81,7 +81,7 @@ impl<B: Backend> Upstream for Opening<B> {
     type Reader = <B::Transport as Transport>::Reader;
     type Writer = <B::Transport as Transport>::Writer;
 
-    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
         let reaching = match &mut self.reaching {
             Some(reaching) => reaching,
             None => match self.backend.open(self.options.poll_interval).await {
@@ -93,7 +93,7 @@ impl<B: Backend> Upstream for Opening<B> {
                 )),
                 Err(error) => {
                     warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
-                    return Err(REOPEN_PAUSE);
+                    return Err(Unreached::failed(REOPEN_PAUSE, &error));
                 }
             },
         };
@@ -127,17 +127,43 @@ pub(super) trait Upstream: Send + 'static {
     type Reader: AsyncRead + Unpin + Send + 'static;
     type Writer: AsyncWrite + Unpin + Send + 'static;
 
-    /// One attempt: the connection, greeted with the relay hello, or the
-    /// pause before the next attempt.
+    /// One attempt: the connection, greeted with the relay hello, or why
+    /// not and the pause before the next attempt.
     fn reach(
         &mut self,
-    ) -> impl Future<Output = Result<Reached<Self::Reader, Self::Writer>, Duration>> + Send;
+    ) -> impl Future<Output = Result<Reached<Self::Reader, Self::Writer>, Unreached>> + Send;
 
     /// Ends what this upstream holds when its host term ends: the cluster's
     /// term it serves, if it won one, ends as a stopped term does (§10.4),
     /// its last answers written and its end recorded, before the process
     /// that serves it can exit.
     fn close(self) -> impl Future<Output = ()> + Send;
+}
+
+/// Why an attempt did not reach the cluster's coordinator, and the pause
+/// before the next.
+pub(super) struct Unreached {
+    pub(super) pause: Duration,
+    /// The error that ends the host's calls that wait to be sent
+    /// (SPEC.md §18.3, "Unavailable"), as a direct process's waiting calls
+    /// end when an attempt fails (§14.6); `None` when the attempt found
+    /// nobody to reach, whom the next one may find.
+    pub(super) error: Option<String>,
+}
+
+impl Unreached {
+    /// Nobody to reach this time.
+    pub(super) fn missed(pause: Duration) -> Unreached {
+        Unreached { pause, error: None }
+    }
+
+    /// The attempt failed with `error`.
+    pub(super) fn failed(pause: Duration, error: impl std::fmt::Display) -> Unreached {
+        Unreached {
+            pause,
+            error: Some(error.to_string()),
+        }
+    }
 }
 
 /// The upstream of a term that does not relay: the coordinator's. It has
@@ -148,7 +174,7 @@ impl Upstream for NoUpstream {
     type Reader = tokio::io::Empty;
     type Writer = tokio::io::Sink;
 
-    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Duration> {
+    async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
         match *self {}
     }
 
@@ -219,14 +245,14 @@ where
     async fn connect(
         &mut self,
         address: E::Address,
-    ) -> Result<Option<Reached<T::Reader, T::Writer>>, Duration> {
+    ) -> Result<Option<Reached<T::Reader, T::Writer>>, Unreached> {
         let poll = self.options.poll_interval;
         // §14.3: a coordinator whose key goes while the connection is made
         // is no longer the one to reach; look again at once.
         let mut gone: Gone = Box::pin(self.election.coordinator_gone());
         let connected = tokio::select! {
             connected = self.transport.connect(&address) => connected,
-            () = &mut gone => return Err(Duration::ZERO),
+            () = &mut gone => return Err(Unreached::missed(Duration::ZERO)),
         };
         let connection = match connected {
             Ok(connection) => connection,
@@ -236,7 +262,10 @@ where
             }
             Err(error) => {
                 warn!(target: RELAY_LOG_TARGET, %error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
-                return Err(poll);
+                return Err(Unreached::failed(
+                    poll,
+                    format_args!("refusing the cluster's coordinator: {error}"),
+                ));
             }
         };
         match greet(connection, &self.hello).await {
@@ -253,7 +282,8 @@ where
             Greeted::Nobody => Ok(None),
             // Said by `greet`; a coordinator of another version or one that
             // refuses this process is asked again after a pause.
-            Greeted::Rejected(_) | Greeted::Unusable(_) => Err(HANDSHAKE_TIMEOUT / 4),
+            Greeted::Rejected(error) => Err(Unreached::failed(HANDSHAKE_TIMEOUT / 4, &error)),
+            Greeted::Unusable(error) => Err(Unreached::failed(HANDSHAKE_TIMEOUT / 4, &error)),
         }
     }
 }
@@ -266,7 +296,7 @@ where
     type Reader = T::Reader;
     type Writer = T::Writer;
 
-    async fn reach(&mut self) -> Result<Reached<T::Reader, T::Writer>, Duration> {
+    async fn reach(&mut self) -> Result<Reached<T::Reader, T::Writer>, Unreached> {
         let poll = self.options.poll_interval;
         if self
             .serving
@@ -288,17 +318,18 @@ where
                 debug!(target: RELAY_LOG_TARGET, "no coordinator of the cluster serves");
             }
             Err(error) if E::is_outage(&error) => {
-                return Err(self.out("cannot find the cluster's coordinator", &error));
+                let pause = self.out("cannot find the cluster's coordinator", &error);
+                return Err(Unreached::failed(pause, &error));
             }
             Err(error) => {
                 warn!(target: RELAY_LOG_TARGET, %error, "cannot find the cluster's coordinator");
-                return Err(poll);
+                return Err(Unreached::failed(poll, &error));
             }
         }
         // §7.2 item 3: a process that holds a term never campaigns again; it
         // waits to reach its own listener.
         if self.serving.is_some() {
-            return Err(poll);
+            return Err(Unreached::missed(poll));
         }
         let campaign = self.election.campaign().await;
         if campaign.is_ok() {
@@ -309,21 +340,22 @@ where
                 Ok(listener) => {
                     self.serving = Some(server::start(term, listener, &self.options));
                     // It reaches itself at once, as any host does.
-                    Err(Duration::ZERO)
+                    Err(Unreached::missed(Duration::ZERO))
                 }
                 Err(error) => {
                     warn!(target: RELAY_LOG_TARGET, epoch = %term.epoch(), %error, "won the cluster's election but cannot serve; resigning");
                     term.resign(false).await;
-                    Err(poll)
+                    Err(Unreached::missed(poll))
                 }
             },
-            Ok(None) => Err(poll),
+            Ok(None) => Err(Unreached::missed(poll)),
             Err(error) if E::is_outage(&error) => {
-                Err(self.out("cannot elect the cluster's coordinator", &error))
+                let pause = self.out("cannot elect the cluster's coordinator", &error);
+                Err(Unreached::failed(pause, &error))
             }
             Err(error) => {
                 warn!(target: RELAY_LOG_TARGET, %error, "cannot elect the cluster's coordinator");
-                Err(poll)
+                Err(Unreached::failed(poll, &error))
             }
         }
     }
@@ -570,7 +602,7 @@ mod tests {
         for _ in 0..7 {
             match reaching.reach().await {
                 Ok(_) => panic!("nobody serves the cluster"),
-                Err(pause) => pauses.push(pause),
+                Err(unreached) => pauses.push(unreached.pause),
             }
         }
         assert_eq!(

@@ -691,13 +691,16 @@ fn s14_5_a_client_of_another_ca_is_refused_with_the_reason() {
             ("SF_KEY", "k"),
             ("SF_CERT", "other-client"),
             ("SF_DEADLINE_MS", "20000"),
-            // A host coordinator refused by the cluster's coordinator does
-            // not yet tell its host's callers why (SPEC.md §18.5).
-            ("SF_DIRECT", "1"),
         ],
     );
     let result = world.result(stranger);
     assert!(result.starts_with("unavailable "), "{result}");
+    // §18.3: the stranger is its host's coordinator, which the cluster's
+    // refused; its call is told so by its host's relay.
+    assert!(
+        result.contains("this host's coordinator cannot reach the cluster"),
+        "{result}"
+    );
     assert!(
         result.to_lowercase().contains("certificate") || result.contains("CA"),
         "the reason names the certificate: {result}"

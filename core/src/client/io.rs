@@ -1,6 +1,8 @@
 //! What goes into the client state machine and what comes out (SPEC.md §9.1).
 
-use crate::protocol::{FencingToken, Key, Outcome, Request, RequestId, Response, ReuseWindow};
+use crate::protocol::{
+    FencingToken, Key, Outcome, Reason, Request, RequestId, Response, ReuseWindow,
+};
 
 /// One call of this process, numbered by the shell; its decimal text is the
 /// request id on the wire (SPEC.md §3.1, §9.1). Never reused within a process.
@@ -169,5 +171,11 @@ pub enum Resolution {
     Cycle {
         /// The keys of the cycle, the parent's first, then the call's own.
         keys: Vec<Key>,
+    },
+    /// The host's coordinator could not reach the cluster for the call
+    /// (SPEC.md §18.3): it ends as when no coordinator can be had (§14.6).
+    Unavailable {
+        /// Why, as the host coordinator said.
+        reason: Reason,
     },
 }

@@ -185,6 +185,11 @@ impl Client {
             (CallState::Asked | CallState::Joined { .. }, Response::Cycle { keys, .. }) => {
                 Resolution::Cycle { keys }
             }
+            // §18.3: the host's coordinator could not send the run or
+            // rejoin on to the cluster.
+            (CallState::Asked | CallState::Joined { .. }, Response::Unavailable { reason, .. }) => {
+                Resolution::Unavailable { reason }
+            }
             // §15.3: nobody waits for the detached flight any more. A land
             // on the way is refused; there is nobody to hand it to.
             (CallState::Detached { .. }, Response::Stop { .. }) => {

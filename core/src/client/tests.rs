@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::protocol::{
-    Epoch, FencingToken, Key, Outcome, Request, RequestId, Response, ReuseWindow,
+    Epoch, FencingToken, Key, Outcome, Reason, Request, RequestId, Response, ReuseWindow,
 };
 
 fn id(n: u64) -> RequestId {
@@ -750,6 +750,44 @@ fn a_nested_call_carries_its_parent_and_resolves_a_cycle() {
             resolution: Resolution::Cycle { keys },
         }]
     );
+}
+
+/// §18.3: a call that asked, or rejoins, ends `Unavailable` with the host
+/// coordinator's reason; a leader is not told it.
+#[test]
+fn a_run_the_host_could_not_send_on_ends_unavailable() {
+    let mut client = connected();
+    start(&mut client, 1);
+    start(&mut client, 2);
+    receive(
+        &mut client,
+        Response::Lead {
+            id: id(2),
+            token: token(1),
+        },
+    );
+    let reason = Reason::new("the cluster refused this host").unwrap();
+    assert_eq!(
+        receive(
+            &mut client,
+            Response::Unavailable {
+                id: id(1),
+                reason: reason.clone(),
+            }
+        ),
+        vec![Effect::Resolve {
+            call: CallId(1),
+            resolution: Resolution::Unavailable {
+                reason: reason.clone()
+            },
+        }]
+    );
+    assert_eq!(
+        receive(&mut client, Response::Unavailable { id: id(2), reason }),
+        vec![],
+        "the leader's work runs on"
+    );
+    assert_eq!(client.calls_in_progress(), 1);
 }
 
 /// §10.1: only a call that asked, joined, or leads detached waits for an

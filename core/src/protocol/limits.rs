@@ -44,6 +44,13 @@ pub const MAX_OUTCOME_BYTES: usize = MAX_FRAME_BYTES - OUTCOME_ENVELOPE_BYTES;
 /// version may add, and costs 0.4 % of the frame.
 pub const OUTCOME_ENVELOPE_BYTES: usize = 32 * 1024;
 
+/// Longest `reason` of an `unavailable` answer, in bytes (SPEC.md §18.3):
+/// an error message of the host coordinator's, which names a user, a key, a
+/// file or a certificate in some hundred bytes. A longer one is cut at a
+/// character's end, so that what a relay echoes to every waiting call stays
+/// small beside any frame.
+pub const MAX_REASON_BYTES: usize = 4096;
+
 /// Longest `op`, in bytes. An `op` is matched against a handful of names;
 /// anything longer is no op of any version, and would only be echoed back in
 /// errors. It is the id's limit, so that the envelope of a message has one

@@ -27,7 +27,7 @@ use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
 use super::limits::{
-    MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES,
+    MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REASON_BYTES,
     MAX_REUSE_WINDOW_MS,
 };
 use super::token::FencingToken;
@@ -41,6 +41,12 @@ pub struct Key(Arc<str>);
 /// Any UTF-8 text of 1 to [`MAX_ID_BYTES`] bytes.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(Arc<str>);
+
+/// Why a host coordinator cannot reach the cluster, as an `unavailable`
+/// answer carries it (SPEC.md §18.3). Any UTF-8 text of 1 to
+/// [`MAX_REASON_BYTES`] bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Reason(Arc<str>);
 
 macro_rules! bounded_text {
     ($type:ident, $field:literal, $max:ident) => {
@@ -89,6 +95,24 @@ macro_rules! bounded_text {
 
 bounded_text!(Key, "key", MAX_KEY_BYTES);
 bounded_text!(RequestId, "id", MAX_ID_BYTES);
+bounded_text!(Reason, "reason", MAX_REASON_BYTES);
+
+impl Reason {
+    /// `text` as a reason: cut at the last character that ends within
+    /// [`MAX_REASON_BYTES`], and a placeholder for empty text, so that any
+    /// error message of this process can be sent.
+    pub fn lossy(text: &str) -> Reason {
+        let mut end = text.len().min(MAX_REASON_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = match &text[..end] {
+            "" => "no reason was given",
+            cut => cut,
+        };
+        Reason(Arc::from(text))
+    }
+}
 
 /// A leader's error as text, because an error value cannot cross a process
 /// boundary (SPEC.md §3.4).
@@ -372,6 +396,16 @@ pub enum Response {
         /// [`MAX_CYCLE_KEYS`] of them.
         keys: Vec<Key>,
     },
+    /// Extension (SPEC.md §18.3): a host coordinator could not reach the
+    /// cluster for this `run` (the run waited for it, and was not sent),
+    /// for `reason`. Final: the call ends as a direct process's ends when
+    /// no coordinator can be had (§14.6).
+    Unavailable {
+        /// The id of the `run`.
+        id: RequestId,
+        /// The host coordinator's error, as it logged it.
+        reason: Reason,
+    },
     /// The answer to `status` (SPEC.md §3.5).
     Status {
         /// The id of the `status` request.
@@ -507,6 +541,7 @@ impl Response {
             | Response::Stop { id }
             | Response::Reused { id, .. }
             | Response::Cycle { id, .. }
+            | Response::Unavailable { id, .. }
             | Response::Status { id, .. } => id,
         }
     }
@@ -655,6 +690,10 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
         "cycle" => Response::Cycle {
             id,
             keys: cycle_keys(message.keys.take())?,
+        },
+        "unavailable" => Response::Unavailable {
+            id,
+            reason: Reason::new(text(message.reason.take(), "reason")?)?,
         },
         "status" => Response::Status {
             id,
@@ -863,6 +902,7 @@ struct MessageFields<'a> {
     reuse: Option<Json<'a>>,
     parent: Option<Json<'a>>,
     keys: Option<Json<'a, Skipped, KeyList>>,
+    reason: Option<Json<'a>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -902,6 +942,7 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "reuse" => member(map, &mut self.reuse),
             "parent" => member(map, &mut self.parent),
             "keys" => member(map, &mut self.keys),
+            "reason" => member(map, &mut self.reason),
             _ => skip(map),
         }
     }

@@ -17,7 +17,7 @@ pub use handshake::{
 };
 pub use message::{
     CoordinatorStats, Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome,
-    Request, RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request, decode_response,
-    encode, encoded_len,
+    Reason, Request, RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request,
+    decode_response, encode, encoded_len,
 };
 pub use token::{Epoch, FencingToken, TokenError};

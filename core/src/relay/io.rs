@@ -3,7 +3,7 @@
 //! are the coordinator's (§8.1) and name connections as it does.
 
 use crate::coordinator::{self, ConnectionId};
-use crate::protocol::{Incoming, Request, Response};
+use crate::protocol::{Incoming, Reason, Request, Response};
 
 /// A fact the shell reports, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -57,6 +57,17 @@ pub enum Event {
     /// [`Event::UpstreamReady`]; a failed attempt to connect is not
     /// reported, and a loss while none is ready changes nothing.
     UpstreamLost,
+    /// An attempt to reach the cluster's coordinator failed for `reason`,
+    /// while no upstream connection is ready: the cluster's election or
+    /// its coordinator refused this host coordinator, or could not be had
+    /// (SPEC.md §18.3, "Unavailable"). Reported at most once per failed
+    /// attempt; an attempt that finds nobody to reach, which the next one
+    /// may, is not a failure. Reported while one is ready, it changes
+    /// nothing.
+    UpstreamUnavailable {
+        /// The host coordinator's error, as it logged it.
+        reason: Reason,
+    },
 }
 
 /// A command for the shell, to be carried out in the order given.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::io::{CloseReason, Effect, Event};
 use super::mutant::{Mutant, Seeded};
 use crate::coordinator::{self, ConnectionId, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
-use crate::protocol::{FencingToken, Incoming, Key, Outcome, Request, RequestId, Response};
+use crate::protocol::{FencingToken, Incoming, Key, Outcome, Reason, Request, RequestId, Response};
 
 /// A local party, named as the coordinator names one: its connection and the
 /// `id` of its request (SPEC.md §8.1).
@@ -307,6 +307,7 @@ impl Relay {
             Event::UpstreamReady => self.upstream_ready = true,
             Event::UpstreamResponse(response) => self.upstream_response(response),
             Event::UpstreamLost => self.upstream_lost(),
+            Event::UpstreamUnavailable { reason } => self.upstream_unavailable(&reason),
         }
     }
 
@@ -897,6 +898,7 @@ impl Relay {
             | Response::Interrupted { .. }
             | Response::Reused { .. }
             | Response::Cycle { .. }
+            | Response::Unavailable { .. }
             | Response::Unsupported { .. }
                 if !led =>
             {
@@ -1019,6 +1021,37 @@ impl Relay {
         self.rejoinable.clear();
     }
 
+    /// §18.3, "Unavailable": an attempt to reach the cluster failed while
+    /// no upstream connection is ready. Every run and rejoin that waits to
+    /// be sent ends `unavailable` with the reason, as a direct process's
+    /// waiting calls end when no coordinator can be had (§14.6). A leader's
+    /// reassert waits on: its work runs, and its flight may still come
+    /// back. `status` requests wait on too, bounded by their asker's own
+    /// patience.
+    fn upstream_unavailable(&mut self, reason: &Reason) {
+        if self.upstream_ready {
+            return;
+        }
+        let waiting: Vec<u64> = self
+            .queued_groups
+            .iter()
+            .copied()
+            .filter(|number| {
+                self.groups
+                    .get(number)
+                    .is_some_and(|group| group.answer == Answer::Asked)
+            })
+            .collect();
+        for number in waiting {
+            if let Some(ended) = self.end(number) {
+                self.answer_all(ended.members.into_values(), |id| Response::Unavailable {
+                    id,
+                    reason: reason.clone(),
+                });
+            }
+        }
+    }
+
     /// The one place that sends locally: never on a closed connection.
     fn send(&mut self, connection: ConnectionId, response: Response) {
         if self.is_open(connection) {
@@ -1070,6 +1103,7 @@ fn with_response_id(mut response: Response, id: RequestId) -> Response {
         | Response::Stop { id: old }
         | Response::Reused { id: old, .. }
         | Response::Cycle { id: old, .. }
+        | Response::Unavailable { id: old, .. }
         | Response::Status { id: old, .. } => *old = id,
     }
     response

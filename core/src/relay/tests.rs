@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::*;
 use crate::coordinator::{self, MAX_OPEN_REQUESTS_PER_CONNECTION};
 use crate::protocol::{
-    FencingToken, Incoming, Outcome, Request, Response, ReuseWindow, limits::MAX_OUTCOME_BYTES,
+    FencingToken, Incoming, Outcome, Reason, Request, Response, ReuseWindow,
+    limits::MAX_OUTCOME_BYTES,
 };
 pub(crate) use crate::testing::{c, id, key, token, value};
 
@@ -636,6 +637,80 @@ fn requests_wait_for_an_upstream_connection_and_go_in_arrival_order_18_3() {
         ]
     );
     assert_eq!(relay.step(Event::UpstreamReady), vec![]);
+}
+
+/// §18.3 "Unavailable": an attempt to reach the cluster that fails ends
+/// every run and rejoin that waits to be sent, `unavailable` with the
+/// reason, in §8.5's order; a leader's reassert and a `status` wait on and
+/// go when an upstream connection is ready; and a failure reported while
+/// one is ready changes nothing.
+#[test]
+fn a_failed_attempt_to_reach_the_cluster_ends_the_waiting_runs_unavailable_18_3() {
+    let mut relay = Relay::new();
+    for n in 1..=3 {
+        relay.step(Event::ConnectionOpened { connection: c(n) });
+    }
+    let t = token(1, 1);
+    assert_eq!(relay.step(run(2, "1", "a")), vec![]);
+    assert_eq!(relay.step(run(1, "1", "a")), vec![]);
+    assert_eq!(relay.step(rejoin(3, "1", "b", t)), vec![]);
+    assert_eq!(
+        relay.step(request(3, reassert_request("2", "c", t, None))),
+        vec![]
+    );
+    assert_eq!(
+        relay.step(request(1, Request::Status { id: id("s") })),
+        vec![]
+    );
+    let reason = Reason::new("etcd refused the password of \"ci\"").unwrap();
+    let unavailable = |connection, i: &str| {
+        send(
+            connection,
+            Response::Unavailable {
+                id: id(i),
+                reason: reason.clone(),
+            },
+        )
+    };
+    assert_eq!(
+        relay.step(Event::UpstreamUnavailable {
+            reason: reason.clone()
+        }),
+        vec![
+            unavailable(1, "1"),
+            unavailable(2, "1"),
+            unavailable(3, "1")
+        ]
+    );
+    assert_eq!(relay.groups(), 1, "the reassert waits on");
+    // A run after the failure waits for the next attempt, as any.
+    assert_eq!(relay.step(run(1, "2", "a")), vec![]);
+    assert_eq!(
+        relay.step(Event::UpstreamReady),
+        vec![
+            upstream(reassert_request("4", "c", t, None)),
+            upstream(Request::Status { id: id("5") }),
+            upstream(run_request("6", "a", None)),
+        ]
+    );
+    assert_eq!(
+        relay.step(Event::UpstreamUnavailable { reason }),
+        vec![],
+        "an upstream connection is ready"
+    );
+}
+
+/// Any text makes a reason: empty text has a placeholder, and
+/// text past the bound is cut where a character ends.
+#[test]
+fn any_error_message_makes_a_reason_18_3() {
+    use crate::protocol::limits::MAX_REASON_BYTES;
+    assert_eq!(Reason::lossy("").as_str(), "no reason was given");
+    let long = "é".repeat(MAX_REASON_BYTES);
+    let cut = Reason::lossy(&long);
+    assert!(cut.as_str().len() <= MAX_REASON_BYTES);
+    assert!(cut.as_str().len() > MAX_REASON_BYTES - 2);
+    assert!(Reason::new(long).is_err());
 }
 
 /// §18.3 "Land", §9.4: a leader that lands while its reassert waits for an

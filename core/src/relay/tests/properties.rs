@@ -38,6 +38,8 @@ enum Op {
     Duplicate(usize, usize),
     Ready,
     Lost,
+    /// An attempt to reach the cluster failed (§18.3, "Unavailable").
+    Unavailable,
     /// Upstream answers one of the parties open there.
     Answer(usize, usize),
     /// Upstream answers an id that is not open there.
@@ -62,6 +64,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (n.clone(), n.clone()).prop_map(|(c, p)| Op::Duplicate(c, p)),
         1 => Just(Op::Ready),
         1 => Just(Op::Lost),
+        1 => Just(Op::Unavailable),
         10 => (n.clone(), n.clone()).prop_map(|(u, a)| Op::Answer(u, a)),
         1 => n.prop_map(Op::Stale),
     ]
@@ -162,6 +165,7 @@ impl Observer {
                 | Response::Ack { .. }
                 | Response::Reused { .. }
                 | Response::Cycle { .. }
+                | Response::Unavailable { .. }
                 | Response::Stop { .. }
         )
     }
@@ -613,6 +617,24 @@ fn run_sequence(ops: Vec<Op>) {
                     assert_eq!(effects, vec![], "a loss with no upstream changes nothing");
                 }
                 observer.ready = false;
+            }
+            Op::Unavailable => {
+                let reason = crate::protocol::Reason::new("refused").unwrap();
+                let effects = relay.step(Event::UpstreamUnavailable { reason });
+                assert!(
+                    effects.iter().all(|effect| matches!(
+                        effect,
+                        Effect::Send {
+                            response: Response::Unavailable { .. },
+                            ..
+                        }
+                    )),
+                    "§18.3: only waiting calls are told: {effects:?}"
+                );
+                if observer.ready {
+                    assert_eq!(effects, vec![], "an upstream connection is ready");
+                }
+                observer.check(&relay, None, &effects);
             }
             Op::Answer(u, choice) => {
                 let open: Vec<RequestId> = observer.upstream.keys().cloned().collect();
