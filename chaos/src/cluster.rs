@@ -348,8 +348,12 @@ async fn orchestrate(
     // gone: it must lead, in a term above every earlier one.
     let listen = SocketAddr::new(scene.hosts.bridge_address(), 0);
     let probe = common::final_probe(
-        SingleFlight::cluster(scene.cluster(listen, Duration::from_millis(config.ttl_ms)))
-            .grace_window(Duration::from_millis(config.grace_ms)),
+        SingleFlight::cluster(
+            scene
+                .cluster(listen, Duration::from_millis(config.ttl_ms))
+                .directory(paths.flights.join("probe")),
+        )
+        .grace_window(Duration::from_millis(config.grace_ms)),
         PROBE_DEADLINE,
     )
     .await;

@@ -138,7 +138,11 @@ fn builder(config: &WorkerConfig) -> single_flight::Builder {
             // The CRL that revokes the hostile lane's revoked client
             // (SPEC.md §14.5): a coordinator must refuse it.
             .crl(certs.join("crl.pem"))
-            .ttl(Duration::from_millis(cluster.ttl_ms));
+            .ttl(Duration::from_millis(cluster.ttl_ms))
+            // Each slot is a host of its own (SPEC.md §18.6): the worker
+            // that replaces a killed one is its host's next coordinator,
+            // and takes back what the relay window kept (§18.2).
+            .directory(config.dir.join(format!("slot-{}", config.slot)));
         return SingleFlight::cluster(cluster).grace_window(grace);
     }
     SingleFlight::builder(&config.dir).grace_window(grace)

@@ -140,32 +140,19 @@ impl Cluster {
             advertise: None,
             security: None,
             crls: Vec::new(),
-            // The host tier becomes the default once a host coordinator
-            // tells its host's callers what keeps it from the cluster
-            // (SPEC.md §18.5).
-            reach: Reach::Direct,
-        }
-    }
-
-    /// Reaches the cluster through this host's coordinator (SPEC.md §18):
-    /// the host's processes meet in the host directory `cluster-NAME` in
-    /// the user's [`default_directory`](crate::default_directory), and only
-    /// the one that coordinates there is a client of etcd and of the
-    /// cluster's coordinator, relaying for the host.
-    pub fn through_host(mut self) -> Cluster {
-        if matches!(self.reach, Reach::Direct) {
-            self.reach = Reach::ThroughHost {
+            reach: Reach::ThroughHost {
                 directory: None,
                 host: HostChoice::Kept,
-            };
+            },
         }
-        self
     }
 
-    /// [`through_host`](Self::through_host), with the host directory
-    /// `cluster-NAME` in `directory` (SPEC.md §18.6). Every process of a
-    /// host gives the same one; simulated hosts that share a file system
-    /// each give their own.
+    /// The flight directory in which this host's processes meet before
+    /// they reach the cluster (SPEC.md §18.6): the host directory is
+    /// `cluster-NAME` inside it. The user's
+    /// [`default_directory`](crate::default_directory) by default. Every
+    /// process of a host gives the same one; simulated hosts that share a
+    /// file system each give their own. Replaces [`direct`](Self::direct).
     pub fn directory(mut self, directory: impl Into<PathBuf>) -> Cluster {
         let host = self.host_choice();
         self.reach = Reach::ThroughHost {
@@ -175,10 +162,11 @@ impl Cluster {
         self
     }
 
-    /// [`through_host`](Self::through_host), under the id `id` (SPEC.md
+    /// The id under which this host's coordinator relays for it (SPEC.md
     /// §18.1, §18.6): 1 to 255 bytes of text without control characters,
-    /// different on every host of the cluster. Without it the host
+    /// different on every host of the cluster. By default the host
     /// directory keeps one, made of the host's name and 64 random bits.
+    /// Replaces [`direct`](Self::direct).
     pub fn host_id(mut self, id: impl Into<String>) -> Cluster {
         let directory = match self.reach {
             Reach::ThroughHost { directory, .. } => directory,
@@ -193,8 +181,10 @@ impl Cluster {
 
     /// Reaches the cluster directly, as its own client of etcd and of the
     /// cluster's coordinator and its own candidate (SPEC.md §14, §18.6),
-    /// as a cluster does by default for now. Replaces
-    /// [`through_host`](Self::through_host).
+    /// instead of through this host's coordinator: for a process that
+    /// cannot share a host directory, or the only process of its host.
+    /// Replaces [`directory`](Self::directory) and
+    /// [`host_id`](Self::host_id).
     pub fn direct(mut self) -> Cluster {
         self.reach = Reach::Direct;
         self

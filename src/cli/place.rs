@@ -12,7 +12,7 @@ use clap::Args;
 use single_flight::{Builder, SingleFlight, Status, StatusError};
 
 /// Text shared by the help of every subcommand that takes `--dir`.
-const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, which `--help` shows resolved for you, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system. Excludes --etcd";
+const DIRECTORY_HELP: &str = "The flight directory, shared by the processes that take part in the same flights. The default, which `--help` shows resolved for you, is $XDG_RUNTIME_DIR/single-flight when XDG_RUNTIME_DIR names a directory of yours with mode 0700, otherwise single-flight-<uid> in the temporary directory ($TMPDIR, or /tmp). It is created with mode 0700 when missing, and refused when it is a symbolic link, is not yours, lets group or others in, or is on a network file system. With --etcd, this host's processes meet in cluster-NAME inside it, and reach the cluster through the one of them that coordinates there (unless --direct)";
 
 /// The cluster name when `--cluster` is not given: one etcd serves one
 /// fleet in the common case, and a quickstart should not need a name.
@@ -31,7 +31,6 @@ pub struct PlaceArgs {
         env = "SINGLE_FLIGHT_DIR",
         value_name = "DIR",
         default_value_os_t = single_flight::default_directory(),
-        conflicts_with = "etcd",
         help = "The flight directory, shared by the processes that take part in the same flights",
         long_help = DIRECTORY_HELP
     )]
@@ -181,6 +180,25 @@ pub struct PlaceArgs {
     )]
     etcd_password_file: Option<PathBuf>,
 
+    /// The id under which this host's coordinator relays for it, different
+    /// on every host of the cluster (SPEC.md §18.6) [default: this host's
+    /// name and 64 random bits, kept in its host directory].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_HOST_ID",
+        value_name = "ID",
+        requires = "etcd",
+        conflicts_with = "direct",
+        help_heading = "Cluster mode"
+    )]
+    host_id: Option<String>,
+
+    /// Reach the cluster directly, as its own client of etcd and of the
+    /// cluster's coordinator, instead of through this host's coordinator
+    /// in the host directory (SPEC.md §18.6).
+    #[arg(long, requires = "etcd", help_heading = "Cluster mode")]
+    direct: bool,
+
     /// Plain TCP without certificates, refused unless every address is
     /// loopback (one machine, for trying cluster mode out).
     #[arg(
@@ -280,6 +298,13 @@ impl PlaceArgs {
         if let Some(ttl) = self.ttl {
             cluster = cluster.ttl(Duration::from_secs(ttl));
         }
+        cluster = cluster.directory(&self.dir);
+        if let Some(id) = &self.host_id {
+            cluster = cluster.host_id(id);
+        }
+        if self.direct {
+            cluster = cluster.direct();
+        }
         Ok(SingleFlight::cluster(cluster).into())
     }
 
@@ -321,9 +346,13 @@ impl Place {
     }
 
     /// The flight directory; `None` for a cluster, which has none to share
-    /// files through (SPEC.md §14.8).
+    /// files through (SPEC.md §14.8): its host directory is its host's
+    /// alone.
     pub fn directory(&self) -> Option<&Path> {
-        self.builder.directory()
+        match self.cluster() {
+            Some(_) => None,
+            None => self.builder.directory(),
+        }
     }
 
     /// Each certificate file the cluster's options name and when it
@@ -383,12 +412,20 @@ mod tests {
             .map(|command| command.place)
     }
 
-    /// §14.8: `--etcd` excludes `--dir`; every cluster option requires it.
+    /// §14.8: every cluster option requires `--etcd`; §18.6: `--dir`
+    /// holds the host directory, and `--host-id` and `--direct` exclude
+    /// each other.
     #[test]
-    fn a_cluster_and_a_directory_exclude_each_other() {
-        assert!(parse(&["--dir", "/d", "--etcd", "http://e:2379"]).is_err());
+    fn every_cluster_option_needs_etcd() {
+        assert!(parse(&["--dir", "/d", "--etcd", "http://e:2379"]).is_ok());
+        assert!(
+            parse(&["--etcd", "http://e:2379", "--direct", "--host-id", "h"]).is_err(),
+            "a host id is for the host tier"
+        );
         for alone in [
-            &["--cluster", "c"][..],
+            &["--host-id", "h"][..],
+            &["--direct"],
+            &["--cluster", "c"],
             &["--listen", "10.0.0.1:0"],
             &["--advertise", "h:1"],
             &["--insecure"],
@@ -439,7 +476,20 @@ mod tests {
         #[cfg(feature = "cluster")]
         {
             let cluster = cluster.unwrap();
-            assert_eq!(cluster.directory(), None);
+            assert_eq!(cluster.directory(), None, "no spill files in a cluster");
+            assert_eq!(
+                cluster.builder().cluster().unwrap().host_directory(),
+                Some(single_flight::default_directory().join("cluster-default"))
+            );
+            let named = parse(&["--etcd", "http://a:2379", "--dir", "/d", "--cluster", "c"]);
+            let named = named.unwrap().place().unwrap();
+            assert_eq!(
+                named.builder().cluster().unwrap().host_directory(),
+                Some(PathBuf::from("/d/cluster-c"))
+            );
+            let direct = parse(&["--etcd", "http://a:2379", "--direct"]);
+            let direct = direct.unwrap().place().unwrap();
+            assert_eq!(direct.builder().cluster().unwrap().host_directory(), None);
             let (name, etcd) = cluster.cluster().unwrap();
             assert_eq!(name, DEFAULT_CLUSTER);
             assert_eq!(etcd, ["http://a:2379", "http://b:2379"]);

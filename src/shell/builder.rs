@@ -156,9 +156,10 @@ impl SingleFlight {
     /// Single-flight for the processes of a cluster of machines (SPEC.md
     /// §14), with cluster mode's defaults: a grace window of
     /// [`DEFAULT_CLUSTER_GRACE_WINDOW`](crate::DEFAULT_CLUSTER_GRACE_WINDOW)
-    /// and attempts every 100 ms; through this host's coordinator with
-    /// [`Cluster::through_host`](crate::Cluster::through_host) (§18).
-    /// [`Cluster`](crate::Cluster) has an example.
+    /// and attempts every 100 ms. The processes of one host reach the
+    /// cluster through their host's coordinator, whom they meet in a host
+    /// directory (§18), unless [`Cluster::direct`](crate::Cluster::direct)
+    /// says otherwise. [`Cluster`](crate::Cluster) has an example.
     #[cfg(feature = "cluster")]
     pub fn cluster(cluster: crate::Cluster) -> Builder {
         Builder::new(cluster.place())

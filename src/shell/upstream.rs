@@ -203,6 +203,9 @@ pub(super) struct Reaching<E, T> {
     /// Whether the cluster's election is out, for one line of log per
     /// outage and the pauses between attempts through it (§18.5).
     outage: Outage,
+    /// The refusals between this host coordinator and the cluster's
+    /// coordinator since one last accepted the other (§14.5).
+    refusals: Outage,
 }
 
 impl<E, T> Reaching<E, T>
@@ -213,6 +216,7 @@ where
     pub(super) fn new(election: E, transport: T, hello: ClientHello, options: Options) -> Self {
         Reaching {
             outage: Outage::new(options.poll_interval),
+            refusals: Outage::new(options.poll_interval),
             election,
             transport,
             hello,
@@ -240,13 +244,28 @@ where
         self.outage.pause()
     }
 
+    /// The cluster's coordinator and this host coordinator did not accept
+    /// each other (§14.5, §4.2): said when it begins, as an outage is
+    /// (§18.5), with pauses that double to 2 s, so that a host coordinator
+    /// whose certificate the cluster refuses, and which may serve the
+    /// cluster's term itself, tries every 2 s rather than ten times a
+    /// second with a warning at each. Its host's waiting calls are told
+    /// each time (§18.3, "Unavailable").
+    fn refused(&mut self, error: impl std::fmt::Display) -> Unreached {
+        if self.refusals.failed(Instant::now()) {
+            warn!(target: RELAY_LOG_TARGET, %error, "the cluster's coordinator and this host coordinator do not accept each other; trying again");
+        } else {
+            debug!(target: RELAY_LOG_TARGET, %error, "still not accepted by the cluster's coordinator");
+        }
+        Unreached::failed(self.refusals.pause(), error)
+    }
+
     /// Connects to the coordinator the election names and greets it with the
     /// relay hello: `Ok(None)` when nobody answers there (§10.1).
     async fn connect(
         &mut self,
         address: E::Address,
     ) -> Result<Option<Reached<T::Reader, T::Writer>>, Unreached> {
-        let poll = self.options.poll_interval;
         // §14.3: a coordinator whose key goes while the connection is made
         // is no longer the one to reach; look again at once.
         let mut gone: Gone = Box::pin(self.election.coordinator_gone());
@@ -261,11 +280,9 @@ where
                 return Ok(None);
             }
             Err(error) => {
-                warn!(target: RELAY_LOG_TARGET, %error, "refusing the cluster's coordinator (SPEC.md §11.2, §14.5)");
-                return Err(Unreached::failed(
-                    poll,
-                    format_args!("refusing the cluster's coordinator: {error}"),
-                ));
+                return Err(self.refused(format_args!(
+                    "refusing the cluster's coordinator (SPEC.md §11.2, §14.5): {error}"
+                )));
             }
         };
         match greet(connection, &self.hello).await {
@@ -273,17 +290,22 @@ where
                 lines,
                 writer,
                 hello,
-            } => Ok(Some(Reached {
-                lines,
-                writer,
-                hello,
-                gone,
-            })),
+            } => {
+                if let Some(after) = self.refusals.answered(Instant::now()) {
+                    info!(target: RELAY_LOG_TARGET, ?after, "the cluster's coordinator and this host coordinator accept each other again");
+                }
+                Ok(Some(Reached {
+                    lines,
+                    writer,
+                    hello,
+                    gone,
+                }))
+            }
             Greeted::Nobody => Ok(None),
             // Said by `greet`; a coordinator of another version or one that
             // refuses this process is asked again after a pause.
-            Greeted::Rejected(error) => Err(Unreached::failed(HANDSHAKE_TIMEOUT / 4, &error)),
-            Greeted::Unusable(error) => Err(Unreached::failed(HANDSHAKE_TIMEOUT / 4, &error)),
+            Greeted::Rejected(error) => Err(self.refused(error)),
+            Greeted::Unusable(error) => Err(self.refused(error)),
         }
     }
 }

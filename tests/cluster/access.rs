@@ -136,6 +136,8 @@ impl World {
             .arg("--etcd")
             .arg(self.etcd.endpoints().join(","))
             .args(["--cluster", CLUSTER, "--listen", listen, "--insecure"])
+            .arg("--dir")
+            .arg(certs::own_host_directory(&self.certs().join("ca.pem")))
             .env_remove("SINGLE_FLIGHT_DIR")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

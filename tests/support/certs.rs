@@ -53,7 +53,10 @@ pub fn member_flags(
 }
 
 /// [`member_flags`] with the CA file `ca` and the pair `pair`.pem,
-/// `pair`.key.
+/// `pair`.key. Each command is a host of its own: it gets a host directory
+/// of its own (SPEC.md §18.6) beside `ca`, so that the tests' processes
+/// stay apart at the cluster as processes of different hosts, however many
+/// share this machine's file system.
 pub fn member_flags_as(
     command: &mut Command,
     endpoints: &[String],
@@ -72,5 +75,17 @@ pub fn member_flags_as(
         .arg(pair.with_extension("pem"))
         .arg("--tls-key")
         .arg(pair.with_extension("key"))
-        .args(["--ttl", "5"]);
+        .args(["--ttl", "5"])
+        .arg("--dir")
+        .arg(own_host_directory(ca));
+}
+
+/// A directory no other process of this test run has been given, in the
+/// `hosts` directory beside `beside`.
+pub fn own_host_directory(beside: &Path) -> std::path::PathBuf {
+    static HOSTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let host = HOSTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    beside
+        .with_file_name("hosts")
+        .join(format!("{}-{host}", std::process::id()))
 }
