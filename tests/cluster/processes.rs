@@ -271,6 +271,31 @@ impl World {
         command
     }
 
+    /// [`World::command_run`] in the flight directory `dir` on `host`,
+    /// which the test gives to each command of one host (SPEC.md §18.6).
+    fn command_run_in(&self, host: usize, dir: &Path, key: &str, script: &str) -> Command {
+        let hosts = self.hosts.as_ref().expect("command tests run on hosts");
+        let mut command = hosts.command(host, BINARY);
+        command.arg("run");
+        certs::member_flags_in(
+            &mut command,
+            &self.etcd.endpoints(),
+            &self.cluster,
+            &format!("{}:0", hosts.address(host)),
+            &self.scratch.join("certs/ca.pem"),
+            &self.scratch.join("certs/server"),
+            dir,
+        );
+        command
+            .args(["--key", key, "--", "sh", "-c", script])
+            .current_dir(self.runs())
+            .env_remove("SINGLE_FLIGHT_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
     /// `single-flight SUBCOMMAND` on `host` with this cluster's flags.
     fn command(&self, host: usize, subcommand: &str) -> Command {
         self.command_as(host, subcommand, &self.scratch.join("certs/server"))
@@ -455,6 +480,60 @@ fn command_stampede(
         })
         .collect();
     (ran, status)
+}
+
+/// §18.3, §18.6: three `single-flight run`s on one host and two on
+/// another, each host's sharing its flight directory: COMMAND runs once,
+/// every caller prints its output, and the cluster's coordinator never
+/// sees more than one party of each host (the other host's, as the one
+/// joiner of the flight).
+#[test]
+fn s18_3_the_runs_of_a_host_are_one_party_at_the_cluster() {
+    let Some(world) = World::hosts("host-party", 2) else {
+        return;
+    };
+    let script = "echo ran > ran-$$; while [ ! -e release ]; do sleep 0.02; done; echo made";
+    let dirs = [world.scratch.join("h0"), world.scratch.join("h1")];
+    let mut children = vec![
+        world
+            .command_run_in(0, &dirs[0], "k", script)
+            .spawn()
+            .expect("run starts"),
+    ];
+    let deadline = Instant::now() + PATIENCE;
+    while times_ran(&world.runs()) == 0 {
+        assert!(Instant::now() < deadline, "the leader's COMMAND never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for host in [0, 0, 1, 1] {
+        children.push(
+            world
+                .command_run_in(host, &dirs[host], "k", script)
+                .spawn()
+                .expect("run starts"),
+        );
+    }
+    world.wait_for_joiners("k", 1);
+    // A look now and then while the flight runs: a party more would be a
+    // host's call that its host coordinator did not collapse.
+    for _ in 0..10 {
+        let status = world.status().expect("the coordinator answers");
+        for flight in &status.flights {
+            assert!(flight.joiners <= 1, "one party per host: {status:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    world.release();
+    for child in children {
+        let output = child.wait_with_output().expect("run ends");
+        assert_eq!(
+            (output.status.code(), output.stdout.as_slice()),
+            (Some(0), &b"made\n"[..]),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    assert_eq!(times_ran(&world.runs()), 1, "COMMAND ran once");
 }
 
 /// §14.8, §13.2: `single-flight run` from three hosts runs COMMAND once;

@@ -65,6 +65,28 @@ pub fn member_flags_as(
     ca: &Path,
     pair: &Path,
 ) {
+    member_flags_in(
+        command,
+        endpoints,
+        cluster,
+        listen,
+        ca,
+        pair,
+        &own_host_directory(ca),
+    );
+}
+
+/// [`member_flags_as`] with the flight directory `dir`, which holds the
+/// host directory that the host's processes share (SPEC.md §18.6).
+pub fn member_flags_in(
+    command: &mut Command,
+    endpoints: &[String],
+    cluster: &str,
+    listen: &str,
+    ca: &Path,
+    pair: &Path,
+    dir: &Path,
+) {
     command
         .arg("--etcd")
         .arg(endpoints.join(","))
@@ -77,7 +99,7 @@ pub fn member_flags_as(
         .arg(pair.with_extension("key"))
         .args(["--ttl", "5"])
         .arg("--dir")
-        .arg(own_host_directory(ca));
+        .arg(dir);
 }
 
 /// A directory no other process of this test run has been given, in the
