@@ -1338,6 +1338,29 @@ mod tests {
         host: HostId,
     }
 
+    /// The end `ours` of a pipe to a cluster's coordinator, greeted with
+    /// the relay hello of `host`: what a test's upstream reaches.
+    async fn greeted(
+        ours: DuplexStream,
+        host: HostId,
+    ) -> Reached<ReadHalf<DuplexStream>, WriteHalf<DuplexStream>> {
+        let (reader, writer) = tokio::io::split(ours);
+        let hello = crate::protocol::ClientHello::relaying(host);
+        match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
+            super::super::upstream::Greeted::Answered {
+                lines,
+                writer,
+                hello,
+            } => Reached {
+                lines,
+                writer,
+                hello,
+                gone: Box::pin(std::future::pending()),
+            },
+            _ => panic!("the cluster's coordinator greets the relay"),
+        }
+    }
+
     impl Upstream for PipeUpstream {
         type Reader = ReadHalf<DuplexStream>;
         type Writer = WriteHalf<DuplexStream>;
@@ -1345,21 +1368,7 @@ mod tests {
         async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
             let (ours, theirs) = tokio::io::duplex(1 << 16);
             self.connect.send(theirs).expect("the cluster listens");
-            let (reader, writer) = tokio::io::split(ours);
-            let hello = crate::protocol::ClientHello::relaying(self.host.clone());
-            match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
-                super::super::upstream::Greeted::Answered {
-                    lines,
-                    writer,
-                    hello,
-                } => Ok(Reached {
-                    lines,
-                    writer,
-                    hello,
-                    gone: Box::pin(std::future::pending()),
-                }),
-                _ => panic!("the cluster's coordinator greets the relay"),
-            }
+            Ok(greeted(ours, self.host.clone()).await)
         }
 
         /// It holds no term of the cluster.
@@ -1505,21 +1514,7 @@ mod tests {
                 // Held, never read again.
                 std::future::pending::<()>().await;
             });
-            let (reader, writer) = tokio::io::split(ours);
-            let hello = crate::protocol::ClientHello::relaying(HostId::new("build-7").unwrap());
-            match super::super::upstream::greet(Connection { reader, writer }, &hello).await {
-                super::super::upstream::Greeted::Answered {
-                    lines,
-                    writer,
-                    hello,
-                } => Ok(Reached {
-                    lines,
-                    writer,
-                    hello,
-                    gone: Box::pin(std::future::pending()),
-                }),
-                _ => panic!("the stalled coordinator greets the relay"),
-            }
+            Ok(greeted(ours, HostId::new("build-7").unwrap()).await)
         }
 
         /// It holds no term of the cluster.
