@@ -281,6 +281,15 @@ fn kept_values_are_bounded_in_bytes() {
     }
     assert_eq!(co.kept().count(), fit);
     assert_eq!(co.kept().next().unwrap().0, &key("k1"));
+    // Each value more evicts one again: an eviction takes away exactly the
+    // evicted value's bytes, so the count stays true past the first one.
+    for n in fit + 1..fit + 4 {
+        let i = n.to_string();
+        co.step(run_reusing(1, &i, &format!("k{n}"), 5000));
+        co.step(land(1, &i, value(&big)));
+        assert_eq!(co.kept().count(), fit, "after k{n}");
+    }
+    assert_eq!(co.kept().next().unwrap().0, &key("k4"));
 }
 
 /// §16.2: a value whose window ended frees its bytes: afterwards the bound
