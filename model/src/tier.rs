@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use single_flight_core::client::{self, CallId, Client, Resolution};
 use single_flight_core::coordinator::{self, ConnectionId, Coordinator, Term, Timer};
-use single_flight_core::protocol::{Epoch, FencingToken, HostId, Incoming, Key, Request, Response};
+use single_flight_core::protocol::{
+    Epoch, FencingToken, HostId, Incoming, Key, Reason, Request, Response,
+};
 use single_flight_core::relay::{self, Relay};
 use stateright::{Model, Property};
 
@@ -56,6 +58,10 @@ pub struct Tier {
     /// Processes that are both a host's coordinator and the cluster's and
     /// die, ending both terms at once.
     pub both_coordinators_deaths: u8,
+    /// Attempts of a host coordinator without a connection to reach the
+    /// cluster that fail (its etcd, or the cluster's coordinator, refused
+    /// it: SPEC.md §18.3, "Unavailable").
+    pub reach_failures: u8,
     /// A seeded bug of the cluster coordinator (SPEC.md §12.3), or none.
     pub coordinator_mutant: Option<coordinator::Mutant>,
     /// A seeded bug of the relay, or none.
@@ -74,6 +80,7 @@ impl Tier {
             host_coordinator_deaths: 1,
             cluster_coordinator_deaths: 1,
             both_coordinators_deaths: 0,
+            reach_failures: 0,
             coordinator_mutant: None,
             relay_mutant: None,
         }
@@ -96,6 +103,18 @@ impl Tier {
             host_coordinator_deaths: 0,
             cluster_coordinator_deaths: 0,
             both_coordinators_deaths: 1,
+            ..Tier::two_hosts()
+        }
+    }
+
+    /// Checked in CI (SPEC.md §18.3, "Unavailable"): after the cluster's
+    /// coordinator dies, a host coordinator's attempt to reach the next one
+    /// fails once, and the calls it holds for the cluster end
+    /// `Unavailable` while a leader's work goes on.
+    pub fn unreachable() -> Tier {
+        Tier {
+            host_coordinator_deaths: 0,
+            reach_failures: 1,
             ..Tier::two_hosts()
         }
     }
@@ -243,6 +262,7 @@ pub struct Used {
     pub host_coordinator_deaths: u8,
     pub cluster_coordinator_deaths: u8,
     pub both_coordinators_deaths: u8,
+    pub reach_failures: u8,
 }
 
 /// The past, as far as the properties need it.
@@ -262,6 +282,8 @@ pub struct History {
     /// its host coordinator died, and was lost with it: its joiners there
     /// may be interrupted (SPEC.md §18.4, what does not hold).
     pub landed_lost: BTreeSet<(usize, FencingToken)>,
+    /// A call ended `Unavailable`.
+    pub unavailable: bool,
 }
 
 /// A rule a step broke.
@@ -282,8 +304,13 @@ pub enum Violation {
     /// A machine sent on a connection that was not open.
     SentOnClosed,
     /// An answer no call of this model asks for (`cycle`, `reused`,
-    /// `unsupported`).
+    /// `unsupported`), or `unavailable` where no attempt to reach the
+    /// cluster failed.
     UnexpectedAnswer,
+    /// A call whose work runs, or whose land is not settled, ended
+    /// `Unavailable`: its flight may still come back (SPEC.md §18.3), and
+    /// its caller would give up a work that goes on.
+    LeaderGivenUp,
 }
 
 /// One thing that may happen next.
@@ -299,6 +326,11 @@ pub enum TierAction {
     },
     /// The host coordinator connects to the cluster's coordinator.
     RelayConnects {
+        host: usize,
+    },
+    /// The host coordinator's attempt to reach the cluster fails: it has
+    /// no connection, and etcd or the cluster's coordinator refused it.
+    RelayUnreached {
         host: usize,
     },
     /// The host coordinator reads its process's next request.
@@ -406,7 +438,12 @@ impl Model for Tier {
                 }
             }
             match &host.upstream {
-                None => actions.push(TierAction::RelayConnects { host: index }),
+                None => {
+                    actions.push(TierAction::RelayConnects { host: index });
+                    if state.used.reach_failures < self.reach_failures {
+                        actions.push(TierAction::RelayUnreached { host: index });
+                    }
+                }
                 Some(upstream) => {
                     if !upstream.requests.is_empty() {
                         actions.push(TierAction::RelayedRequestArrives { host: index });
@@ -452,7 +489,7 @@ impl Model for Tier {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        properties()
+        properties(self)
     }
 }
 
@@ -483,10 +520,16 @@ pub const TIER_NOTHING_ON_CLOSED: &str = "nothing is sent on a closed connection
 pub const TIER_NO_CALL_LEFT_WAITING: &str = "no call is left waiting once the cluster is settled";
 pub const LANDED_THROUGH_NEW_HOST_COORDINATOR: &str =
     "sometimes: a joiner receives its outcome after a host coordinator died";
+pub const NO_LEADER_GIVEN_UP: &str =
+    "no call whose work runs ends unavailable when its host cannot reach the cluster";
+pub const UNAVAILABLE_REACHED: &str =
+    "sometimes: a call ends unavailable when its host cannot reach the cluster";
 
-/// The properties of the host tier (SPEC.md §18.4).
-pub fn properties() -> Vec<Property<Tier>> {
-    vec![
+/// The properties of the host tier (SPEC.md §18.3, §18.4). Each
+/// `sometimes` one is asked only of a model whose bounds allow what it
+/// looks for, so that every one asked is also reached.
+pub fn properties(model: &Tier) -> Vec<Property<Tier>> {
+    let mut all = vec![
         Property::always(NO_TWO_WORKS, |_, state: &TierState| {
             !state.violations.contains(&Violation::TwoWorksOfOneKey)
         }),
@@ -519,11 +562,23 @@ pub fn properties() -> Vec<Property<Tier>> {
                         .all(|call| (call.resolved || call.cancelled) && !call.holds_lead)
                 })
         }),
-        Property::sometimes(
+        Property::always(NO_LEADER_GIVEN_UP, |_, state: &TierState| {
+            !state.violations.contains(&Violation::LeaderGivenUp)
+        }),
+    ];
+    if model.host_coordinator_deaths + model.both_coordinators_deaths > 0 {
+        all.push(Property::sometimes(
             LANDED_THROUGH_NEW_HOST_COORDINATOR,
             |_, state: &TierState| state.history.landed_after_host_death,
-        ),
-    ]
+        ));
+    }
+    if model.reach_failures > 0 {
+        all.push(Property::sometimes(
+            UNAVAILABLE_REACHED,
+            |_, state: &TierState| state.history.unavailable,
+        ));
+    }
+    all
 }
 
 /// One action being applied: the state machines are stepped and their
@@ -587,6 +642,11 @@ impl Step<'_> {
                 if self.state.hosts[host].upstream.is_some() {
                     self.relay(host, relay::Event::UpstreamReady);
                 }
+            }
+            TierAction::RelayUnreached { host } => {
+                self.state.used.reach_failures += 1;
+                let reason = Reason::lossy("etcd refused the host coordinator");
+                self.relay(host, relay::Event::UpstreamUnavailable { reason });
             }
             TierAction::RequestArrives { host } => {
                 let link = self.state.hosts[host]
@@ -951,12 +1011,17 @@ impl Step<'_> {
                     }
                 }
             }
-            // The model's host coordinators always reach the cluster in the
-            // end; no attempt of theirs fails (SPEC.md §18.3, "Unavailable").
-            Resolution::Reused { .. }
-            | Resolution::Unsupported
-            | Resolution::Cycle { .. }
-            | Resolution::Unavailable { .. } => {
+            Resolution::Unavailable { .. } => {
+                self.state.history.unavailable = true;
+                if self.state.used.reach_failures == 0 {
+                    self.state.violations.insert(Violation::UnexpectedAnswer);
+                }
+                let record = &self.state.hosts[host].calls[&call];
+                if record.holds_lead || self.state.hosts[host].work.contains_key(&call) {
+                    self.state.violations.insert(Violation::LeaderGivenUp);
+                }
+            }
+            Resolution::Reused { .. } | Resolution::Unsupported | Resolution::Cycle { .. } => {
                 self.state.violations.insert(Violation::UnexpectedAnswer);
             }
         }

@@ -14,6 +14,7 @@ const THREADS: usize = 2;
 const TWO_HOSTS_UNIQUE_STATES: usize = 1_901_902;
 const CANCEL_UNIQUE_STATES: usize = 307_959;
 const BOTH_AT_ONCE_UNIQUE_STATES: usize = 159_646;
+const UNREACHABLE_UNIQUE_STATES: usize = 245_833;
 
 /// Checks `tier` to the end; returns the unique states, and fails with the
 /// path of every property broken or never reached.
@@ -67,6 +68,29 @@ fn two_hosts_with_a_cancel() {
 fn a_process_that_coordinates_its_host_and_the_cluster_dies() {
     let states = keeps_every_property(Tier::both_at_once());
     assert_eq!(states, BOTH_AT_ONCE_UNIQUE_STATES);
+}
+
+#[test]
+fn a_host_that_cannot_reach_the_cluster_ends_its_waiting_calls_unavailable() {
+    let states = keeps_every_property(Tier::unreachable());
+    assert_eq!(states, UNREACHABLE_UNIQUE_STATES);
+}
+
+#[test]
+fn a_relay_that_gives_up_reasserting_leaders_when_unreachable_is_caught() {
+    let tier = Tier::unreachable().with_mutants(
+        None,
+        Some(single_flight_core::relay::Mutant::UnavailableEndsReasserts),
+    );
+    let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
+    eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
+    // The reassert never reaches the cluster: the window's end lets the key
+    // be led again while the work runs (caught as that), or interrupts the
+    // joiners of a leader that lives (caught as that, when no call comes).
+    assert!(
+        [tier::NO_TWO_WORKS, tier::LIVE_LEADER_NOT_INTERRUPTED].contains(&name),
+        "caught by {name:?}"
+    );
 }
 
 #[test]

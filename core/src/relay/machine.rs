@@ -1032,6 +1032,7 @@ impl Relay {
         if self.upstream_ready {
             return;
         }
+        let every_group = self.hook(Mutant::UnavailableEndsReasserts, false, true);
         let waiting: Vec<u64> = self
             .queued_groups
             .iter()
@@ -1039,7 +1040,7 @@ impl Relay {
             .filter(|number| {
                 self.groups
                     .get(number)
-                    .is_some_and(|group| group.answer == Answer::Asked)
+                    .is_some_and(|group| every_group || group.answer == Answer::Asked)
             })
             .collect();
         for number in waiting {

@@ -18,12 +18,16 @@ pub enum Mutant {
     /// coordinator acknowledged it: an ack that the host coordinator's
     /// death can still make a lie.
     AcksBeforeUpstream,
+    /// §18.3, "Unavailable": a failed attempt to reach the cluster also
+    /// ends the groups of leaders' `reassert`s, whose work goes on and whose
+    /// flight may still come back.
+    UnavailableEndsReasserts,
 }
 
 #[cfg(single_flight_mutants)]
 impl Mutant {
     /// Every seeded bug of the relay, in the order declared.
-    pub const ALL: [Mutant; 1] = [Mutant::AcksBeforeUpstream];
+    pub const ALL: [Mutant; 2] = [Mutant::AcksBeforeUpstream, Mutant::UnavailableEndsReasserts];
 }
 
 /// The seeded bug that a relay carries, if any.
