@@ -8,7 +8,14 @@
 //!   work, single-flight against etcd's Lock API (`crate::etcd_lock`) and the
 //!   Redis baseline (`crate::redis`, its server in etcd's namespace);
 //! - `cluster-failover`: the coordinator's host killed while a leader on
-//!   the other host runs (`crate::cluster_failover`).
+//!   the other host runs (`crate::cluster_failover`);
+//! - `cluster-host-failover`: through the host tier (SPEC.md §18), a host's
+//!   coordinator killed while a leader on its host runs.
+//!
+//! The uncontended and contended items also measure the host tier beside
+//! direct connections, in the same round: a call from host 1 through its
+//! host's coordinator (another process), and the contended shape with each
+//! host's processes meeting in their host directory.
 //!
 //! They need root (for the namespaces) and etcd; without either they are
 //! skipped with a line that says why.
@@ -18,7 +25,7 @@ use std::time::Duration;
 use single_flight::_internal::election::etcd::DEFAULT_TTL;
 use single_flight::DEFAULT_CLUSTER_GRACE_WINDOW;
 
-use crate::cluster_failover::{self, Kill};
+use crate::cluster_failover::{self, HostKill, Kill};
 use crate::contended::{self, Placement, RedisTarget, System, Throughput};
 use crate::floor::Timed;
 use crate::lab::{self, HOSTS, Lab, Settings};
@@ -76,10 +83,21 @@ struct Figures {
     floor_switches: Vec<f64>,
     call_switches: Vec<f64>,
     call_switches_in_floors: Vec<f64>,
+    /// The same call through the host tier, and its ratios to the direct
+    /// call of its round.
+    tier_call: Vec<f64>,
+    tier_call_over_direct: Vec<f64>,
+    tier_call_cpu: Vec<f64>,
+    tier_call_cpu_over_direct: Vec<f64>,
     contended: Vec<(System, Vec<Throughput>)>,
     over_etcd: Vec<f64>,
     over_redis: Vec<f64>,
+    /// Contended completed calls/s through the host tier ÷ direct, and its
+    /// CPU per call ÷ direct's, per round.
+    tier_over_direct: Vec<f64>,
+    tier_cpu_over_direct: Vec<f64>,
     kills: Vec<Kill>,
+    host_kills: Vec<HostKill>,
     memory: Vec<f64>,
     memory_failed: Option<String>,
 }
@@ -145,7 +163,7 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
     println!("- load average before: {}", crate::load_average());
     println!();
     let mut figures = Figures::default();
-    let mut systems = vec![System::Cluster, System::EtcdLock];
+    let mut systems = vec![System::Cluster, System::ClusterTier, System::EtcdLock];
     if redis_target.is_some() {
         systems.push(System::Redis);
     }
@@ -166,6 +184,13 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
             figures
                 .call_switches_in_floors
                 .push(call.switches / floor.switches);
+            let tier = uncontended_through_host(&lab, round, shapes.calls);
+            figures.tier_call.push(tier.median);
+            figures
+                .tier_call_over_direct
+                .push(tier.median / call.median);
+            figures.tier_call_cpu.push(tier.cpu);
+            figures.tier_call_cpu_over_direct.push(tier.cpu / call.cpu);
         }
         if contended {
             contended_round(&lab, round, shapes, redis_target.as_ref(), &mut figures);
@@ -173,6 +198,10 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
         if config.runs("cluster-failover") {
             let kills = cluster_failover::measure(&lab, round, shapes.failover);
             figures.kills.extend(kills);
+        }
+        if config.runs("cluster-host-failover") {
+            let kills = cluster_failover::measure_host(&lab, round, shapes.failover);
+            figures.host_kills.extend(kills);
         }
         if config.runs("cluster-memory") {
             match memory(&lab, round, config.memory_clients) {
@@ -232,6 +261,21 @@ fn uncontended(lab: &Lab, round: usize, calls: usize) -> Timed {
     Timed::parse(&caller.expect("result"))
 }
 
+/// The same through the host tier (SPEC.md §18): the caller on host 1
+/// reaches the coordinator on host 0 through host 1's coordinator, another
+/// process there (the first of its host); the CPU time per call is the
+/// caller's, the host coordinator's and the cluster coordinator's.
+fn uncontended_through_host(lab: &Lab, round: usize, calls: usize) -> Timed {
+    let settings = Settings::tiered(&format!("bench-uncontended-tier-{round}"));
+    let _coordinator = lab.worker(0, &settings, &["cluster-idle"]).ready();
+    let status = lab.status(&settings.cluster);
+    assert_eq!(lab.host_of(&status), 0, "the first process coordinates");
+    let host_coordinator = lab.worker(1, &settings, &["cluster-idle"]).ready();
+    let peers = format!("{},{}", status.pid, host_coordinator.pid());
+    let caller = lab.worker(1, &settings, &["cluster-calls", &calls.to_string(), &peers]);
+    Timed::parse(&caller.expect("result"))
+}
+
 fn contended_round(
     lab: &Lab,
     round: usize,
@@ -242,7 +286,11 @@ fn contended_round(
     let shape = shapes.contended;
     let mut this_round = Vec::new();
     for (system, results) in &mut figures.contended {
-        let settings = Settings::new(&format!("bench-contended-{round}-{}", system.name()));
+        let name = format!("bench-contended-{round}-{}", system.name());
+        let settings = match system {
+            System::ClusterTier => Settings::tiered(&name),
+            _ => Settings::new(&name),
+        };
         // The first half on host 0, the rest on host 1; the first process
         // starts first and so coordinates.
         let spawn = |index: usize, args: &[&str]| -> Worker {
@@ -264,11 +312,28 @@ fn contended_round(
     let ratio = |other| contended::ratio(&this_round, System::Cluster, other);
     figures.over_etcd.extend(ratio(System::EtcdLock));
     figures.over_redis.extend(ratio(System::Redis));
+    figures.tier_over_direct.extend(contended::ratio(
+        &this_round,
+        System::ClusterTier,
+        System::Cluster,
+    ));
+    let cpu = |wanted| {
+        figures
+            .contended
+            .iter()
+            .find(|(system, _)| *system == wanted)
+            .and_then(|(_, results)| results.last())
+            .map(|result| result.cpu_per_call)
+    };
+    if let (Some(tier), Some(direct)) = (cpu(System::ClusterTier), cpu(System::Cluster)) {
+        figures.tier_cpu_over_direct.push(tier / direct);
+    }
 }
 
 fn label(system: System) -> &'static str {
     match system {
         System::Cluster => "single-flight",
+        System::ClusterTier => "single-flight through the host tier",
         System::EtcdLock => "etcd lock",
         other => other.name(),
     }
@@ -344,6 +409,30 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
             1.0,
             2,
         ),
+        (
+            "uncontended call on host 1 through its host's coordinator (another process), cluster's coordinator on host 0 (µs)",
+            &figures.tier_call,
+            MICROS,
+            1,
+        ),
+        (
+            "… ÷ the direct call of its round",
+            &figures.tier_call_over_direct,
+            1.0,
+            2,
+        ),
+        (
+            "… CPU time per call, caller, host coordinator and cluster coordinator (µs)",
+            &figures.tier_call_cpu,
+            MICROS,
+            1,
+        ),
+        (
+            "… ÷ the direct call's of its round",
+            &figures.tier_call_cpu_over_direct,
+            1.0,
+            2,
+        ),
     ]);
     let shape = shapes.contended;
     for (system, results) in &figures.contended {
@@ -413,8 +502,21 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
             1.0,
             2,
         ),
+        (
+            "… through the host tier ÷ direct (completed calls/s)",
+            &figures.tier_over_direct,
+            1.0,
+            2,
+        ),
+        (
+            "… through the host tier ÷ direct (CPU time per call, all processes)",
+            &figures.tier_cpu_over_direct,
+            1.0,
+            2,
+        ),
     ]);
     failover_rows(shapes.failover, &figures.kills, row);
+    host_failover_rows(&figures.host_kills, row);
     row(
         &format!(
             "coordinator's resident set per idle connected client, {clients} TLS clients (KiB)"
@@ -513,18 +615,57 @@ fn failover_rows(
     );
 }
 
+/// The rows of a host coordinator's death: p50 and max over every kill.
+fn host_failover_rows(kills: &[HostKill], row: impl Fn(&str, Option<String>)) {
+    if kills.is_empty() {
+        return;
+    }
+    let spread = |values: Vec<f64>| {
+        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        (!values.is_empty()).then(|| {
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!(
+                "{:.1} / {:.1}",
+                percentile(&values, 50.0) / MILLIS,
+                max / MILLIS
+            )
+        })
+    };
+    let of = |f: fn(&HostKill) -> f64| kills.iter().map(f).collect::<Vec<f64>>();
+    row(
+        &format!(
+            "host coordinator killed (kill -9, {} kills) while a leader on its host runs: kill → the flight's joiners on both hosts answered, p50 / max (ms)",
+            kills.len()
+        ),
+        spread(of(|k| k.answered)),
+    );
+    row(
+        "… kill → the next flight led on that host, p50 / max (ms)",
+        spread(of(|k| k.next_lead)),
+    );
+    let lost: usize = kills.iter().map(|k| k.not_answered).sum();
+    row(
+        "… joiners that did not get the leader's value",
+        Some(lost.to_string()),
+    );
+}
+
 // ----------------------------------------------------------------- workers
 
-/// `worker cluster-calls N COORDINATOR_PID`: N timed uncontended calls
-/// after a warm-up; prints `result MEDIAN_NS CPU_NS`, the CPU time per call
-/// its own and the coordinator's.
-pub fn calls(count: &str, coordinator: &str) {
+/// `worker cluster-calls N PIDS`: N timed uncontended calls after a
+/// warm-up; prints `result MEDIAN_NS CPU_NS`, the CPU time per call its own
+/// and that of the processes PIDS (comma-separated: the coordinator, and a
+/// host coordinator in between).
+pub fn calls(count: &str, peers: &str) {
     let count: usize = count.parse().expect("a number of calls");
-    let coordinator: u32 = coordinator.parse().expect("the coordinator's process id");
+    let peers: Vec<u32> = peers
+        .split(',')
+        .map(|pid| pid.parse().expect("a process id"))
+        .collect();
     let flights = lab::open_from_env();
     let runtime = crate::process::runtime();
     let timed = runtime.block_on(async {
-        let timed = crate::uncontended::timed_calls(&flights, count, Some(coordinator)).await;
+        let timed = crate::uncontended::timed_calls(&flights, count, &peers).await;
         flights.close().await;
         timed
     });

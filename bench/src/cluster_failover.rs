@@ -20,7 +20,7 @@
 //! expired leases, every 500 ms): the rest can be below zero.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -154,6 +154,102 @@ pub fn measure(lab: &Lab, round: usize, shape: Shape) -> Vec<Kill> {
         on_host[surviving].push(load);
     }
     kills
+}
+
+/// One death of a host coordinator, in nanoseconds after it.
+#[derive(Clone, Copy, Debug)]
+pub struct HostKill {
+    /// The last joiner (on either host) had the leader's value.
+    pub answered: f64,
+    /// A process of the dead host coordinator's host led a new flight.
+    pub next_lead: f64,
+    /// Joiners that ended otherwise than with the leader's value.
+    pub not_answered: usize,
+}
+
+/// Runs `shape.kills` deaths of a host coordinator (SPEC.md §18.4), each in
+/// a cluster of its own whose processes reach it through their hosts'
+/// coordinators: the cluster's coordinator (and host 0's) on host 0, host
+/// 1's coordinator a process of its own, and on host 1 a leader whose
+/// flight has joiners on both hosts, and a load of fresh keys. Host 1's
+/// coordinator is killed (`kill -9` of that process alone) while the
+/// leader's work runs, which ends right after. Measured from the kill: when
+/// every joiner has the leader's value (host 1's through the host's next
+/// coordinator and the cluster's relay window, §18.2), and when the load
+/// next leads a flight (host 1 elected its next coordinator, which reached
+/// the cluster's). A host coordinator's death ends no cluster term, so no
+/// lease or grace window is in either.
+pub fn measure_host(lab: &Lab, round: usize, shape: Shape) -> Vec<HostKill> {
+    let threads = shape.load_threads.to_string();
+    let work = shape.work.as_micros().to_string();
+    (0..shape.kills)
+        .map(|kill| {
+            let settings = Settings {
+                ttl: Some(shape.ttl),
+                grace: shape.grace,
+                ..Settings::tiered(&format!("bench-host-failover-{round}-{kill}"))
+            };
+            // Started one after another, each ready before the next: the
+            // first of host 0 coordinates it and the cluster, the first of
+            // host 1 coordinates host 1.
+            let _cluster = lab.worker(0, &settings, &["cluster-idle"]).ready();
+            let mut host_coordinator = lab.worker(1, &settings, &["cluster-idle"]).ready();
+            let status = lab.status(&settings.cluster);
+            assert_eq!(lab.host_of(&status), 0, "the first process coordinates");
+            let mut load = lab
+                .worker(1, &settings, &["cluster-load", &threads, &work])
+                .ready();
+            load.expect("epoch ");
+            let key = "through-host-kill";
+            let mut leader = lab.worker(1, &settings, &["cluster-lead", key]).ready();
+            leader.expect("LEADING");
+            // Half of the joiners on the leader's host, half on the other,
+            // host 1's first: host 0's joiner, the later, is seen at the
+            // cluster's coordinator (host 1's are the relay's own, §18.3).
+            let mut joiners: Vec<Worker> = (0..shape.joiners)
+                .map(|index| {
+                    lab.worker(1 - index % HOSTS, &settings, &["cluster-join", key])
+                        .ready()
+                })
+                .collect();
+            for joiner in &mut joiners {
+                joiner.send("go");
+            }
+            lab.status_when(&settings.cluster, |status| {
+                status
+                    .flights
+                    .iter()
+                    .any(|flight| flight.key.as_str() == key && flight.joiners >= 1)
+            });
+            let killed_at = wall_nanos();
+            host_coordinator.kill();
+            load.send(&format!("mark {killed_at}"));
+            leader.send("release");
+            let mut answered = 0u64;
+            let mut not_answered = 0;
+            for joiner in &joiners {
+                let line = joiner.expect("answered");
+                let (kind, at) = line.split_once(' ').expect("a kind and a time");
+                if kind == "joined" {
+                    answered = answered.max(at.parse().expect("a time"));
+                } else {
+                    eprintln!("a joiner through the host coordinator's death ended {kind}");
+                    not_answered += 1;
+                }
+            }
+            let next_lead: u64 = load.expect("lead ").parse().expect("a time");
+            let since = |at: u64| at.saturating_sub(killed_at) as f64;
+            HostKill {
+                answered: if answered == 0 {
+                    f64::NAN
+                } else {
+                    since(answered)
+                },
+                next_lead: since(next_lead),
+                not_answered,
+            }
+        })
+        .collect()
 }
 
 /// The events of a cluster's coordinator key, as etcd's watch delivers
@@ -320,15 +416,21 @@ pub fn join(key: &str) {
 
 /// `worker cluster-load THREADS WORK_US`: THREADS threads call fresh keys
 /// in a loop (crate::failover's load), saying `epoch E TIME` at the first
-/// lead of each term; stays until its stdin closes.
+/// lead of each term, and `lead TIME` at the first lead after each line
+/// `mark SINCE` (wall nanoseconds); stays until its stdin closes.
 pub fn load(threads: &str, work: &str) {
     let flights = lab::open_from_env();
     let threads: usize = threads.parse().expect("a number of threads");
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
     let lines = stdin_lines();
     say("READY");
-    crate::failover::start_load(&flights, threads, work, WORKER_PATIENCE);
-    stay(&lines);
+    let mark = Arc::new(AtomicU64::new(0));
+    crate::failover::start_load(&flights, threads, work, WORKER_PATIENCE, &mark);
+    while let Ok(line) = lines.recv() {
+        if let Some(since) = line.strip_prefix("mark ") {
+            mark.store(since.parse().expect("a time"), Ordering::Release);
+        }
+    }
 }
 
 /// `worker cluster-idle`: a member that only makes its warm-up call (the

@@ -45,6 +45,10 @@ pub enum System {
     /// the cluster is: `crate::cluster`).
     #[cfg(feature = "cluster")]
     Cluster,
+    /// The same through the host tier (SPEC.md §18): each host's processes
+    /// reach the cluster through their host's coordinator.
+    #[cfg(feature = "cluster")]
+    ClusterTier,
     /// etcd's Lock API: lock, the work, unlock (`crate::etcd_lock`).
     #[cfg(feature = "cluster")]
     EtcdLock,
@@ -60,6 +64,8 @@ impl System {
             #[cfg(feature = "cluster")]
             System::Cluster => "cluster",
             #[cfg(feature = "cluster")]
+            System::ClusterTier => "cluster-tier",
+            #[cfg(feature = "cluster")]
             System::EtcdLock => "etcd-lock",
         }
     }
@@ -72,6 +78,8 @@ impl System {
             "floor" => System::Floor,
             #[cfg(feature = "cluster")]
             "cluster" => System::Cluster,
+            #[cfg(feature = "cluster")]
+            "cluster-tier" => System::ClusterTier,
             #[cfg(feature = "cluster")]
             "etcd-lock" => System::EtcdLock,
             other => panic!("unknown system {other:?}"),
@@ -244,7 +252,8 @@ pub fn worker(args: &[String]) {
     let flights = match system {
         System::SingleFlight => Some(open(&dir)),
         #[cfg(feature = "cluster")]
-        System::Cluster => Some(crate::lab::open_from_env()),
+        // The worker's environment says how it reaches the cluster.
+        System::Cluster | System::ClusterTier => Some(crate::lab::open_from_env()),
         _ => None,
     };
     // Every thread has made its connections before READY, so that none of

@@ -4,7 +4,7 @@
 //! opens with (SPEC.md §10.2), in which no flight may be led.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use single_flight::SingleFlight;
@@ -124,26 +124,42 @@ pub fn worker(args: &[String]) {
     });
     // Ready before the load starts, so that every report follows READY.
     say("READY");
-    start_load(&flights, threads, work, CALL_DEADLINE);
+    start_load(
+        &flights,
+        threads,
+        work,
+        CALL_DEADLINE,
+        &Arc::new(AtomicU64::new(0)),
+    );
     // Runs until the orchestrator kills it, or its stdin closes.
     for _ in crate::process::stdin_lines() {}
 }
 
 /// Starts `threads` threads that call fresh keys of this process in a loop
 /// with `work` and `deadline`, saying `epoch E T` when this process first
-/// leads a flight of term E.
-pub fn start_load(flights: &SingleFlight, threads: usize, work: Duration, deadline: Duration) {
+/// leads a flight of term E, and `lead T` for the first flight it leads
+/// after the time in `mark` (wall nanoseconds; 0: none), which it then
+/// clears: a host coordinator's death changes no cluster term.
+pub fn start_load(
+    flights: &SingleFlight,
+    threads: usize,
+    work: Duration,
+    deadline: Duration,
+    mark: &Arc<AtomicU64>,
+) {
     let newest = Arc::new(AtomicU32::new(0));
     for thread in 0..threads {
         let flights = flights.clone();
         let newest = newest.clone();
-        std::thread::spawn(move || call_forever(&flights, &newest, thread, work, deadline));
+        let mark = mark.clone();
+        std::thread::spawn(move || call_forever(&flights, &newest, &mark, thread, work, deadline));
     }
 }
 
 fn call_forever(
     flights: &SingleFlight,
     newest: &AtomicU32,
+    mark: &AtomicU64,
     thread: usize,
     work: Duration,
     deadline: Duration,
@@ -156,6 +172,16 @@ fn call_forever(
             let epoch = token.epoch().get();
             if newest.fetch_max(epoch, Ordering::AcqRel) < epoch {
                 say(format!("epoch {epoch} {}", wall_nanos()));
+            }
+            let since = mark.load(Ordering::Acquire);
+            let now = wall_nanos();
+            if since != 0
+                && now > since
+                && mark
+                    .compare_exchange(since, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                say(format!("lead {now}"));
             }
             async move {
                 tokio::time::sleep(work).await;

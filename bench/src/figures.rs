@@ -41,6 +41,9 @@ fn colour(system: System) -> RGBColor {
         System::SingleFlight => RGBColor(31, 119, 180),
         #[cfg(feature = "cluster")]
         System::Cluster => RGBColor(31, 119, 180),
+        // Purple: single-flight too, with a hop more.
+        #[cfg(feature = "cluster")]
+        System::ClusterTier => RGBColor(148, 103, 189),
         System::Flock => RGBColor(255, 127, 14),
         System::Redis => RGBColor(214, 39, 40),
         // Grey: not a peer, the least the shape needs.
@@ -54,6 +57,8 @@ fn label(system: System) -> &'static str {
     match system {
         #[cfg(feature = "cluster")]
         System::Cluster => "single-flight",
+        #[cfg(feature = "cluster")]
+        System::ClusterTier => "single-flight, host tier",
         #[cfg(feature = "cluster")]
         System::EtcdLock => "etcd lock",
         other => other.name(),

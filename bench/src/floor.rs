@@ -90,7 +90,7 @@ pub fn timed(pings: usize, peer: Option<u32>, mut round_trip: impl FnMut()) -> T
         round_trip();
     }
     let mut times = Vec::with_capacity(pings);
-    let cpu = CpuMeter::start(peer);
+    let cpu = CpuMeter::start(peer.as_slice());
     for _ in 0..pings {
         let start = Instant::now();
         round_trip();

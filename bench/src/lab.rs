@@ -49,6 +49,10 @@ const ENV_LISTEN: &str = "SF_BENCH_LISTEN";
 const ENV_CERTS: &str = "SF_BENCH_CERTS";
 const ENV_TTL_MS: &str = "SF_BENCH_TTL_MS";
 const ENV_GRACE_MS: &str = "SF_BENCH_GRACE_MS";
+/// Set when the worker reaches the cluster through its host's coordinator
+/// (SPEC.md §18): the flight directory its host directory is made in, one
+/// per host of the lab.
+const ENV_HOST_DIR: &str = "SF_BENCH_HOST_DIR";
 
 /// How often the orchestrator asks the coordinator whether a flight has
 /// its joiners: each ask is a TLS connection, so not every millisecond.
@@ -57,22 +61,35 @@ const STATUS_POLL: Duration = Duration::from_millis(20);
 /// One cluster of a benchmark: its name (each run of a benchmark has its
 /// own, so that no run meets a coordinator key that an earlier run's
 /// killed processes left in etcd until their lease ends), its lease TTL
-/// (`None`: the library's default) and its grace window.
+/// (`None`: the library's default), its grace window, and whether its
+/// processes reach it through their host's coordinator (SPEC.md §18) or
+/// each on its own.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub cluster: String,
     pub ttl: Option<Duration>,
     pub grace: Duration,
+    pub tier: bool,
 }
 
 impl Settings {
     /// A cluster of this run named `name-PID`, with the library's default
-    /// TTL and grace window.
+    /// TTL and grace window, every process its own client of it.
     pub fn new(name: &str) -> Settings {
         Settings {
             cluster: format!("{name}-{}", std::process::id()),
             ttl: None,
             grace: single_flight::DEFAULT_CLUSTER_GRACE_WINDOW,
+            tier: false,
+        }
+    }
+
+    /// The same, its processes reaching it through their host's
+    /// coordinator.
+    pub fn tiered(name: &str) -> Settings {
+        Settings {
+            tier: true,
+            ..Settings::new(name)
         }
     }
 }
@@ -85,6 +102,7 @@ pub struct Place {
     certs: PathBuf,
     ttl: Option<Duration>,
     grace: Duration,
+    host_directory: Option<PathBuf>,
 }
 
 impl Place {
@@ -105,6 +123,7 @@ impl Place {
             certs: PathBuf::from(var(ENV_CERTS)),
             ttl: millis(ENV_TTL_MS),
             grace: millis(ENV_GRACE_MS).expect("a grace window"),
+            host_directory: std::env::var_os(ENV_HOST_DIR).map(PathBuf::from),
         }
     }
 }
@@ -134,9 +153,13 @@ pub fn open_from_env() -> SingleFlight {
         cluster = cluster.ttl(ttl);
     }
     // Each process its own client of the cluster, as BENCHMARKS.md's
-    // cluster figures were measured; the host tier (SPEC.md §18) is
-    // benchmarked on its own.
-    cluster = cluster.direct();
+    // cluster figures were measured, unless the run benchmarks the host
+    // tier (SPEC.md §18): then through the host's coordinator, met in the
+    // host's own directory.
+    cluster = match &place.host_directory {
+        Some(directory) => cluster.directory(directory),
+        None => cluster.direct(),
+    };
     OPENED_ON
         .get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
@@ -163,6 +186,9 @@ pub struct Lab {
     etcd: Etcd,
     hosts: Hosts,
     certs: Scratch,
+    /// The hosts' flight directories, for the host tier: the namespaces
+    /// share one file system, and each host meets its own processes only.
+    directories: Scratch,
 }
 
 impl Lab {
@@ -184,7 +210,12 @@ impl Lab {
             .collect();
         crate::certs::make(certs.path(), &names.join(","))?;
         let etcd = Etcd::start(&[(hosts.address(SERVICES), hosts.prefix(SERVICES))]);
-        Ok(Lab { etcd, hosts, certs })
+        Ok(Lab {
+            etcd,
+            hosts,
+            certs,
+            directories: Scratch::new("hosts"),
+        })
     }
 
     /// etcd's version, for the report.
@@ -230,6 +261,11 @@ impl Lab {
             .env(ENV_GRACE_MS, settings.grace.as_millis().to_string());
         if let Some(ttl) = settings.ttl {
             command.env(ENV_TTL_MS, ttl.as_millis().to_string());
+        }
+        if settings.tier {
+            // Each cluster makes its own host directory in it (`cluster-NAME`,
+            // SPEC.md §18.6).
+            command.env(ENV_HOST_DIR, self.directories.join(&format!("h{host}")));
         }
         Worker::start(command, args)
     }

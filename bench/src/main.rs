@@ -10,8 +10,9 @@
 //!
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, now-and-then, busy-host,
 //! fanout, contended, failover, memory, staggered, cluster-uncontended,
-//! cluster-contended, cluster-failover, cluster-memory), `--contenders
-//! LIST` (the local contended run's systems, of single-flight, flock,
+//! cluster-contended, cluster-failover, cluster-host-failover,
+//! cluster-memory), `--contenders LIST` (the local contended run's
+//! systems, of single-flight, flock,
 //! redis, floor), `--clients N` (the memory per client's idle clients),
 //! `--figures DIR` (draw the latency picture there, `figures.rs`),
 //! `--redis auto|off|HOST:PORT` (`auto` starts
@@ -134,10 +135,11 @@ const LOCAL_ITEMS: [&str; 8] = [
 
 /// The cluster benchmarks' names, for `--only`, also where the build has
 /// no cluster mode to run them.
-const CLUSTER_ITEMS: [&str; 4] = [
+const CLUSTER_ITEMS: [&str; 5] = [
     "cluster-uncontended",
     "cluster-contended",
     "cluster-failover",
+    "cluster-host-failover",
     "cluster-memory",
 ];
 
@@ -380,7 +382,7 @@ fn worker(args: &[String]) {
         #[cfg(feature = "cluster")]
         ["cluster-idle"] => cluster_failover::idle(),
         #[cfg(feature = "cluster")]
-        ["cluster-calls", count, coordinator] => cluster::calls(count, coordinator),
+        ["cluster-calls", count, peers] => cluster::calls(count, peers),
         #[cfg(feature = "cluster")]
         ["cluster-lead", key] => cluster_failover::lead(key),
         #[cfg(feature = "cluster")]

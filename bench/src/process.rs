@@ -253,41 +253,49 @@ fn schedstat_sum(pid: Option<u32>, field: usize) -> u64 {
         .sum()
 }
 
-/// CPU time of this process and, where given, of its peer, for a timed
-/// part, and the times their threads were given a CPU: started before it,
-/// read after it.
+/// CPU time of this process and of its peers (a coordinator; a host
+/// coordinator too, through the host tier), for a timed part, and the times
+/// their threads were given a CPU: started before it, read after it.
 pub struct CpuMeter {
-    peer: Option<u32>,
+    peers: Vec<u32>,
     start: u64,
     switches: u64,
 }
 
 impl CpuMeter {
-    pub fn start(peer: Option<u32>) -> CpuMeter {
+    pub fn start(peers: &[u32]) -> CpuMeter {
         CpuMeter {
-            peer,
-            start: CpuMeter::now(peer),
-            switches: CpuMeter::switches_now(peer),
+            peers: peers.to_vec(),
+            start: CpuMeter::now(peers),
+            switches: CpuMeter::switches_now(peers),
         }
     }
 
-    fn now(peer: Option<u32>) -> u64 {
-        thread_cpu_nanos(None) + peer.map_or(0, |pid| thread_cpu_nanos(Some(pid)))
+    fn now(peers: &[u32]) -> u64 {
+        thread_cpu_nanos(None)
+            + peers
+                .iter()
+                .map(|&pid| thread_cpu_nanos(Some(pid)))
+                .sum::<u64>()
     }
 
-    fn switches_now(peer: Option<u32>) -> u64 {
-        thread_switches(None) + peer.map_or(0, |pid| thread_switches(Some(pid)))
+    fn switches_now(peers: &[u32]) -> u64 {
+        thread_switches(None)
+            + peers
+                .iter()
+                .map(|&pid| thread_switches(Some(pid)))
+                .sum::<u64>()
     }
 
-    /// Nanoseconds of CPU both used since [`start`](Self::start).
+    /// Nanoseconds of CPU all used since [`start`](Self::start).
     pub fn used(&self) -> u64 {
-        CpuMeter::now(self.peer).saturating_sub(self.start)
+        CpuMeter::now(&self.peers).saturating_sub(self.start)
     }
 
     /// The times their threads were given a CPU since
     /// [`start`](Self::start).
     pub fn switches(&self) -> u64 {
-        CpuMeter::switches_now(self.peer).saturating_sub(self.switches)
+        CpuMeter::switches_now(&self.peers).saturating_sub(self.switches)
     }
 }
 

@@ -36,7 +36,7 @@ fn calls_in(dir: &std::path::Path, calls: usize, coordinator: Option<u32>) -> Ti
     let runtime = process::runtime();
     runtime.block_on(async {
         let flights = SingleFlight::open(dir).await.expect("open the directory");
-        let timed = timed_calls(&flights, calls, coordinator).await;
+        let timed = timed_calls(&flights, calls, coordinator.as_slice()).await;
         flights.close().await;
         timed
     })
@@ -44,16 +44,17 @@ fn calls_in(dir: &std::path::Path, calls: usize, coordinator: Option<u32>) -> Ti
 
 /// `calls` uncontended calls (a no-op on a fresh key each) after
 /// [`WARM_UP`] untimed ones: their median time, and the CPU time per call
-/// of this process and of the `coordinator`'s (when it is another), and the
-/// times their threads were given a CPU per call.
-pub async fn timed_calls(flights: &SingleFlight, calls: usize, coordinator: Option<u32>) -> Timed {
+/// of this process and of its `peers` (the coordinator when it is another
+/// process, and a host coordinator in between), and the times their
+/// threads were given a CPU per call.
+pub async fn timed_calls(flights: &SingleFlight, calls: usize, peers: &[u32]) -> Timed {
     let stamp = wall_nanos();
     let mut times = Vec::with_capacity(calls);
     let mut cpu = None;
     for n in 0..WARM_UP + calls {
         let key = format!("u{stamp}-{n}");
         if n == WARM_UP {
-            cpu = Some(CpuMeter::start(coordinator));
+            cpu = Some(CpuMeter::start(peers));
         }
         let start = Instant::now();
         let landed = flights
@@ -101,7 +102,7 @@ pub fn now_and_then(calls: usize) -> (Timed, Idle) {
         // The coordinator's, the same way: (CPU ns, wake-ups, seconds).
         let mut theirs = [(0, 0, 0.0); 2];
         for calling in [false, true] {
-            let meter = CpuMeter::start(None);
+            let meter = CpuMeter::start(&[]);
             let began = (
                 Instant::now(),
                 process::thread_cpu_nanos(Some(coordinator)),
