@@ -479,6 +479,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 machine::Upstream::Response(response),
             )),
             Report::UpstreamLost => {
+                term_log!(M::LOG_TARGET, info, epoch = %self.epoch, "the connection to the cluster's coordinator is lost; this host's processes replay their calls through the next one (SPEC.md §18.3)");
                 self.leave_upstream();
                 self.step_machine(machine::Event::Upstream(machine::Upstream::Lost))
             }
@@ -537,13 +538,29 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                     self.enqueue(connection, encoder.line(&response), &mut slow);
                 }
                 Order::Close { connection, reason } => {
-                    term_log!(
-                        M::LOG_TARGET,
-                        warn,
-                        ?connection,
-                        ?reason,
-                        "closing a connection"
-                    );
+                    // A relay that lost the cluster closes every process of
+                    // its host at once (SPEC.md §18.3), which is logged once
+                    // with the loss; a line each would be noise.
+                    if matches!(
+                        reason,
+                        machine::CloseReason::Relay(crate::relay::CloseReason::UpstreamLost)
+                    ) {
+                        term_log!(
+                            M::LOG_TARGET,
+                            debug,
+                            ?connection,
+                            ?reason,
+                            "closing a connection"
+                        );
+                    } else {
+                        term_log!(
+                            M::LOG_TARGET,
+                            warn,
+                            ?connection,
+                            ?reason,
+                            "closing a connection"
+                        );
+                    }
                     self.close_after_queued(connection);
                 }
                 Order::StartTimer { timer, after } => self.start_timer(timer, after),
