@@ -89,6 +89,7 @@ struct Figures {
     tier_call_over_direct: Vec<f64>,
     tier_call_cpu: Vec<f64>,
     tier_call_cpu_over_direct: Vec<f64>,
+    tier_call_switches: Vec<f64>,
     contended: Vec<(System, Vec<Throughput>)>,
     over_etcd: Vec<f64>,
     over_redis: Vec<f64>,
@@ -191,6 +192,7 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
                 .push(tier.median / call.median);
             figures.tier_call_cpu.push(tier.cpu);
             figures.tier_call_cpu_over_direct.push(tier.cpu / call.cpu);
+            figures.tier_call_switches.push(tier.switches);
         }
         if contended {
             contended_round(&lab, round, shapes, redis_target.as_ref(), &mut figures);
@@ -430,6 +432,12 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
         (
             "… ÷ the direct call's of its round",
             &figures.tier_call_cpu_over_direct,
+            1.0,
+            2,
+        ),
+        (
+            "… times a thread of the three was given a CPU, per call",
+            &figures.tier_call_switches,
             1.0,
             2,
         ),
