@@ -546,17 +546,7 @@ fn failover_rows(
         return;
     }
     let (ttl, grace) = (shape.ttl.as_nanos() as f64, shape.grace.as_nanos() as f64);
-    let spread = |values: Vec<f64>, scale: f64, digits: usize| {
-        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
-        (!values.is_empty()).then(|| {
-            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!(
-                "{:.digits$} / {:.digits$}",
-                percentile(&values, 50.0) / scale,
-                max / scale
-            )
-        })
-    };
+    let spread = p50_and_max;
     let of = |f: fn(&Kill) -> f64| kills.iter().map(f).collect::<Vec<f64>>();
     let settings = format!(
         "TTL {} ms, grace {} ms, {} kills",
@@ -623,22 +613,26 @@ fn failover_rows(
     );
 }
 
+/// `p50 / max` of the finite `values`, divided by `scale`, with `digits`
+/// decimals; `None` when none is finite.
+fn p50_and_max(values: Vec<f64>, scale: f64, digits: usize) -> Option<String> {
+    let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+    (!values.is_empty()).then(|| {
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!(
+            "{:.digits$} / {:.digits$}",
+            percentile(&values, 50.0) / scale,
+            max / scale
+        )
+    })
+}
+
 /// The rows of a host coordinator's death: p50 and max over every kill.
 fn host_failover_rows(kills: &[HostKill], row: impl Fn(&str, Option<String>)) {
     if kills.is_empty() {
         return;
     }
-    let spread = |values: Vec<f64>| {
-        let values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
-        (!values.is_empty()).then(|| {
-            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!(
-                "{:.1} / {:.1}",
-                percentile(&values, 50.0) / MILLIS,
-                max / MILLIS
-            )
-        })
-    };
+    let spread = |values| p50_and_max(values, MILLIS, 1);
     let of = |f: fn(&HostKill) -> f64| kills.iter().map(f).collect::<Vec<f64>>();
     row(
         &format!(

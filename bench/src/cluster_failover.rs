@@ -122,18 +122,7 @@ pub fn measure(lab: &Lab, round: usize, shape: Shape) -> Vec<Kill> {
         lab.kill_host(dying);
         on_host[dying].clear();
         leader.send("release");
-        let mut answered = 0u64;
-        let mut not_answered = 0;
-        for joiner in &joiners {
-            let line = joiner.expect("answered");
-            let (kind, at) = line.split_once(' ').expect("a kind and a time");
-            if kind == "joined" {
-                answered = answered.max(at.parse().expect("a time"));
-            } else {
-                eprintln!("a joiner through the kill ended {kind}");
-                not_answered += 1;
-            }
-        }
+        let (answered, not_answered) = answers(&joiners, "the kill");
         let first_lead =
             crate::failover::first_lead_after(std::slice::from_ref(&load), term.epoch.get());
         let (expired, elected) = watch.expiry_and_election(killed_at);
@@ -154,6 +143,25 @@ pub fn measure(lab: &Lab, round: usize, shape: Shape) -> Vec<Kill> {
         on_host[surviving].push(load);
     }
     kills
+}
+
+/// Waits for every joiner's answer (`cluster-join`'s line): the time the
+/// last of those with the leader's value had it (0 when none had), and how
+/// many ended otherwise, each said on stderr as ended `through` a fault.
+fn answers(joiners: &[Worker], through: &str) -> (u64, usize) {
+    let mut answered = 0u64;
+    let mut not_answered = 0;
+    for joiner in joiners {
+        let line = joiner.expect("answered");
+        let (kind, at) = line.split_once(' ').expect("a kind and a time");
+        if kind == "joined" {
+            answered = answered.max(at.parse().expect("a time"));
+        } else {
+            eprintln!("a joiner through {through} ended {kind}");
+            not_answered += 1;
+        }
+    }
+    (answered, not_answered)
 }
 
 /// One death of a host coordinator, in nanoseconds after it.
@@ -225,18 +233,7 @@ pub fn measure_host(lab: &Lab, round: usize, shape: Shape) -> Vec<HostKill> {
             host_coordinator.kill();
             load.send(&format!("mark {killed_at}"));
             leader.send("release");
-            let mut answered = 0u64;
-            let mut not_answered = 0;
-            for joiner in &joiners {
-                let line = joiner.expect("answered");
-                let (kind, at) = line.split_once(' ').expect("a kind and a time");
-                if kind == "joined" {
-                    answered = answered.max(at.parse().expect("a time"));
-                } else {
-                    eprintln!("a joiner through the host coordinator's death ended {kind}");
-                    not_answered += 1;
-                }
-            }
+            let (answered, not_answered) = answers(&joiners, "the host coordinator's death");
             let next_lead: u64 = load.expect("lead ").parse().expect("a time");
             let since = |at: u64| at.saturating_sub(killed_at) as f64;
             HostKill {
