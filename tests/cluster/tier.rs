@@ -208,7 +208,10 @@ async fn s18_3_a_hosts_two_processes_are_one_party_at_the_cluster() {
         Some(&relayed.host),
         "one host id at both levels"
     );
-    assert_eq!(relay.connections, 2, "two processes of the host: {relay:?}");
+    assert_eq!(
+        relay.connections, 3,
+        "two processes of the host and the asker: {relay:?}"
+    );
     assert_eq!(relay.groups.len(), 1, "{relay:?}");
     assert_eq!(
         (
