@@ -660,6 +660,81 @@ mod tests {
         assert_eq!(report["coordinator"]["stats"], serde_json::Value::Null);
     }
 
+    /// §13.5, §3.5: asked through a host coordinator in a cluster, both
+    /// forms show the host coordinator and its groups, and the cluster's
+    /// coordinator's connections by host.
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn both_levels_of_the_host_tier_are_reported() {
+        use single_flight::{GroupStatus, HostId, HostStatus};
+        let cluster = &Place::from(single_flight::SingleFlight::cluster(
+            single_flight::Cluster::etcd(["http://e:2379"], "ci"),
+        ));
+        let mut answer = status(None);
+        answer.hosts = Some(HostsStatus {
+            direct: 1,
+            relays: vec![
+                HostStatus {
+                    host: HostId::new("build-7").unwrap(),
+                    connections: 1,
+                    parties: 2,
+                    window: false,
+                    orphans: 0,
+                },
+                HostStatus {
+                    host: HostId::new("build-8").unwrap(),
+                    connections: 0,
+                    parties: 0,
+                    window: true,
+                    orphans: 1,
+                },
+            ],
+            omitted: 0,
+        });
+        answer.relay = Some(HostCoordinator {
+            epoch: Epoch::new(5).unwrap(),
+            pid: 7,
+            host: Some("b7".into()),
+            id: Some(HostId::new("build-7").unwrap()),
+            connections: 250,
+            groups: vec![GroupStatus {
+                key: Key::new("k").unwrap(),
+                token: Some(FencingToken::new(Epoch::FIRST, 7).unwrap()),
+                parties: 250,
+            }],
+            omitted_groups: 0,
+        });
+        let shown = text(cluster, &answer);
+        for line in [
+            "host         pid 7 on b7, host id build-7, epoch 5: 250 connections, 1 group relayed to the cluster's coordinator\n",
+            "             \"k\": 250 callers, token 4294967303\n",
+            "coordinator  pid 42 on ci-7, epoch 2\n",
+            "connections  1 direct, 1 host relaying\n",
+            "             build-7: relaying, 2 parties open\n",
+            "             build-8: no connection, relay window open with 1 orphaned\n",
+        ] {
+            assert!(shown.contains(line), "{line:?} in:\n{shown}");
+        }
+        let report: serde_json::Value =
+            serde_json::from_str(&json(cluster, Some(&answer))).unwrap();
+        assert_eq!(
+            report["host_coordinator"],
+            serde_json::json!({"pid": 7, "host": "b7", "host_id": "build-7", "epoch": "5",
+                "connections": 250, "omitted": 0,
+                "groups": [{"key": "k", "token": "4294967303", "parties": 250}]})
+        );
+        assert_eq!(report["coordinator"]["hosts"]["direct"], 1);
+        assert_eq!(
+            report["coordinator"]["hosts"]["relays"][1],
+            serde_json::json!({"host": "build-8", "connections": 0, "parties": 0,
+                "window": true, "orphans": 1})
+        );
+        let directly: serde_json::Value =
+            serde_json::from_str(&json(cluster, Some(&status(None)))).unwrap();
+        assert!(directly.get("host_coordinator").is_none());
+        assert_eq!(directly["coordinator"]["hosts"], serde_json::Value::Null);
+    }
+
     /// §13.5: flights that do not fit in one answer (SPEC.md §3.5) are
     /// counted in both forms.
     #[test]
