@@ -34,7 +34,9 @@ type PartyRef = (ConnectionId, RequestId);
 ///   or refused, then closed, never reusing a [`ConnectionId`] within the
 ///   host term.
 /// - Report [`Event::UpstreamReady`] once a connection to the cluster has
-///   finished its relay hello (SPEC.md §18.1), [`Event::UpstreamResponse`]
+///   finished its relay hello (SPEC.md §18.1), after
+///   [`Event::UpstreamGreeted`] with the coordinator its hello named (for
+///   `status`, §3.5), [`Event::UpstreamResponse`]
 ///   for each line it carries, and [`Event::UpstreamLost`] once it is gone;
 ///   then connect again. The relay has closed every local connection by then
 ///   ([`CloseReason::UpstreamLost`]): the processes reconnect and replay their
