@@ -837,11 +837,11 @@ impl Relay {
     fn with_relay_status(&self, response: Response) -> Response {
         let Response::Status {
             id,
-            mut flights,
+            flights,
             waiting,
-            mut omitted,
+            omitted,
             stats,
-            mut hosts,
+            hosts,
             relay: _,
         } = response
         else {
@@ -865,7 +865,7 @@ impl Relay {
             })
             .collect();
         groups.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        let mut relay = RelayStatus {
+        let relay = RelayStatus {
             host: self.host.clone(),
             connections: self.connections.len() as u64,
             groups: groups.into_iter().map(|(_, _, status)| status).collect(),
@@ -875,15 +875,30 @@ impl Relay {
         // The line's length without its `\n`, measured once, then lowered
         // by each item dropped (its JSON and the comma after it; one byte
         // too many for the last item of a list, three at most in all).
-        let mut length = encoded_len(&Response::Status {
-            id: id.clone(),
-            flights: flights.clone(),
+        let whole = Response::Status {
+            id,
+            flights,
             waiting,
             omitted,
-            stats: stats.clone(),
-            hosts: hosts.clone(),
-            relay: Some(Box::new(relay.clone())),
-        });
+            stats,
+            hosts,
+            relay: Some(Box::new(relay)),
+        };
+        let mut length = encoded_len(&whole);
+        // Taken apart again, without copying the lists, to be cut.
+        let Response::Status {
+            id,
+            mut flights,
+            waiting,
+            mut omitted,
+            stats,
+            mut hosts,
+            relay: Some(relay),
+        } = whole
+        else {
+            unreachable!("built just above");
+        };
+        let mut relay = *relay;
         // Room for the three `omitted` counts that the cuts may add or
         // lengthen, at their largest, and the three bytes the estimate may
         // be short.
