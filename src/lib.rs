@@ -119,12 +119,12 @@ pub use backend::default_directory::default_directory;
 pub use backend::local::DEFAULT_GRACE_WINDOW;
 pub use shell::blocking;
 pub use shell::{
-    Builder, Call, Codec, Detached, ERROR_NAME, IntoFailure, Json, Landed, OpenError, Role,
-    RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable,
+    Builder, Call, Codec, Detached, ERROR_NAME, HostCoordinator, IntoFailure, Json, Landed,
+    OpenError, Role, RunError, ServeError, SingleFlight, Stats, Status, StatusError, Unavailable,
 };
 pub use single_flight_core::protocol::{
     CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus,
-    HandshakeError, Key,
+    GroupStatus, HandshakeError, HostId, HostStatus, HostsStatus, Key,
 };
 
 /// What the tests, benchmarks and chaos harness reach of the library's

@@ -13,9 +13,10 @@ use single_flight_core::protocol::limits::{
     STATUS_ENVELOPE_BYTES,
 };
 use single_flight_core::protocol::{
-    ClientHello, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken,
-    FlightStatus, FrameError, HandshakeError, Incoming, Key, LineEncoder, LineReader, Outcome,
-    PROTOCOL_VERSION, ProtocolVersionError, Reason, Request, RequestId, Response, ReuseWindow,
+    ClientHello, CoordinatorIdentity, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode,
+    FencingToken, FlightStatus, FrameError, GroupStatus, HandshakeError, HostId, HostStatus,
+    HostsStatus, Incoming, Key, LineEncoder, LineReader, Outcome, PROTOCOL_VERSION,
+    ProtocolVersionError, Reason, RelayStatus, Request, RequestId, Response, ReuseWindow,
     TokenError, decode_client_hello, decode_coordinator_hello, decode_request, decode_response,
     encode,
 };
@@ -168,6 +169,8 @@ fn status_marks_detached_flights() {
             waiting: None,
             omitted: None,
             stats: None,
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"k","token":"4294967297","joiners":2,"detached":true}]}"#,
     );
@@ -448,6 +451,8 @@ fn response_status() {
             waiting: None,
             omitted: None,
             stats: None,
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}]}"#,
     );
@@ -463,6 +468,8 @@ fn response_status_in_a_grace_window() {
             waiting: Some(4),
             omitted: None,
             stats: None,
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[],"waiting":4}"#,
     );
@@ -483,6 +490,8 @@ fn response_status_with_flights_left_out() {
             waiting: None,
             omitted: Some(2048),
             stats: None,
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[{"key":"build:app","token":"4294967297","joiners":3}],"omitted":2048}"#,
     );
@@ -516,6 +525,8 @@ fn response_status_with_stats() {
             waiting: None,
             omitted: None,
             stats: Some(Box::new(some_stats())),
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[],"stats":{"flights_led":12,"joins":40,"lands_value":11,"lands_failure":1,"interruptions":2,"reasserts_accepted":3,"reasserts_rejected":4,"rejoins":5,"grace_windows":1,"connections_open":6,"connections_refused":7}}"#,
     );
@@ -534,6 +545,8 @@ fn status_stats_in_any_order_with_unknown_members() {
             waiting: None,
             omitted: None,
             stats: Some(Box::new(some_stats())),
+            hosts: None,
+            relay: None,
         })
     );
 }
@@ -563,12 +576,161 @@ fn the_longest_status_envelope_fits_its_room() {
             connections_open: all,
             connections_refused: all,
         })),
+        hosts: Some(Box::new(HostsStatus {
+            direct: all,
+            relays: Vec::new(),
+            omitted: all,
+        })),
+        // A host coordinator's view is not in a coordinator's envelope: the
+        // host coordinator cuts the answer to fit when it adds it (§3.5).
+        relay: None,
     };
     let envelope = encode(&response).len();
-    assert_eq!(envelope, 1284);
+    assert_eq!(envelope, 1367);
     // The flights' list holds at most the room less one (the coordinator
     // counts a comma after every flight), and replaces the `[]` counted here.
     assert!(envelope <= STATUS_ENVELOPE_BYTES + 1);
+}
+
+/// §3.5, §18.2, §18.3: a cluster's coordinator lists its connections by
+/// host, and a host coordinator adds its own view; `window` and `orphans`
+/// only when set, a group's `token` only once answered.
+#[test]
+fn response_status_with_hosts_and_relay() {
+    let host = |name: &str| HostId::new(name).unwrap();
+    assert_response_line(
+        Response::Status {
+            id: id("9"),
+            flights: Vec::new(),
+            waiting: None,
+            omitted: None,
+            stats: None,
+            hosts: Some(Box::new(HostsStatus {
+                direct: 1,
+                relays: vec![
+                    HostStatus {
+                        host: host("a-1"),
+                        connections: 1,
+                        parties: 2,
+                        window: false,
+                        orphans: 0,
+                    },
+                    HostStatus {
+                        host: host("b-2"),
+                        connections: 0,
+                        parties: 0,
+                        window: true,
+                        orphans: 3,
+                    },
+                ],
+                omitted: 4,
+            })),
+            relay: Some(Box::new(RelayStatus {
+                host: Some(host("a-1")),
+                connections: 250,
+                groups: vec![
+                    GroupStatus {
+                        key: key("k"),
+                        token: Some(first_token()),
+                        parties: 250,
+                    },
+                    GroupStatus {
+                        key: key("l"),
+                        token: None,
+                        parties: 1,
+                    },
+                ],
+                omitted: 0,
+                cluster: Some(CoordinatorIdentity {
+                    epoch: Epoch::new(3).unwrap(),
+                    pid: 4242,
+                    host: Some("ci-7".into()),
+                }),
+            })),
+        },
+        r#"{"op":"status","id":"9","flights":[],"hosts":{"direct":1,"relays":[{"host":"a-1","connections":1,"parties":2},{"host":"b-2","connections":0,"parties":0,"window":true,"orphans":3}],"omitted":4},"relay":{"host":"a-1","connections":250,"groups":[{"key":"k","token":"4294967297","parties":250},{"key":"l","parties":1}],"cluster":{"epoch":"3","pid":4242,"host":"ci-7"}}}"#,
+    );
+}
+
+/// §3, §3.5: members of `hosts` and `relay` that a later version may add are
+/// ignored; a `relay` without `host` or `cluster` reads as not knowing them.
+#[test]
+fn status_hosts_and_relay_with_unknown_members() {
+    let line = br#"{"op":"status","id":"9","flights":[],"hosts":{"relays":[{"host":"h","parties":0,"connections":1,"since":5}],"direct":0,"later":[]},"relay":{"connections":1,"groups":[],"later":{}}}"#;
+    let Ok(Response::Status {
+        hosts: Some(hosts),
+        relay: Some(relay),
+        ..
+    }) = decode_response(line)
+    else {
+        panic!("decodes: {:?}", decode_response(line));
+    };
+    assert_eq!((hosts.direct, hosts.relays.len(), hosts.omitted), (0, 1, 0));
+    assert_eq!(
+        *relay,
+        RelayStatus {
+            connections: 1,
+            ..RelayStatus::default()
+        }
+    );
+}
+
+/// §3.5, §3.7: `hosts` and `relay` of the wrong shape make the line
+/// malformed, each with the field that is wrong.
+#[test]
+fn status_hosts_and_relay_of_the_wrong_shape_are_malformed() {
+    let wrong = |field: &'static str| {
+        move |error: DecodeError| match error {
+            DecodeError::WrongType { field: named, .. }
+            | DecodeError::MissingField { field: named } => {
+                assert_eq!(named, field)
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    };
+    for (line, field) in [
+        (r#""hosts":[]"#, "hosts"),
+        (r#""hosts":{"relays":[]}"#, "direct"),
+        (r#""hosts":{"direct":-1,"relays":[]}"#, "direct"),
+        (r#""hosts":{"direct":0,"relays":{}}"#, "relays"),
+        (
+            r#""hosts":{"direct":0,"relays":[{"host":"","connections":1,"parties":0}]}"#,
+            "host",
+        ),
+        (
+            r#""hosts":{"direct":0,"relays":[{"host":"a\u0007","connections":1,"parties":0}]}"#,
+            "host",
+        ),
+        (
+            r#""hosts":{"direct":0,"relays":[{"host":"a","connections":1,"parties":0,"window":null}]}"#,
+            "window",
+        ),
+        (
+            r#""hosts":{"direct":0,"relays":[{"host":"a","connections":1.0,"parties":0}]}"#,
+            "connections",
+        ),
+        (r#""relay":null"#, "relay"),
+        (r#""relay":{"groups":[]}"#, "connections"),
+        (
+            r#""relay":{"connections":1,"groups":[{"key":"k","token":"x","parties":1}]}"#,
+            "token",
+        ),
+        (
+            r#""relay":{"connections":1,"groups":[],"cluster":{"epoch":"0","pid":1}}"#,
+            "epoch",
+        ),
+        (
+            r#""relay":{"connections":1,"groups":[],"cluster":{"epoch":"3","pid":4294967296}}"#,
+            "pid",
+        ),
+    ] {
+        let line = format!(r#"{{"op":"status","id":"9","flights":[],{line}}}"#);
+        match decode_response(line.as_bytes()) {
+            Err(DecodeError::BadToken { field: named, .. }) => assert_eq!(named, field),
+            Err(error) => wrong(field)(error),
+            Ok(decoded) => panic!("{line} decoded: {decoded:?}"),
+        }
+    }
 }
 
 /// §3.5: a coordinator with no flight in progress answers an empty list.
@@ -581,6 +743,8 @@ fn response_status_without_flights() {
             waiting: None,
             omitted: None,
             stats: None,
+            hosts: None,
+            relay: None,
         },
         r#"{"op":"status","id":"9","flights":[]}"#,
     );
@@ -1779,6 +1943,8 @@ fn arbitrary_response() -> impl Strategy<Value = Response> {
                 waiting,
                 omitted,
                 stats,
+                hosts: None,
+                relay: None,
             }),
     ]
 }

@@ -247,6 +247,8 @@ mod tests {
             omitted: 3,
             waiting_in_grace: Some(5),
             stats,
+            hosts: None,
+            relay: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! coordinator and its flights in progress (SPEC.md §3.5).
 
 use serde::Serialize;
-use single_flight::{CoordinatorStats, Status, StatusError};
+use single_flight::{CoordinatorStats, HostCoordinator, HostsStatus, Status, StatusError};
 
 use super::exit;
 use super::metrics;
@@ -96,9 +96,30 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         /// Only in cluster mode: a directory's report has no `cluster`.
         #[serde(skip_serializing_if = "Option::is_none")]
         cluster: Option<Cluster<'a>>,
+        /// Only when asked through a host coordinator (SPEC.md §18.3).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host_coordinator: Option<HostReport<'a>>,
         coordinator: Option<Coordinator<'a>>,
         flights: Vec<Flight<'a>>,
         omitted: u64,
+    }
+    #[derive(Serialize)]
+    struct HostReport<'a> {
+        pid: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host_id: Option<&'a str>,
+        epoch: String,
+        connections: u64,
+        groups: Vec<Group<'a>>,
+        omitted: u64,
+    }
+    #[derive(Serialize)]
+    struct Group<'a> {
+        key: &'a str,
+        token: Option<String>,
+        parties: u64,
     }
     #[derive(Serialize)]
     struct Cluster<'a> {
@@ -131,6 +152,9 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         /// The term's counters, or `null` from a coordinator too old to
         /// count (SPEC.md §3.5).
         stats: Option<Stats>,
+        /// The connections by host (SPEC.md §3.5, §18.2), or `null` from a
+        /// coordinator that does not report them.
+        hosts: Option<&'a HostsStatus>,
     }
     #[derive(Serialize)]
     struct Stats {
@@ -168,6 +192,25 @@ fn json(place: &Place, status: Option<&Status>) -> String {
                 })
                 .collect(),
         }),
+        host_coordinator: status
+            .and_then(|status| status.relay.as_ref())
+            .map(|relay| HostReport {
+                pid: relay.pid,
+                host: relay.host.as_deref(),
+                host_id: relay.id.as_ref().map(|id| id.as_str()),
+                epoch: relay.epoch.to_string(),
+                connections: relay.connections,
+                groups: relay
+                    .groups
+                    .iter()
+                    .map(|group| Group {
+                        key: group.key.as_str(),
+                        token: group.token.map(|token| token.to_string()),
+                        parties: group.parties,
+                    })
+                    .collect(),
+                omitted: relay.omitted_groups,
+            }),
         coordinator: status.map(|status| Coordinator {
             pid: status.pid,
             host: place.cluster().and(status.host.as_deref()),
@@ -180,6 +223,7 @@ fn json(place: &Place, status: Option<&Status>) -> String {
                 counted,
                 dedupe_ratio: counted.dedupe_ratio(),
             }),
+            hosts: status.hosts.as_ref(),
         }),
         flights: status
             .map(|status| {
@@ -218,6 +262,9 @@ fn text(place: &Place, status: &Status) -> String {
             Err(error) => text.push_str(&format!("certificate  {error}\n")),
         }
     }
+    if let Some(relay) = &status.relay {
+        text.push_str(&host_coordinator(relay));
+    }
     let mut coordinator = format!("coordinator  pid {}", status.pid);
     // Locally the coordinator is on this host, so the line names no host.
     if let Some(host) = place.cluster().and(status.host.as_ref()) {
@@ -235,6 +282,11 @@ fn text(place: &Place, status: &Status) -> String {
         ));
     }
     text.push_str(&counted(status.stats.as_ref()));
+    if let Some(hosts) = &status.hosts
+        && place.cluster().is_some()
+    {
+        text.push_str(&connections(hosts));
+    }
     if status.flights.is_empty() && status.omitted == 0 {
         text.push_str("flights      none in progress\n");
         return text;
@@ -272,6 +324,95 @@ fn text(place: &Place, status: &Status) -> String {
         text.push_str(&format!(
             "  … and {} more, after these in key order, that do not fit in one answer\n",
             status.omitted
+        ));
+    }
+    text
+}
+
+/// The host coordinator that was asked, for people (SPEC.md §18.3): its
+/// term and process, and what it serves.
+fn host_coordinator(relay: &HostCoordinator) -> String {
+    let plural = |count: u64, one: &str, many: &str| {
+        format!("{count} {}", if count == 1 { one } else { many })
+    };
+    let mut line = format!("host         pid {}", relay.pid);
+    if let Some(host) = &relay.host {
+        line.push_str(&format!(" on {host}"));
+    }
+    if let Some(id) = &relay.id {
+        line.push_str(&format!(", host id {id}"));
+    }
+    line.push_str(&format!(
+        ", epoch {}: {}, {} relayed to the cluster's coordinator\n",
+        relay.epoch,
+        plural(relay.connections, "connection", "connections"),
+        plural(
+            relay.groups.len() as u64 + relay.omitted_groups,
+            "group",
+            "groups"
+        ),
+    ));
+    for group in &relay.groups {
+        let token = group.token.map_or_else(
+            || "not answered yet".to_owned(),
+            |token| format!("token {token}"),
+        );
+        line.push_str(&format!(
+            "             {:?}: {}, {token}\n",
+            group.key.as_str(),
+            plural(group.parties, "caller", "callers"),
+        ));
+    }
+    if relay.omitted_groups > 0 {
+        line.push_str(&format!(
+            "             … and {} more that do not fit in one answer\n",
+            relay.omitted_groups
+        ));
+    }
+    line
+}
+
+/// The cluster's coordinator's connections by host, for people (SPEC.md
+/// §3.5, §18.2).
+fn connections(hosts: &HostsStatus) -> String {
+    let connected = hosts
+        .relays
+        .iter()
+        .filter(|host| host.connections > 0)
+        .count();
+    let mut text = format!(
+        "connections  {} direct, {} {} relaying\n",
+        hosts.direct,
+        connected,
+        if connected == 1 { "host" } else { "hosts" }
+    );
+    for host in &hosts.relays {
+        let mut line = if host.connections > 0 {
+            format!(
+                "             {}: relaying, {} open",
+                host.host,
+                if host.parties == 1 {
+                    "1 party".to_owned()
+                } else {
+                    format!("{} parties", host.parties)
+                }
+            )
+        } else {
+            format!("             {}: no connection", host.host)
+        };
+        if host.window {
+            line.push_str(&format!(
+                ", relay window open with {} orphaned",
+                host.orphans
+            ));
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    if hosts.omitted > 0 {
+        text.push_str(&format!(
+            "             … and {} more hosts that do not fit in one answer\n",
+            hosts.omitted
         ));
     }
     text
@@ -336,6 +477,8 @@ mod tests {
                 joins: 3,
                 ..CoordinatorStats::default()
             }),
+            hosts: None,
+            relay: None,
         }
     }
 
@@ -515,6 +658,81 @@ mod tests {
         let report: serde_json::Value =
             serde_json::from_str(&json(directory, Some(&older))).unwrap();
         assert_eq!(report["coordinator"]["stats"], serde_json::Value::Null);
+    }
+
+    /// §13.5, §3.5: asked through a host coordinator in a cluster, both
+    /// forms show the host coordinator and its groups, and the cluster's
+    /// coordinator's connections by host.
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn both_levels_of_the_host_tier_are_reported() {
+        use single_flight::{GroupStatus, HostId, HostStatus};
+        let cluster = &Place::from(single_flight::SingleFlight::cluster(
+            single_flight::Cluster::etcd(["http://e:2379"], "ci"),
+        ));
+        let mut answer = status(None);
+        answer.hosts = Some(HostsStatus {
+            direct: 1,
+            relays: vec![
+                HostStatus {
+                    host: HostId::new("build-7").unwrap(),
+                    connections: 1,
+                    parties: 2,
+                    window: false,
+                    orphans: 0,
+                },
+                HostStatus {
+                    host: HostId::new("build-8").unwrap(),
+                    connections: 0,
+                    parties: 0,
+                    window: true,
+                    orphans: 1,
+                },
+            ],
+            omitted: 0,
+        });
+        answer.relay = Some(HostCoordinator {
+            epoch: Epoch::new(5).unwrap(),
+            pid: 7,
+            host: Some("b7".into()),
+            id: Some(HostId::new("build-7").unwrap()),
+            connections: 250,
+            groups: vec![GroupStatus {
+                key: Key::new("k").unwrap(),
+                token: Some(FencingToken::new(Epoch::FIRST, 7).unwrap()),
+                parties: 250,
+            }],
+            omitted_groups: 0,
+        });
+        let shown = text(cluster, &answer);
+        for line in [
+            "host         pid 7 on b7, host id build-7, epoch 5: 250 connections, 1 group relayed to the cluster's coordinator\n",
+            "             \"k\": 250 callers, token 4294967303\n",
+            "coordinator  pid 42 on ci-7, epoch 2\n",
+            "connections  1 direct, 1 host relaying\n",
+            "             build-7: relaying, 2 parties open\n",
+            "             build-8: no connection, relay window open with 1 orphaned\n",
+        ] {
+            assert!(shown.contains(line), "{line:?} in:\n{shown}");
+        }
+        let report: serde_json::Value =
+            serde_json::from_str(&json(cluster, Some(&answer))).unwrap();
+        assert_eq!(
+            report["host_coordinator"],
+            serde_json::json!({"pid": 7, "host": "b7", "host_id": "build-7", "epoch": "5",
+                "connections": 250, "omitted": 0,
+                "groups": [{"key": "k", "token": "4294967303", "parties": 250}]})
+        );
+        assert_eq!(report["coordinator"]["hosts"]["direct"], 1);
+        assert_eq!(
+            report["coordinator"]["hosts"]["relays"][1],
+            serde_json::json!({"host": "build-8", "connections": 0, "parties": 0,
+                "window": true, "orphans": 1})
+        );
+        let directly: serde_json::Value =
+            serde_json::from_str(&json(cluster, Some(&status(None)))).unwrap();
+        assert!(directly.get("host_coordinator").is_none());
+        assert_eq!(directly["coordinator"]["hosts"], serde_json::Value::Null);
     }
 
     /// §13.5: flights that do not fit in one answer (SPEC.md §3.5) are

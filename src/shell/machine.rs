@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::coordinator::{self, ConnectionId, Coordinator, EndReason, Timer};
-use crate::protocol::{Reason, Request, Response};
+use crate::protocol::{CoordinatorIdentity, Reason, Request, Response};
 use crate::relay::{self, Relay};
 
 /// A fact the server reports to its machine, in the order it happened.
@@ -24,8 +24,11 @@ pub(super) enum Event {
 /// What happened to the connection to the cluster's coordinator.
 #[derive(Debug)]
 pub(super) enum Upstream {
-    /// A connection finished its relay hello (SPEC.md §18.1).
-    Ready,
+    /// A connection finished its relay hello (SPEC.md §18.1), answered by
+    /// this coordinator (§4.2).
+    Ready {
+        coordinator: Option<CoordinatorIdentity>,
+    },
     /// A line of it decoded to a response.
     Response(Response),
     /// It is gone.
@@ -226,7 +229,16 @@ impl Machine for Relaying {
                     return;
                 }
             },
-            Event::Upstream(Upstream::Ready) => relay::Event::UpstreamReady,
+            Event::Upstream(Upstream::Ready { coordinator }) => {
+                // Who answered, for `status` (§3.5), then the connection.
+                if let Some(coordinator) = coordinator {
+                    self.relay.step_into(
+                        relay::Event::UpstreamGreeted { coordinator },
+                        &mut self.effects,
+                    );
+                }
+                relay::Event::UpstreamReady
+            }
             Event::Upstream(Upstream::Response(response)) => {
                 relay::Event::UpstreamResponse(response)
             }

@@ -53,6 +53,6 @@ pub use server::{LOG_TARGET, RELAY_LOG_TARGET};
 #[cfg(feature = "_internal")] // for the tests and harnesses only
 pub use single_flight_core::coordinator::MAX_CONNECTIONS;
 pub use stats::Stats;
-pub use status::{Status, StatusError};
+pub use status::{HostCoordinator, Status, StatusError};
 #[cfg(feature = "_internal")] // for the simulation only
 pub use thread::{Settings, open_on};

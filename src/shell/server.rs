@@ -30,9 +30,9 @@ use crate::coordinator::{
 };
 use crate::election::{CHECK_INTERVAL, Term, Warrant};
 use crate::protocol::{
-    CoordinatorHello, Epoch, HandshakeError, HostId, Incoming, Key, LineEncoder, MAX_HOST_BYTES,
-    PROTOCOL_NAME, PROTOCOL_VERSION, Reason, Response, decode_client_hello, decode_request,
-    decode_response, encode, limits::MAX_FRAME_BYTES,
+    CoordinatorHello, CoordinatorIdentity, Epoch, HandshakeError, HostId, Incoming, Key,
+    LineEncoder, MAX_HOST_BYTES, PROTOCOL_NAME, PROTOCOL_VERSION, Reason, Response,
+    decode_client_hello, decode_request, decode_response, encode, limits::MAX_FRAME_BYTES,
 };
 use crate::relay::Relay;
 use crate::transport::{Connection, Listener};
@@ -122,6 +122,8 @@ enum Report {
     UpstreamOpened {
         writer: Writer,
         relays: bool,
+        /// The coordinator reached, as its hello named it (SPEC.md §4.2).
+        coordinator: Option<CoordinatorIdentity>,
         /// Dropped to make the upstream task leave the connection (its
         /// backlog, SPEC.md §18.3); the task then reports it lost.
         leave: oneshot::Sender<()>,
@@ -191,6 +193,7 @@ pub(super) fn start_for<T: Term, L: Listener>(
 
 /// Serves `term` of a host directory on `listener` with the relay (SPEC.md
 /// §18.3), which reaches the cluster's coordinator through `upstream`.
+#[cfg(test)]
 pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
     term: T,
     listener: L,
@@ -198,13 +201,30 @@ pub(super) fn start_relay<T: Term, L: Listener, U: Upstream>(
     lifetime: Lifetime,
     upstream: U,
 ) -> Serving {
+    start_relay_for(None, term, listener, options, lifetime, upstream)
+}
+
+/// [`start_relay`] for the host `host` relays under (SPEC.md §18.6), which
+/// the relay's `status` answers name (§3.5).
+pub(super) fn start_relay_for<T: Term, L: Listener, U: Upstream>(
+    host: Option<HostId>,
+    term: T,
+    listener: L,
+    options: &Options,
+    lifetime: Lifetime,
+    upstream: U,
+) -> Serving {
     info!(target: RELAY_LOG_TARGET, epoch = %term.epoch(), "coordinating the host, relaying to the cluster (SPEC.md §18.3)");
+    let relay = match host {
+        Some(host) => Relay::new().with_host(host),
+        None => Relay::new(),
+    };
     start_with(
         term,
         listener,
         options,
         lifetime,
-        Relaying::new(Relay::new()),
+        Relaying::new(relay),
         Some(upstream),
     )
 }
@@ -465,6 +485,7 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
             Report::UpstreamOpened {
                 writer,
                 relays,
+                coordinator,
                 leave,
             } => {
                 if !relays && !self.warned_no_relay_windows {
@@ -473,7 +494,9 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
                 }
                 self.upstream_writer = Some(writer);
                 self.upstream_leave = Some(leave);
-                self.step_machine(machine::Event::Upstream(machine::Upstream::Ready))
+                self.step_machine(machine::Event::Upstream(machine::Upstream::Ready {
+                    coordinator,
+                }))
             }
             Report::UpstreamResponse(response) => self.step_machine(machine::Event::Upstream(
                 machine::Upstream::Response(response),
@@ -999,9 +1022,22 @@ async fn relay_upstream<U: Upstream>(
             task,
         };
         let (leave, mut left) = oneshot::channel();
+        // A checked hello's epoch is a term number (§4.2).
+        let coordinator =
+            hello
+                .epoch
+                .parse()
+                .ok()
+                .and_then(Epoch::new)
+                .map(|epoch| CoordinatorIdentity {
+                    epoch,
+                    pid: hello.pid,
+                    host: hello.host.clone(),
+                });
         let opened = Report::UpstreamOpened {
             writer,
             relays: hello.relays,
+            coordinator,
             leave,
         };
         if reports.send(opened).await.is_err() {

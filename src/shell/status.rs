@@ -8,12 +8,15 @@ use super::lines::Lines;
 use super::options::HANDSHAKE_TIMEOUT;
 use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::protocol::{
-    ClientHello, CoordinatorStats, DecodeError, Epoch, FlightStatus, HandshakeError, Response,
-    decode_coordinator_hello, decode_response,
+    ClientHello, CoordinatorStats, DecodeError, Epoch, FlightStatus, GroupStatus, HandshakeError,
+    HostId, HostsStatus, RelayStatus, Response, decode_coordinator_hello, decode_response,
 };
 use crate::transport::{ConnectError, Connection, PeerRefused, Transport};
 
-/// What the coordinator of a directory or cluster reports.
+/// What the coordinator of a directory or cluster reports. Asked through a
+/// host coordinator (SPEC.md §18), the coordinator's fields are the
+/// cluster's coordinator's, which decides the flights, and
+/// [`Status::relay`] describes the host coordinator (§3.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
     /// The current term.
@@ -39,6 +42,35 @@ pub struct Status {
     /// The coordinator's counters of its term (SPEC.md §8.11); `None` from a
     /// coordinator too old to count.
     pub stats: Option<CoordinatorStats>,
+    /// The coordinator's connections by host: how many are direct, and the
+    /// hosts that relay to it (SPEC.md §3.5, §18.2); `None` from a
+    /// coordinator that keeps no relay windows or is too old to say.
+    pub hosts: Option<HostsStatus>,
+    /// The host coordinator that was asked, when the status was asked
+    /// through one (SPEC.md §3.5, §18.3).
+    pub relay: Option<HostCoordinator>,
+}
+
+/// A host coordinator through which a status was asked (SPEC.md §3.5,
+/// §18.3): its own term, process and host, and what it serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostCoordinator {
+    /// The host term.
+    pub epoch: Epoch,
+    /// Its process id.
+    pub pid: u32,
+    /// Its host name (SPEC.md §4.2), when its hello gave one.
+    pub host: Option<String>,
+    /// The host id it relays under (SPEC.md §18.6).
+    pub id: Option<HostId>,
+    /// The host's connections open on the host directory's socket.
+    pub connections: u64,
+    /// Its groups in key order (SPEC.md §18.3): all of them, or as many as
+    /// fit in one answer.
+    pub groups: Vec<GroupStatus>,
+    /// How many groups the answer left out, after the last one of
+    /// `groups`.
+    pub omitted_groups: u64,
 }
 
 /// Why the status could not be had.
@@ -196,18 +228,53 @@ where
             waiting,
             omitted,
             stats,
+            hosts,
+            relay,
             ..
-        } => Ok(Status {
-            epoch,
-            pid: hello.pid,
-            host: hello.host,
-            address,
-            flights,
-            // §3.5: a missing count is none left out.
-            omitted: omitted.unwrap_or(0),
-            waiting_in_grace: waiting,
-            stats: stats.map(|stats| *stats),
-        }),
+        } => {
+            let asked = (epoch, hello.pid, hello.host);
+            let (relay, answered) = match relay.map(|relay| *relay) {
+                // §3.5: a host coordinator's answer is the cluster's, which
+                // names the coordinator that decided it.
+                Some(RelayStatus {
+                    host,
+                    connections,
+                    groups,
+                    omitted,
+                    cluster,
+                }) => {
+                    let answered =
+                        cluster.map(|cluster| (cluster.epoch, cluster.pid, cluster.host));
+                    let relay = HostCoordinator {
+                        epoch: asked.0,
+                        pid: asked.1,
+                        host: asked.2.clone(),
+                        id: host,
+                        connections,
+                        groups,
+                        omitted_groups: omitted,
+                    };
+                    (Some(relay), answered.unwrap_or(asked))
+                }
+                None => (None, asked),
+            };
+            let (epoch, pid, host) = answered;
+            Ok(Status {
+                epoch,
+                pid,
+                host,
+                // The address of the coordinator asked; a host
+                // coordinator's answer does not carry the cluster's.
+                address: if relay.is_some() { None } else { address },
+                flights,
+                // §3.5: a missing count is none left out.
+                omitted: omitted.unwrap_or(0),
+                waiting_in_grace: waiting,
+                stats: stats.map(|stats| *stats),
+                hosts: hosts.map(|hosts| *hosts),
+                relay,
+            })
+        }
         Response::Unsupported { .. } => Err(StatusError::Unsupported),
         other => Err(StatusError::Protocol(DecodeError::UnknownResponse {
             op: format!("{other:?}"),

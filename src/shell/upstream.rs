@@ -62,7 +62,14 @@ impl<U: Backend + Clone> Serves<U> {
             options: above,
             reaching: None,
         };
-        server::start_relay(term, listener, options, lifetime, upstream)
+        server::start_relay_for(
+            Some(upper.host.clone()),
+            term,
+            listener,
+            options,
+            lifetime,
+            upstream,
+        )
     }
 }
 

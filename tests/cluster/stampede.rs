@@ -4,9 +4,15 @@
 //! with its status: none ends `Unavailable` (125) because etcd answered
 //! late, none is interrupted (75) because the term was lost mid-stampede.
 //!
-//! The one CI runs is [`CI_STAMPEDE`] processes on one host. The heavy ones
-//! (a thousand on one host, with and without a `serve`, and three hosts of a
-//! third each) are `#[ignore]`d and sized by `SINGLE_FLIGHT_STAMPEDE`;
+//! Every host reaches the cluster through its host coordinator (SPEC.md
+//! §18): each simulated host has a flight directory of its own (`--dir`),
+//! as the namespaces share one file system, and its processes collapse
+//! there into one party at the cluster's coordinator.
+//!
+//! CI runs [`CI_STAMPEDE`] processes on one host and the namespace
+//! stampede of [`NAMESPACE_HOSTS`] hosts × [`PER_HOST`] processes. The heavy
+//! ones (a thousand on one host, with and without a `serve`, and three hosts
+//! of a third each) are `#[ignore]`d and sized by `SINGLE_FLIGHT_STAMPEDE`;
 //! RELIABILITY.md says how to run them and how often they passed.
 
 use std::collections::BTreeMap;
@@ -14,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use single_flight::{Cluster, SingleFlight};
+use single_flight::{Cluster, SingleFlight, Status};
 
 use crate::support::etcd::{self, Etcd};
 use crate::support::hosts::Hosts;
@@ -28,6 +34,19 @@ const CI_STAMPEDE: usize = 200;
 
 /// The processes of the heavy stampedes: the thousand.
 const HEAVY_STAMPEDE: usize = 1000;
+
+/// The hosts of the namespace stampede (SPEC.md §18): the four.
+const NAMESPACE_HOSTS: usize = 4;
+
+/// The processes on each host of the namespace stampede: the 250,
+/// a thousand in all.
+const PER_HOST: usize = 250;
+
+/// The most etcd requests per host over a stampede through the host tier
+/// (SPEC.md §18): the host coordinator's campaign, its discovery reads and
+/// watch, its lease, its renewals while the stampede lasts; the host's other
+/// processes ask etcd nothing. The bound.
+const ETCD_REQUESTS_PER_HOST: u64 = 40;
 
 /// How long the processes of a stampede may take to join one flight before
 /// the test gives up waiting: a bound against a hang, never a timing
@@ -101,6 +120,29 @@ impl World {
         self.scratch.join("runs")
     }
 
+    /// The flight directory of `host` (loopback: 0), which holds its host
+    /// directory (SPEC.md §18.6): one per host, as on real machines, and
+    /// none of the user's default directory, which other runs may share.
+    fn directory(&self, host: usize) -> PathBuf {
+        self.scratch.join(format!("host-{host}"))
+    }
+
+    /// The cluster as the library reaches it from `host`'s directory.
+    fn cluster(&self, host: usize) -> Cluster {
+        Cluster::etcd(self.etcd.endpoints(), &self.cluster)
+            .tls(
+                self.scratch.join("certs/ca.pem"),
+                self.scratch.join("certs/client.pem"),
+                self.scratch.join("certs/client.key"),
+            )
+            .directory(self.directory(host))
+    }
+
+    /// The number of hosts: the namespaces, or 1 on loopback.
+    fn host_count(&self) -> usize {
+        self.hosts.as_ref().map_or(1, |(_, count)| *count)
+    }
+
     /// `single-flight SUBCOMMAND` with the cluster's flags, on `host` (or
     /// loopback), its output into `out/NAME.out` and `.err`. With a
     /// `barrier`, a FIFO, it starts only once the barrier opens (see
@@ -135,12 +177,16 @@ impl World {
                 .expect("an output file")
         };
         command.arg(subcommand);
-        certs::member_flags(
+        // The host's processes share its directory (SPEC.md §18.6), where
+        // `member_flags` would make each a host of its own.
+        certs::member_flags_in(
             &mut command,
             &self.etcd.endpoints(),
             &self.cluster,
             &listen,
-            &certs,
+            &certs.join("ca.pem"),
+            &certs.join("server"),
+            &self.directory(host.unwrap_or(0)),
         );
         command
             .current_dir(self.runs())
@@ -151,29 +197,42 @@ impl World {
         command
     }
 
-    /// The joiners of the flight of `key` as the coordinator reports them,
-    /// or `None` while there is none (or no coordinator answers).
-    fn joiners(&self, runtime: &tokio::runtime::Runtime, key: &str) -> Option<u64> {
-        let cluster = Cluster::etcd(self.etcd.endpoints(), &self.cluster).tls(
-            self.scratch.join("certs/ca.pem"),
-            self.scratch.join("certs/client.pem"),
-            self.scratch.join("certs/client.key"),
-        );
-        let status = runtime
-            .block_on(SingleFlight::cluster(cluster).status())
-            .ok()?;
-        status
-            .flights
-            .iter()
-            .find(|flight| flight.key.as_str() == key)
-            .map(|flight| flight.joiners)
+    /// The callers of `key` on every host, as each host coordinator
+    /// reports its groups (SPEC.md §3.5), and the last answer, which names
+    /// the cluster's coordinator and its connections by host.
+    fn callers(&self, runtime: &tokio::runtime::Runtime, key: &str) -> (u64, Option<Status>) {
+        let mut callers = 0;
+        let mut last = None;
+        for host in 0..self.host_count() {
+            let Ok(status) = runtime.block_on(SingleFlight::cluster(self.cluster(host)).status())
+            else {
+                continue;
+            };
+            callers += match &status.relay {
+                Some(relay) => relay
+                    .groups
+                    .iter()
+                    .filter(|group| group.key.as_str() == key)
+                    .map(|group| group.parties)
+                    .sum(),
+                // No host coordinator runs there: the cluster's answer.
+                None => status
+                    .flights
+                    .iter()
+                    .find(|flight| flight.key.as_str() == key)
+                    .map_or(0, |flight| flight.joiners + 1),
+            };
+            last = Some(status);
+        }
+        (callers, last)
     }
 
     /// Starts `count` runs of one key spread over the hosts (or on
-    /// loopback), lets COMMAND end once every other caller joined it, and
+    /// loopback), lets COMMAND end once every caller joined its flight, and
     /// checks the outcome: COMMAND ran once, every caller printed `out` and
-    /// exited 4. Prints what the stampede cost etcd.
-    fn stampede(&self, count: usize) {
+    /// exited 4. Prints what the stampede cost etcd, and returns it with
+    /// the cluster's `status` once every caller had joined.
+    fn stampede(&self, count: usize) -> Stampeded {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -214,10 +273,11 @@ impl World {
         let started = Instant::now();
         std::io::Write::write_all(&mut gate, &vec![b'\n'; count]).expect("the barrier opens");
         let deadline = Instant::now() + GATHERING;
-        let mut joined = None;
+        let mut joined;
+        let mut gathered_status;
         loop {
-            joined = self.joiners(&runtime, "k").or(joined);
-            if joined >= Some(count as u64 - 1) {
+            (joined, gathered_status) = self.callers(&runtime, "k");
+            if joined >= count as u64 {
                 break;
             }
             // A caller that already ended will never join: the outcome says
@@ -261,7 +321,7 @@ impl World {
             .collect();
         let total: u64 = requests.values().sum();
         eprintln!(
-            "stampede of {count} on {}: all joined after {gathered:?} ({joined:?} joiners), ended after {:?}; etcd requests {requests:?}, {:.2} per caller; campaigns (lease grants) {}",
+            "stampede of {count} on {}: {joined} callers joined after {gathered:?}, ended after {:?}; etcd requests {requests:?}, {:.2} per caller; campaigns (lease grants) {}",
             if hosts == 0 {
                 "one host".to_owned()
             } else {
@@ -281,7 +341,24 @@ impl World {
             "every caller prints COMMAND's output; these did not: {wrong_output:?}"
         );
         assert_eq!(times_ran(&self.runs()), 1, "COMMAND ran once");
+        assert_eq!(
+            joined, count as u64,
+            "every caller joined before the release"
+        );
+        Stampeded {
+            etcd_requests: total,
+            status: gathered_status,
+        }
     }
+}
+
+/// What a stampede cost, for the assertions of the one that asks.
+struct Stampeded {
+    /// The requests etcd started over the stampede.
+    etcd_requests: u64,
+    /// The cluster's `status`, asked through a host, once every caller had
+    /// joined.
+    status: Option<Status>,
 }
 
 /// Whether the process `pid` waits at the stampede's barrier: blocked in
@@ -330,13 +407,10 @@ fn s14_2_a_stampede_on_one_host_with_serve_running_runs_the_command_once() {
         .unwrap();
     let deadline = Instant::now() + GATHERING;
     loop {
-        let cluster = Cluster::etcd(world.etcd.endpoints(), &world.cluster).tls(
-            world.scratch.join("certs/ca.pem"),
-            world.scratch.join("certs/client.pem"),
-            world.scratch.join("certs/client.key"),
-        );
+        // Asked directly (SPEC.md §18.6): through a host, the answer has
+        // no address of the cluster's coordinator (§13.5).
         if runtime
-            .block_on(SingleFlight::cluster(cluster).status())
+            .block_on(SingleFlight::cluster(world.cluster(0).direct()).status())
             .is_ok_and(|status| status.address.is_some())
         {
             break;
@@ -358,4 +432,46 @@ fn s14_3_a_stampede_from_three_hosts_runs_the_command_once() {
         return;
     };
     world.stampede(size(HEAVY_STAMPEDE));
+}
+
+/// §18, §3.5: four hosts (network namespaces) of 250 processes each, one
+/// key at once, over mutual TLS and a real etcd: COMMAND runs once and
+/// every caller gets its bytes and status; the cluster's coordinator holds
+/// one relay connection per host and no other, and etcd serves at most
+/// [`ETCD_REQUESTS_PER_HOST`] requests per host over the stampede.
+#[test]
+fn s18_a_stampede_from_four_hosts_reaches_the_cluster_through_one_connection_per_host() {
+    let Some(world) = World::new("stampede-tier", NAMESPACE_HOSTS) else {
+        return;
+    };
+    let stampeded = world.stampede(NAMESPACE_HOSTS * PER_HOST);
+    let status = stampeded
+        .status
+        .expect("a host coordinator answered status during the stampede");
+    assert!(
+        status.relay.is_some(),
+        "asked through a host coordinator: {status:?}"
+    );
+    let hosts = status
+        .hosts
+        .expect("the cluster's coordinator reports its connections by host");
+    let relaying = hosts
+        .relays
+        .iter()
+        .filter(|host| host.connections > 0)
+        .count();
+    assert!(
+        relaying <= NAMESPACE_HOSTS && hosts.direct == 0 && hosts.omitted == 0,
+        "at most one relay connection per host and no direct one: {hosts:?}"
+    );
+    assert_eq!(
+        status.stats.map(|stats| stats.connections_open),
+        Some(relaying as u64),
+        "the relay connections are all the cluster's coordinator holds"
+    );
+    assert!(
+        stampeded.etcd_requests <= ETCD_REQUESTS_PER_HOST * NAMESPACE_HOSTS as u64,
+        "etcd served {} requests over the stampede, more than {ETCD_REQUESTS_PER_HOST} per host",
+        stampeded.etcd_requests
+    );
 }

@@ -175,6 +175,62 @@ async fn s18_3_a_hosts_two_processes_are_one_party_at_the_cluster() {
         joined.contains(&format!(r#""flight":"{}""#, flight.token)),
         "joined under the cluster's token: {joined}"
     );
+
+    // §3.5: the cluster's coordinator lists the host's one relay
+    // connection, with its one party, apart from its direct connections.
+    let cluster_hosts = look.hosts.clone().expect("the cluster reports its hosts");
+    assert_eq!(cluster_hosts.relays.len(), 1, "{cluster_hosts:?}");
+    let relayed = &cluster_hosts.relays[0];
+    assert_eq!(
+        (relayed.connections, relayed.parties, relayed.window),
+        (1, 1, false),
+        "{cluster_hosts:?}"
+    );
+    assert!(look.relay.is_none(), "asked directly: {look:?}");
+    // Asked through the host, `status` describes both levels: the host
+    // coordinator (its term, its host id, its two callers of k in one
+    // group under the cluster's token), and the cluster's coordinator,
+    // whose term, flights and hosts the direct look showed.
+    let through_host = SingleFlight::cluster(
+        scratch
+            .cluster(&etcd, "c")
+            .directory(scratch.0.join("host")),
+    )
+    .status()
+    .await
+    .expect("the host coordinator answers");
+    let relay = through_host
+        .relay
+        .clone()
+        .expect("the host coordinator's view");
+    assert_eq!(
+        relay.id.as_ref(),
+        Some(&relayed.host),
+        "one host id at both levels"
+    );
+    assert_eq!(
+        relay.connections, 3,
+        "two processes of the host and the asker: {relay:?}"
+    );
+    assert_eq!(relay.groups.len(), 1, "{relay:?}");
+    assert_eq!(
+        (
+            relay.groups[0].key.as_str(),
+            relay.groups[0].token,
+            relay.groups[0].parties
+        ),
+        ("k", Some(flight.token), 2)
+    );
+    assert_eq!(
+        (through_host.epoch, through_host.pid, &through_host.flights),
+        (look.epoch, look.pid, &look.flights),
+        "the cluster's coordinator, as the direct look saw it"
+    );
+    assert_eq!(
+        through_host.hosts.map(|hosts| hosts.relays),
+        Some(cluster_hosts.relays.clone()),
+        "the cluster's hosts, carried through"
+    );
     release.notify_one();
     let led = leader.await.unwrap().expect("the leader's value");
     assert_eq!(led.role, Role::Led);

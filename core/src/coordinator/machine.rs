@@ -12,8 +12,8 @@ use super::mutant::{Mutant, Seeded};
 use super::table::Table;
 use crate::protocol::limits::{MAX_KEPT_BYTES, MAX_KEPT_VALUES, STATUS_FLIGHTS_BYTES};
 use crate::protocol::{
-    CoordinatorStats, Epoch, FencingToken, FlightStatus, HostId, Incoming, Key, Outcome, Request,
-    RequestId, Response, ReuseWindow, encoded_len,
+    CoordinatorStats, Epoch, FencingToken, FlightStatus, HostId, HostStatus, HostsStatus, Incoming,
+    Key, Outcome, Request, RequestId, Response, ReuseWindow, encoded_len,
 };
 
 /// Open requests one connection may have at once (SPEC.md §8.9). A process
@@ -572,8 +572,11 @@ impl Coordinator {
     /// §3.5: the flights in progress in key order, as many as fit in one
     /// line, and how many did not.
     fn status(&mut self, connection: ConnectionId, id: RequestId) {
-        let mut flights = Vec::new();
         let mut room = STATUS_FLIGHTS_BYTES;
+        // The hosts first: a cluster has few, and an operator who asks a
+        // coordinator with more flights than fit still sees them all.
+        let hosts = self.hosts_status(&mut room);
+        let mut flights = Vec::new();
         for (key, flight) in self.flights.sorted() {
             let status = FlightStatus {
                 key: key.clone(),
@@ -604,8 +607,52 @@ impl Coordinator {
             waiting,
             omitted: (omitted > 0).then_some(omitted),
             stats: Some(Box::new(stats)),
+            hosts: hosts.map(Box::new),
+            relay: None,
         };
         self.send(connection, response);
+    }
+
+    /// §3.5, §18.2: the connections by host, when this coordinator keeps
+    /// relay windows (without them it knows no relay connection): the
+    /// hosts with an open relay connection or relay window in host id
+    /// order, as many as fit in `room`, which they use up.
+    fn hosts_status(&self, room: &mut usize) -> Option<HostsStatus> {
+        self.relays.window?;
+        let relays = &self.relays;
+        let mut orphans: BTreeMap<&HostId, u64> = BTreeMap::new();
+        for (_, host) in relays.orphans.values() {
+            *orphans.entry(host).or_default() += 1;
+        }
+        let named: BTreeSet<&HostId> = relays
+            .connection_of
+            .keys()
+            .chain(relays.windows.keys())
+            .collect();
+        let mut listed = Vec::new();
+        for host in &named {
+            let connection = relays.connection_of.get(*host);
+            let status = HostStatus {
+                host: (*host).clone(),
+                connections: u64::from(connection.is_some()),
+                parties: connection
+                    .and_then(|connection| self.connections.get(connection))
+                    .map_or(0, |parties| parties.len() as u64),
+                window: relays.windows.contains_key(*host),
+                orphans: orphans.get(*host).copied().unwrap_or(0),
+            };
+            // Its JSON and the comma before the next one.
+            let Some(left) = room.checked_sub(encoded_len(&status) + 1) else {
+                break;
+            };
+            *room = left;
+            listed.push(status);
+        }
+        Some(HostsStatus {
+            direct: (self.connections.len() - relays.connection_of.len()) as u64,
+            omitted: (named.len() - listed.len()) as u64,
+            relays: listed,
+        })
     }
 
     /// Opens a party for `id` in the role `Waiting`; `false` when the id is

@@ -484,6 +484,8 @@ fn status_lists_flights() {
                     connections_open: 2,
                     ..CoordinatorStats::default()
                 })),
+                hosts: None,
+                relay: None,
             }
         )]
     );
@@ -522,6 +524,8 @@ fn status_counts_the_runs_waiting_for_the_window() {
                     connections_open: 2,
                     ..CoordinatorStats::default()
                 })),
+                hosts: None,
+                relay: None,
             }
         )]
     );
@@ -549,6 +553,8 @@ fn status_counts_the_runs_waiting_for_the_window() {
                     connections_open: 2,
                     ..CoordinatorStats::default()
                 })),
+                hosts: None,
+                relay: None,
             }
         )]
     );

@@ -66,17 +66,18 @@ pub const MAX_OP_BYTES: usize = MAX_ID_BYTES;
 /// than count again; a test pins it.
 pub const MAX_NESTING_DEPTH: usize = 127;
 
-/// Room in a `status` answer for its list of flights (SPEC.md §3.5): the
-/// frame less [`STATUS_ENVELOPE_BYTES`] for the rest of the answer. A
-/// coordinator with more flights than fit lists the first ones in key order
-/// and says how many it left out, rather than send a line that the client
-/// would refuse.
+/// Room in a `status` answer for its lists of hosts and flights (SPEC.md
+/// §3.5): the frame less [`STATUS_ENVELOPE_BYTES`] for the rest of the
+/// answer. A coordinator with more hosts and flights than fit lists the
+/// hosts first, then the first flights in key order, and says how many of
+/// each it left out, rather than send a line that the client would refuse.
 pub const STATUS_FLIGHTS_BYTES: usize = MAX_FRAME_BYTES - STATUS_ENVELOPE_BYTES;
 
-/// Room in a `status` answer for everything but its flights: at most 1 284
-/// bytes, for an id at its limit written with an escape for every byte, the
-/// two counts and the `stats` with every counter at its largest (a test pins
-/// the figure). 2 KiB covers it with room for a few more counters.
+/// Room in a `status` answer for everything but its lists of hosts and
+/// flights: at most 1 367 bytes, for an id at its limit written with an
+/// escape for every byte, the counts, the `stats` with every counter at its
+/// largest and the counts of `hosts` (a test pins the figure). 2 KiB covers
+/// it with room for a few more counters.
 pub const STATUS_ENVELOPE_BYTES: usize = 2 * 1024;
 
 /// Longest reuse window a call may ask for, in milliseconds (SPEC.md §16.1):

@@ -26,11 +26,12 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
+use super::handshake::{HostId, MAX_HOST_BYTES};
 use super::limits::{
     MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REASON_BYTES,
     MAX_REUSE_WINDOW_MS,
 };
-use super::token::FencingToken;
+use super::token::{Epoch, FencingToken};
 
 /// A flight key: the name of the work that runs once (SPEC.md §3.1).
 /// Any UTF-8 text of 1 to [`MAX_KEY_BYTES`] bytes.
@@ -431,6 +432,16 @@ pub enum Response {
         /// slower (BENCHMARKS.md, "Counting in the core").
         #[serde(skip_serializing_if = "Option::is_none")]
         stats: Option<Box<CoordinatorStats>>,
+        /// Extension (SPEC.md §3.5, §18.2): the connections of a
+        /// coordinator that keeps relay windows, by host. Absent from other
+        /// coordinators and from those older than the field. Boxed, as
+        /// `stats` is.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        hosts: Option<Box<HostsStatus>>,
+        /// Extension (SPEC.md §3.5, §18.3): only from a host coordinator,
+        /// which adds its own view to the cluster's answer that it returns.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        relay: Option<Box<RelayStatus>>,
     },
 }
 
@@ -489,6 +500,105 @@ impl CoordinatorStats {
     pub fn dedupe_ratio(&self) -> Option<f64> {
         ratio(self.joins, self.flights_led.saturating_add(self.joins))
     }
+}
+
+/// The connections of a cluster's coordinator that keeps relay windows, as
+/// `status` reports them (SPEC.md §3.5, §18.2): how many are ordinary
+/// (direct processes, `serve`, `status` itself) and, by host id, the relay
+/// connections of host coordinators and the hosts whose relay window is
+/// open.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct HostsStatus {
+    /// Open connections that are not relay connections.
+    pub direct: u64,
+    /// The hosts with an open relay connection or relay window, in host id
+    /// order: all of them, or as many as fit in the answer.
+    pub relays: Vec<HostStatus>,
+    /// How many hosts the answer left out, after the last one of `relays`,
+    /// to fit in one line; absent on the wire when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub omitted: u64,
+}
+
+/// One host of [`HostsStatus`] (SPEC.md §3.5, §18.2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct HostStatus {
+    /// The host id its coordinator relays under (§18.1).
+    pub host: HostId,
+    /// Its open relay connections: 1, or 0 while only its relay window is
+    /// open (a coordinator keeps at most one per host, §18.2).
+    pub connections: u64,
+    /// The parties open on its relay connection: the host's groups that
+    /// the cluster's coordinator decides (§18.3).
+    pub parties: u64,
+    /// Whether its relay window is open (§18.2); on the wire only when true.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub window: bool,
+    /// The flights it led that wait, orphaned, for its next host
+    /// coordinator (§18.2); on the wire only when not 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub orphans: u64,
+}
+
+/// What a host coordinator adds to the cluster's `status` answer that it
+/// returns (SPEC.md §3.5, §18.3): itself, its host's groups, and the
+/// cluster's coordinator it relays to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct RelayStatus {
+    /// The host id it relays under (§18.6); absent when it was not given
+    /// one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostId>,
+    /// The host's connections open on the host directory's socket.
+    pub connections: u64,
+    /// Its groups (§18.3), in key order: all of them, or as many as fit.
+    pub groups: Vec<GroupStatus>,
+    /// How many groups the answer left out, after the last one of
+    /// `groups`; absent on the wire when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub omitted: u64,
+    /// The cluster's coordinator that answered, as its hello named it
+    /// (§4.2); absent when the host coordinator does not know it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<CoordinatorIdentity>,
+}
+
+/// One group of a host coordinator (SPEC.md §3.5, §18.3): the host's local
+/// parties that one request to the cluster stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct GroupStatus {
+    /// The key of its flight.
+    pub key: Key,
+    /// The flight's token once the cluster answered `lead` or `joined` (or
+    /// the group reasserts or rejoins it); absent before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<FencingToken>,
+    /// Its local parties: its leader, if it has one, and those that wait or
+    /// join.
+    pub parties: u64,
+}
+
+/// A coordinator as its hello names it (SPEC.md §4.2): its term, its
+/// process and its host name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct CoordinatorIdentity {
+    /// Its term.
+    #[serde(serialize_with = "decimal")]
+    pub epoch: Epoch,
+    /// Its process id.
+    pub pid: u32,
+    /// Its host name, when its hello gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// An epoch as decimal text, as a hello writes it (§4.2).
+fn decimal<S: Serializer>(epoch: &Epoch, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(epoch)
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
 }
 
 /// `part ÷ whole`, or `None` when `whole` is 0. Counts far beyond 2^53 lose
@@ -709,6 +819,8 @@ pub fn decode_response(line: &[u8]) -> Result<Response, DecodeError> {
                 .map(|given| count(given, "omitted"))
                 .transpose()?,
             stats: message.stats.take().map(stats).transpose()?.map(Box::new),
+            hosts: message.hosts.take().map(hosts).transpose()?.map(Box::new),
+            relay: message.relay.take().map(relay).transpose()?.map(Box::new),
         },
         _ => {
             return Err(DecodeError::UnknownResponse {
@@ -903,6 +1015,8 @@ struct MessageFields<'a> {
     parent: Option<Json<'a>>,
     keys: Option<Json<'a, Skipped, KeyList>>,
     reason: Option<Json<'a>>,
+    hosts: Option<Json<'a, Members>>,
+    relay: Option<Json<'a, Members>>,
 }
 
 impl<'a> MessageFields<'a> {
@@ -943,8 +1057,25 @@ impl<'a> Fields<'a> for MessageFields<'a> {
             "parent" => member(map, &mut self.parent),
             "keys" => member(map, &mut self.keys),
             "reason" => member(map, &mut self.reason),
+            "hosts" => member(map, &mut self.hosts),
+            "relay" => member(map, &mut self.relay),
             _ => skip(map),
         }
+    }
+}
+
+/// The members of an object of a `status` answer's tier extensions
+/// (`hosts`, `relay`: SPEC.md §3.5), kept as JSON values and checked by
+/// hand below. Only `status` answers have them, which are not a hot path; a
+/// repeated member counts with its last value, as everywhere.
+#[derive(Default)]
+struct Members(serde_json::Map<String, serde_json::Value>);
+
+impl<'a> Fields<'a> for Members {
+    fn read<A: MapAccess<'a>>(&mut self, name: &str, map: &mut A) -> Result<(), A::Error> {
+        let value = map.next_value::<serde_json::Value>()?;
+        self.0.insert(name.to_owned(), value);
+        Ok(())
     }
 }
 
@@ -1315,4 +1446,165 @@ fn stats(given: Json<'_, StatsFields<'_>>) -> Result<CoordinatorStats, DecodeErr
         connections_open: counted(fields.connections_open, "connections_open")?,
         connections_refused: counted(fields.connections_refused, "connections_refused")?,
     })
+}
+
+/// A value of a tier extension's object (SPEC.md §3.5) that is not what it
+/// must be.
+fn wrong(field: &'static str, expected: &'static str) -> DecodeError {
+    DecodeError::WrongType { field, expected }
+}
+
+/// A count of a tier extension: a non-negative JSON integer.
+fn value_count(value: Option<&serde_json::Value>, field: &'static str) -> Result<u64, DecodeError> {
+    required(value, field)?
+        .as_u64()
+        .ok_or(wrong(field, "a non-negative integer"))
+}
+
+/// An optional count of a tier extension, 0 when absent.
+fn optional_count(
+    value: Option<&serde_json::Value>,
+    field: &'static str,
+) -> Result<u64, DecodeError> {
+    value.map_or(Ok(0), |given| value_count(Some(given), field))
+}
+
+/// The members of a tier extension's object, or what is wrong with it.
+fn object<'v>(
+    value: &'v serde_json::Value,
+    field: &'static str,
+) -> Result<&'v serde_json::Map<String, serde_json::Value>, DecodeError> {
+    value.as_object().ok_or(wrong(field, "an object"))
+}
+
+/// The items of a tier extension's array, or what is wrong with it.
+fn array<'v>(
+    value: Option<&'v serde_json::Value>,
+    field: &'static str,
+) -> Result<&'v [serde_json::Value], DecodeError> {
+    required(value, field)?
+        .as_array()
+        .map(Vec::as_slice)
+        .ok_or(wrong(field, "an array"))
+}
+
+/// A host id of a tier extension (the rules of SPEC.md §18.1).
+fn host_id(value: Option<&serde_json::Value>) -> Result<HostId, DecodeError> {
+    let text = required(value, "host")?
+        .as_str()
+        .ok_or(wrong("host", "a string"))?;
+    HostId::new(text).map_err(|_| {
+        wrong(
+            "host",
+            "a host id: 1 to 255 bytes without control characters",
+        )
+    })
+}
+
+/// A `status` answer's `hosts` (SPEC.md §3.5): `direct`, `relays` and
+/// `omitted`; members of other names are ignored.
+fn hosts(given: Json<'_, Members>) -> Result<HostsStatus, DecodeError> {
+    let Json::Object(Members(members)) = given else {
+        return Err(wrong("hosts", "an object"));
+    };
+    let relays = array(members.get("relays"), "relays")?
+        .iter()
+        .map(|item| {
+            let host = object(item, "relays")?;
+            Ok(HostStatus {
+                host: host_id(host.get("host"))?,
+                connections: value_count(host.get("connections"), "connections")?,
+                parties: value_count(host.get("parties"), "parties")?,
+                window: match host.get("window") {
+                    None => false,
+                    Some(window) => window.as_bool().ok_or(wrong("window", "true or false"))?,
+                },
+                orphans: optional_count(host.get("orphans"), "orphans")?,
+            })
+        })
+        .collect::<Result<_, DecodeError>>()?;
+    Ok(HostsStatus {
+        direct: value_count(members.get("direct"), "direct")?,
+        relays,
+        omitted: optional_count(members.get("omitted"), "omitted")?,
+    })
+}
+
+/// A host coordinator's `relay` in a `status` answer (SPEC.md §3.5).
+fn relay(given: Json<'_, Members>) -> Result<RelayStatus, DecodeError> {
+    let Json::Object(Members(members)) = given else {
+        return Err(wrong("relay", "an object"));
+    };
+    let groups = array(members.get("groups"), "groups")?
+        .iter()
+        .map(|item| {
+            let group = object(item, "groups")?;
+            let key_text = required(group.get("key"), "key")?
+                .as_str()
+                .ok_or(wrong("key", "a string"))?;
+            let token = match group.get("token") {
+                None => None,
+                Some(token) => Some(
+                    token
+                        .as_str()
+                        .ok_or(wrong("token", "a string"))?
+                        .parse()
+                        .map_err(|reason| DecodeError::BadToken {
+                            field: "token",
+                            reason,
+                        })?,
+                ),
+            };
+            Ok(GroupStatus {
+                key: Key::new(key_text)?,
+                token,
+                parties: value_count(group.get("parties"), "parties")?,
+            })
+        })
+        .collect::<Result<_, DecodeError>>()?;
+    let cluster = match members.get("cluster") {
+        None => None,
+        Some(cluster) => Some(identity(object(cluster, "cluster")?)?),
+    };
+    Ok(RelayStatus {
+        host: members
+            .get("host")
+            .map(|host| host_id(Some(host)))
+            .transpose()?,
+        connections: value_count(members.get("connections"), "connections")?,
+        groups,
+        omitted: optional_count(members.get("omitted"), "omitted")?,
+        cluster,
+    })
+}
+
+/// The cluster's coordinator as a host coordinator names it in `relay`
+/// (SPEC.md §3.5): the members of its hello (§4.2), checked as a hello's.
+fn identity(
+    members: &serde_json::Map<String, serde_json::Value>,
+) -> Result<CoordinatorIdentity, DecodeError> {
+    let epoch = required(members.get("epoch"), "epoch")?
+        .as_str()
+        .filter(|text| text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0'))
+        .and_then(|text| text.parse::<u64>().ok())
+        .and_then(Epoch::new)
+        .ok_or(wrong("epoch", "a term number as decimal text"))?;
+    let pid = required(members.get("pid"), "pid")?
+        .as_u64()
+        .and_then(|pid| u32::try_from(pid).ok())
+        .ok_or(wrong("pid", "a process id"))?;
+    let host = match members.get("host") {
+        None => None,
+        Some(host) => {
+            let text = host.as_str().ok_or(wrong("host", "a string"))?;
+            if text.len() > MAX_HOST_BYTES || text.chars().any(char::is_control) {
+                return Err(wrong(
+                    "host",
+                    "a host name of at most 255 bytes without control characters",
+                ));
+            }
+            Some(text.to_owned())
+        }
+    };
+    Ok(CoordinatorIdentity { epoch, pid, host })
 }

@@ -16,8 +16,9 @@ pub use handshake::{
     decode_coordinator_hello,
 };
 pub use message::{
-    CoordinatorStats, Failure, FailureCode, FlightStatus, Incoming, Key, LineEncoder, Outcome,
-    Reason, Request, RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request,
-    decode_response, encode, encoded_len,
+    CoordinatorIdentity, CoordinatorStats, Failure, FailureCode, FlightStatus, GroupStatus,
+    HostStatus, HostsStatus, Incoming, Key, LineEncoder, Outcome, Reason, RelayStatus, Request,
+    RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request, decode_response, encode,
+    encoded_len,
 };
 pub use token::{Epoch, FencingToken, TokenError};

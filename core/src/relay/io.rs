@@ -3,7 +3,7 @@
 //! are the coordinator's (§8.1) and name connections as it does.
 
 use crate::coordinator::{self, ConnectionId};
-use crate::protocol::{Incoming, Reason, Request, Response};
+use crate::protocol::{CoordinatorIdentity, Incoming, Reason, Request, Response};
 
 /// A fact the shell reports, in the order it happened.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -49,6 +49,15 @@ pub enum Event {
     /// hello (SPEC.md §18.1) and can carry requests. Reported once per
     /// upstream connection; reported while one is ready, it changes nothing.
     UpstreamReady,
+    /// The cluster's coordinator that a new upstream connection reached,
+    /// as its hello named it (SPEC.md §4.2), reported before that
+    /// connection's [`Event::UpstreamReady`]. It decides nothing: `status`
+    /// answers name it (§3.5). A shell that does not report it leaves the
+    /// answers without it.
+    UpstreamGreeted {
+        /// The coordinator's term, process and host name.
+        coordinator: CoordinatorIdentity,
+    },
     /// A line of the upstream connection decoded to a response (SPEC.md
     /// §3.3). A response whose id names no upstream party that the relay
     /// has open is ignored: it answers a request the relay withdrew.

@@ -6,7 +6,11 @@ use std::sync::Arc;
 use super::io::{CloseReason, Effect, Event};
 use super::mutant::{Mutant, Seeded};
 use crate::coordinator::{self, ConnectionId, MAX_CONNECTIONS, MAX_OPEN_REQUESTS_PER_CONNECTION};
-use crate::protocol::{FencingToken, Incoming, Key, Outcome, Reason, Request, RequestId, Response};
+use crate::protocol::limits::MAX_FRAME_BYTES;
+use crate::protocol::{
+    CoordinatorIdentity, FencingToken, GroupStatus, HostId, Incoming, Key, Outcome, Reason,
+    RelayStatus, Request, RequestId, Response, encoded_len,
+};
 
 /// A local party, named as the coordinator names one: its connection and the
 /// `id` of its request (SPEC.md §8.1).
@@ -30,7 +34,9 @@ type PartyRef = (ConnectionId, RequestId);
 ///   or refused, then closed, never reusing a [`ConnectionId`] within the
 ///   host term.
 /// - Report [`Event::UpstreamReady`] once a connection to the cluster has
-///   finished its relay hello (SPEC.md §18.1), [`Event::UpstreamResponse`]
+///   finished its relay hello (SPEC.md §18.1), after
+///   [`Event::UpstreamGreeted`] with the coordinator its hello named (for
+///   `status`, §3.5), [`Event::UpstreamResponse`]
 ///   for each line it carries, and [`Event::UpstreamLost`] once it is gone;
 ///   then connect again. The relay has closed every local connection by then
 ///   ([`CloseReason::UpstreamLost`]): the processes reconnect and replay their
@@ -84,6 +90,13 @@ pub struct Relay {
     /// The groups that take rejoins of a token: those answered with it, and
     /// the rejoins of it not yet answered. The first (oldest) is chosen.
     rejoinable: BTreeMap<(Key, FencingToken), BTreeSet<u64>>,
+    /// The host id this relay relays under (SPEC.md §18.6), for `status`
+    /// (§3.5); `None` when it was not given one.
+    host: Option<HostId>,
+    /// The cluster's coordinator of the upstream connection, as its hello
+    /// named it, for `status` (§3.5); `None` without a connection or when
+    /// the shell did not report its hello.
+    cluster: Option<CoordinatorIdentity>,
     /// The caller's buffer of effects while a step is in progress
     /// ([`Relay::step_into`]); always empty between steps.
     effects: Vec<Effect>,
@@ -208,9 +221,18 @@ impl Relay {
             queued_asks: BTreeSet::new(),
             plain: BTreeMap::new(),
             rejoinable: BTreeMap::new(),
+            host: None,
+            cluster: None,
             effects: Vec::new(),
             seeded: Seeded::default(),
         }
+    }
+
+    /// Names the host this relay relays under (SPEC.md §18.6), which its
+    /// `status` answers report (§3.5).
+    pub fn with_host(mut self, host: HostId) -> Relay {
+        self.host = Some(host);
+        self
     }
 
     /// Holds at most `limit` local connections at once instead of
@@ -305,6 +327,7 @@ impl Relay {
                 self.close(connection);
             }
             Event::UpstreamReady => self.upstream_ready = true,
+            Event::UpstreamGreeted { coordinator } => self.cluster = Some(coordinator),
             Event::UpstreamResponse(response) => self.upstream_response(response),
             Event::UpstreamLost => self.upstream_lost(),
             Event::UpstreamUnavailable { reason } => self.upstream_unavailable(&reason),
@@ -806,6 +829,108 @@ impl Relay {
         }));
     }
 
+    /// §3.5, §18.3: the cluster's `status` answer with this relay's own
+    /// view added as `relay` (another `relay` in it, which no cluster
+    /// coordinator sends, is replaced), cut to fit one line: the host's
+    /// groups go first, then the cluster's flights, then its hosts, each
+    /// counted in its `omitted`.
+    fn with_relay_status(&self, response: Response) -> Response {
+        let Response::Status {
+            id,
+            flights,
+            waiting,
+            omitted,
+            stats,
+            hosts,
+            relay: _,
+        } = response
+        else {
+            return response;
+        };
+        let mut groups: Vec<(&Key, u64, GroupStatus)> = self
+            .groups
+            .iter()
+            .map(|(number, group)| {
+                let token = match group.answer {
+                    Answer::Led(token) | Answer::Joined(token) => Some(token),
+                    Answer::Asked => group.indexed,
+                };
+                let parties = u64::from(group.leader.is_some()) + group.members.len() as u64;
+                let status = GroupStatus {
+                    key: group.key.clone(),
+                    token,
+                    parties,
+                };
+                (&group.key, *number, status)
+            })
+            .collect();
+        groups.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let relay = RelayStatus {
+            host: self.host.clone(),
+            connections: self.connections.len() as u64,
+            groups: groups.into_iter().map(|(_, _, status)| status).collect(),
+            omitted: 0,
+            cluster: self.cluster.clone(),
+        };
+        // The line's length without its `\n`, measured once, then lowered
+        // by each item dropped (its JSON and the comma after it; one byte
+        // too many for the last item of a list, three at most in all).
+        let whole = Response::Status {
+            id,
+            flights,
+            waiting,
+            omitted,
+            stats,
+            hosts,
+            relay: Some(Box::new(relay)),
+        };
+        let mut length = encoded_len(&whole);
+        // Taken apart again, without copying the lists, to be cut.
+        let Response::Status {
+            id,
+            mut flights,
+            waiting,
+            mut omitted,
+            stats,
+            mut hosts,
+            relay: Some(relay),
+        } = whole
+        else {
+            unreachable!("built just above");
+        };
+        let mut relay = *relay;
+        // Room for the three `omitted` counts that the cuts may add or
+        // lengthen, at their largest, and the three bytes the estimate may
+        // be short.
+        const OMITTED_MEMBERS_BYTES: usize = 4 * ",\"omitted\":18446744073709551615".len();
+        while length + OMITTED_MEMBERS_BYTES > MAX_FRAME_BYTES {
+            let cut = if let Some(group) = relay.groups.pop() {
+                relay.omitted += 1;
+                encoded_len(&group)
+            } else if let Some(flight) = flights.pop() {
+                omitted = Some(omitted.unwrap_or(0) + 1);
+                encoded_len(&flight)
+            } else if let Some(host) = hosts.as_mut().and_then(|hosts| hosts.relays.pop()) {
+                if let Some(hosts) = hosts.as_mut() {
+                    hosts.omitted += 1;
+                }
+                encoded_len(&host)
+            } else {
+                break;
+            };
+            length = length.saturating_sub(cut + 1);
+        }
+        Response::Status {
+            id,
+            flights,
+            waiting,
+            omitted,
+            stats,
+            hosts,
+            relay: Some(Box::new(relay)),
+        }
+    }
+
     /// Ends the group `number`: it is forgotten, with its indexes, its
     /// upstream party and its parties' places on their connections. Returns
     /// it, for its parties' answers.
@@ -859,6 +984,7 @@ impl Relay {
                 if let Some(local) = self.connections.get_mut(&connection) {
                     local.asks.remove(&number);
                 }
+                let response = self.with_relay_status(response);
                 self.send(connection, with_response_id(response, id));
             }
             return;
@@ -1006,6 +1132,7 @@ impl Relay {
             return;
         }
         self.upstream_ready = false;
+        self.cluster = None;
         for connection in std::mem::take(&mut self.connections).into_keys() {
             self.effects.push(Effect::Close {
                 connection,

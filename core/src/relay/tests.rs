@@ -7,7 +7,8 @@ use std::sync::Arc;
 use super::*;
 use crate::coordinator::{self, MAX_OPEN_REQUESTS_PER_CONNECTION};
 use crate::protocol::{
-    FencingToken, Incoming, Outcome, Reason, Request, Response, ReuseWindow,
+    CoordinatorIdentity, Epoch, FencingToken, FlightStatus, GroupStatus, HostId, HostStatus,
+    HostsStatus, Incoming, Outcome, Reason, RelayStatus, Request, Response, ReuseWindow,
     limits::MAX_OUTCOME_BYTES,
 };
 pub(crate) use crate::testing::{c, id, key, token, value};
@@ -545,19 +546,195 @@ fn status_is_relayed_and_answered_to_its_asker_with_its_own_id_18_3() {
         relay.step(request(1, Request::Status { id: id("s") })),
         vec![upstream(Request::Status { id: id("1") })]
     );
-    let answer = |i: &str| Response::Status {
+    let answer = |i: &str, relay: Option<RelayStatus>| Response::Status {
         id: id(i),
         flights: vec![],
         waiting: None,
         omitted: None,
         stats: None,
+        hosts: None,
+        relay: relay.map(Box::new),
+    };
+    let own = RelayStatus {
+        connections: 1,
+        ..RelayStatus::default()
     };
     assert_eq!(
-        relay.step(up(answer("1"))),
-        vec![send(1, answer("s"))],
+        relay.step(up(answer("1", None))),
+        vec![send(1, answer("s", Some(own)))],
         "answered once"
     );
-    assert_eq!(relay.step(up(answer("1"))), vec![]);
+    assert_eq!(relay.step(up(answer("1", None))), vec![]);
+}
+
+/// §3.5, §18.3 "`status`": the cluster's answer comes back as the cluster
+/// sent it, with the relay's own view added: its host id, its local
+/// connections, its groups in key order (a token once answered, and how
+/// many local callers each stands for), and the cluster's coordinator that
+/// its upstream connection reached, forgotten with that connection.
+#[test]
+fn status_through_the_relay_adds_the_host_its_groups_and_the_cluster_coordinator_3_5() {
+    let t = token(2, 1);
+    let build_7 = HostId::new("build-7-3f2a9c0d11b4e587").unwrap();
+    let cluster = CoordinatorIdentity {
+        epoch: Epoch::new(2).unwrap(),
+        pid: 4242,
+        host: Some("ci-1".into()),
+    };
+    let mut relay = Relay::new().with_host(build_7.clone());
+    relay.step(Event::UpstreamGreeted {
+        coordinator: cluster.clone(),
+    });
+    relay.step(Event::UpstreamReady);
+    for n in 1..=3 {
+        relay.step(Event::ConnectionOpened { connection: c(n) });
+    }
+    relay.step(run(1, "1", "k"));
+    relay.step(run(2, "1", "k"));
+    relay.step(up(Response::Lead {
+        id: id("1"),
+        token: t,
+    }));
+    relay.step(run(3, "1", "a"));
+    assert_eq!(
+        relay.step(request(1, Request::Status { id: id("s") })),
+        vec![upstream(Request::Status { id: id("4") })]
+    );
+    let flights = vec![FlightStatus {
+        key: key("k"),
+        token: t,
+        joiners: 1,
+        detached: false,
+    }];
+    let hosts = HostsStatus {
+        direct: 1,
+        relays: vec![HostStatus {
+            host: build_7.clone(),
+            connections: 1,
+            parties: 2,
+            window: false,
+            orphans: 0,
+        }],
+        omitted: 0,
+    };
+    let answer = |i: &str, relay: Option<RelayStatus>| Response::Status {
+        id: id(i),
+        flights: flights.clone(),
+        waiting: None,
+        omitted: None,
+        stats: Some(Box::default()),
+        hosts: Some(Box::new(hosts.clone())),
+        relay: relay.map(Box::new),
+    };
+    let own = RelayStatus {
+        host: Some(build_7),
+        connections: 3,
+        groups: vec![
+            GroupStatus {
+                key: key("a"),
+                token: None,
+                parties: 1,
+            },
+            GroupStatus {
+                key: key("k"),
+                token: Some(t),
+                parties: 2,
+            },
+        ],
+        omitted: 0,
+        cluster: Some(cluster),
+    };
+    assert_eq!(
+        relay.step(up(answer("4", None))),
+        vec![send(1, answer("s", Some(own)))]
+    );
+
+    // A new upstream connection whose hello the shell did not report: the
+    // relay names no cluster's coordinator rather than the last one.
+    relay.step(Event::UpstreamLost);
+    relay.step(Event::UpstreamReady);
+    relay.step(Event::ConnectionOpened { connection: c(4) });
+    let asked = relay.step(request(4, Request::Status { id: id("s") }));
+    let [Effect::SendUpstream(Request::Status { id: upstream_id })] = asked.as_slice() else {
+        panic!("the status is relayed: {asked:?}");
+    };
+    let effects = relay.step(up(answer(upstream_id.as_str(), None)));
+    let [Effect::Send { response, .. }] = effects.as_slice() else {
+        panic!("one answer: {effects:?}");
+    };
+    let Response::Status {
+        relay: Some(own), ..
+    } = response
+    else {
+        panic!("a relay's answer: {response:?}");
+    };
+    assert_eq!((own.cluster.as_ref(), own.connections), (None, 1));
+}
+
+/// §3.5, §18.3 "`status`": an answer that the relay's view would take past
+/// `MAX_FRAME_BYTES` is cut to fit one line: the host's groups first, then
+/// the cluster's flights, each counted in its `omitted`.
+#[test]
+fn a_status_too_long_for_one_line_through_the_relay_is_cut_groups_first_3_5() {
+    use crate::protocol::encoded_len;
+    use crate::protocol::limits::{MAX_FRAME_BYTES, MAX_KEY_BYTES};
+
+    let long_key = |prefix: usize| key(&format!("{prefix:08}{}", "x".repeat(MAX_KEY_BYTES - 8)));
+    let mut relay = connected(1);
+    let groups = 40;
+    for n in 0..groups {
+        relay.step(run(1, &n.to_string(), long_key(n).as_str()));
+    }
+    relay.step(request(1, Request::Status { id: id("s") }));
+    // A cluster's answer whose flights come within 100 bytes of the frame,
+    // as a coordinator of a later version with a larger envelope may send:
+    // the relay's view does not fit beside it even without the groups.
+    let mut flights = Vec::new();
+    let mut length = 0;
+    loop {
+        let flight = FlightStatus {
+            key: key(&format!("{:0100}", flights.len())),
+            token: token(2, flights.len() as u32 + 1),
+            joiners: 0,
+            detached: false,
+        };
+        length += encoded_len(&flight) + 1;
+        if length > MAX_FRAME_BYTES - 100 {
+            break;
+        }
+        flights.push(flight);
+    }
+    let fit = flights.len();
+    let effects = relay.step(up(Response::Status {
+        id: id(&(groups + 1).to_string()),
+        flights: flights.clone(),
+        waiting: None,
+        omitted: Some(3),
+        stats: Some(Box::default()),
+        hosts: None,
+        relay: None,
+    }));
+    let [Effect::Send { response, .. }] = effects.as_slice() else {
+        panic!("one answer: {effects:?}");
+    };
+    assert!(encoded_len(response) <= MAX_FRAME_BYTES, "fits in one line");
+    let Response::Status {
+        flights: listed,
+        omitted,
+        relay: Some(own),
+        ..
+    } = response
+    else {
+        panic!("a relay's answer: {response:?}");
+    };
+    assert!(own.groups.is_empty(), "the groups go first");
+    assert_eq!(own.omitted, groups as u64);
+    assert_eq!(
+        listed.len() as u64 + omitted.unwrap() - 3,
+        fit as u64,
+        "every flight is listed or counted"
+    );
+    assert!(listed.len() < fit, "then the flights");
 }
 
 /// §18.3 "`status`", §3.6: an unknown op is answered `unsupported` by the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::protocol::limits::MAX_OUTCOME_BYTES;
-use crate::protocol::{HostId, ReuseWindow};
+use crate::protocol::{HostId, HostStatus, HostsStatus, ReuseWindow, encoded_len};
 
 /// The relay window of these tests: a cluster's default grace window
 /// (§14.4).
@@ -760,4 +760,111 @@ fn s18_2_a_hosts_remembered_endings_are_bounded() {
         co.step(rejoin(12, "b", &format!("k{last}"), beyond)),
         vec![interrupted(12, "b")]
     );
+}
+
+/// The `hosts` of a status answer that `connection` asks for.
+fn hosts_status(co: &mut Coordinator, connection: u64) -> Option<HostsStatus> {
+    let effects = co.step(request(c(connection), Request::Status { id: id("s") }));
+    let [
+        Effect::Send {
+            response: Response::Status { hosts, .. },
+            ..
+        },
+    ] = effects.as_slice()
+    else {
+        panic!("one status answer: {effects:?}");
+    };
+    hosts.as_deref().cloned()
+}
+
+/// §3.5, §18.2: a coordinator that keeps relay windows reports its
+/// connections by host: how many are direct, and in host id order each host
+/// with an open relay connection (and its open parties) or an open relay
+/// window (and the flights orphaned in it); a host whose connection came
+/// back within its window shows both.
+#[test]
+fn status_lists_the_relay_connections_by_host_and_counts_the_direct_ones_3_5() {
+    let mut co = orphan_of_build_7();
+    open_relay(&mut co, 11, "build-9");
+    co.step(run(11, "r1", "k"));
+    co.step(run(11, "r2", "other"));
+    let listed = |name: &str, connections, parties, window, orphans| HostStatus {
+        host: host(name),
+        connections,
+        parties,
+        window,
+        orphans,
+    };
+    assert_eq!(
+        hosts_status(&mut co, 1),
+        Some(HostsStatus {
+            direct: 3,
+            relays: vec![
+                listed("build-7", 0, 0, true, 1),
+                listed("build-9", 1, 2, false, 0),
+            ],
+            omitted: 0,
+        })
+    );
+    // build-7's next host coordinator takes its flight back.
+    open_relay(&mut co, 12, "build-7");
+    co.step(request(
+        c(12),
+        Request::Reassert {
+            id: id("r1"),
+            key: key("k"),
+            token: token(1, 1),
+            outcome: None,
+            parent: None,
+        },
+    ));
+    assert_eq!(
+        hosts_status(&mut co, 12).map(|hosts| (hosts.direct, hosts.relays[0].clone())),
+        Some((3, listed("build-7", 1, 1, true, 0)))
+    );
+    // Its window ends: it is listed for its connection alone.
+    co.step(window_ends("build-7", 10));
+    assert_eq!(
+        hosts_status(&mut co, 1).map(|hosts| hosts.relays),
+        Some(vec![
+            listed("build-7", 1, 1, false, 0),
+            listed("build-9", 1, 2, false, 0),
+        ])
+    );
+}
+
+/// §3.5, §18.2: a coordinator without relay windows knows no relay
+/// connection, and its answer has no `hosts`, as an older one's.
+#[test]
+fn a_coordinator_without_relay_windows_reports_no_hosts_3_5() {
+    let mut co = coordinator(1, Term::First, 1);
+    co.step(opened(10, "build-7"));
+    assert_eq!(hosts_status(&mut co, 1), None);
+}
+
+/// §3.5: the hosts come out of the room of the flights, and those that do
+/// not fit are counted in `omitted`.
+#[test]
+fn hosts_that_do_not_fit_in_the_answer_are_counted_3_5() {
+    use crate::protocol::MAX_HOST_BYTES;
+    use crate::protocol::limits::STATUS_FLIGHTS_BYTES;
+    let mut co = relaying(1, Term::First, 1).with_connection_limit(usize::MAX);
+    // Each host id at its limit, every byte escaped: about 550 bytes listed.
+    let name = |n: u64| format!("{n:05}{}", "\"".repeat(MAX_HOST_BYTES - 5));
+    let one = encoded_len(&HostStatus {
+        host: host(&name(0)),
+        connections: 1,
+        parties: 0,
+        window: false,
+        orphans: 0,
+    }) + 1;
+    let fit = (STATUS_FLIGHTS_BYTES / one) as u64;
+    let hosts = fit + 3;
+    for n in 0..hosts {
+        co.step(opened(100 + n, &name(n)));
+    }
+    let answer = hosts_status(&mut co, 1).unwrap();
+    assert_eq!(answer.relays.len() as u64, fit);
+    assert_eq!(answer.omitted, 3);
+    assert_eq!(answer.direct, 1);
 }

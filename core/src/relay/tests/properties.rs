@@ -191,6 +191,8 @@ impl Observer {
                     waiting: None,
                     omitted: None,
                     stats: None,
+                    hosts: None,
+                    relay: None,
                 },
                 Response::Unsupported { id: id.clone() },
             ],
