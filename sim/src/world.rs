@@ -1077,7 +1077,10 @@ fn check(
             violations.push(format!("token {} granted twice", lead.token));
         }
     }
-    let crashed_or_out = |process: u32| log.taken_out.contains(&host_of(process));
+    // A process that a fault took out: its host's, or its own kill (a
+    // killed leader's land may have died with it, SPEC.md §18.4).
+    let crashed_or_out =
+        |process: u32| log.taken_out.contains(&host_of(process)) || log.killed.contains(&process);
     let settled_after = log.last_fault_healed.map(|at| at + SETTLE);
     for call in &log.calls {
         // Joiners get their leader's value (§3.3).
