@@ -462,6 +462,10 @@ pub struct Report {
     /// The calls made, and those answered (led, joined or reused).
     pub calls_made: u64,
     pub answered: u64,
+    /// The same of the processes that no fault took out (their host's
+    /// crash, partition or pause, their own kill): what they did not get
+    /// answered was interrupted with a leader a fault took out.
+    pub live_calls: (u64, u64),
     /// The most connections a coordinator of the cluster held open at
     /// once: in all, and from one host.
     pub coordinator_connections: (u32, u32),
@@ -1269,6 +1273,17 @@ fn check(
         .iter()
         .filter(|call| matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused))
         .count() as u64;
+    let live: Vec<&CallRecord> = log
+        .calls
+        .iter()
+        .filter(|call| !crashed_or_out(call.process))
+        .collect();
+    let live_calls = (
+        live.len() as u64,
+        live.iter()
+            .filter(|call| matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused))
+            .count() as u64,
+    );
     let mut calls = BTreeMap::new();
     for call in &log.calls {
         let name = match &call.outcome {
@@ -1293,6 +1308,7 @@ fn check(
         overlapping_terms,
         calls_made: log.calls.len() as u64,
         answered,
+        live_calls,
         coordinator_connections,
         store_requests: log.requests.values().map(|n| u64::from(*n)).sum(),
         killed: log.killed.len(),
