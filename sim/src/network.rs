@@ -124,7 +124,7 @@ struct State {
     host_listeners: BTreeMap<HostId, (ProcessId, mpsc::UnboundedSender<Incoming>)>,
     /// Each process's ends of its connections: what it writes, what it
     /// reads; what a kill closes.
-    ends: BTreeMap<ProcessId, Vec<(Weak<Mutex<Pipe>>, Weak<Mutex<Pipe>>)>>,
+    ends: BTreeMap<ProcessId, Vec<End>>,
     /// The connections each listening address holds open, by the host
     /// they come from, and the most at once.
     held: BTreeMap<Address, Held>,
@@ -132,6 +132,10 @@ struct State {
     waiting: Vec<Waker>,
     next_connection: u64,
 }
+
+/// One process's end of a connection: the direction it writes and the one
+/// it reads, forgotten once both are gone.
+type End = (Weak<Mutex<Pipe>>, Weak<Mutex<Pipe>>);
 
 /// Whether a direction carries bytes now, and since when it is cut.
 #[derive(Clone, Copy, Debug)]
@@ -269,13 +273,9 @@ impl Net {
         let Some((owner, listener)) = state.listeners.get(&address).cloned() else {
             return;
         };
-        let (_, server) = state.pair(
-            self,
-            (from, None),
-            (address.host, Some(owner)),
-            false,
-            Some(address),
-        );
+        // Not counted as held: a junk peer fails its handshake before it
+        // takes a slot (SPEC.md §11.3), and is no host of the cluster.
+        let (_, server) = state.pair(self, (from, None), (address.host, Some(owner)), false, None);
         drop(state);
         let _ = listener.send(Incoming {
             connection: server,

@@ -157,7 +157,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// A small cluster under random faults, the shape of the fresh-seed
-    /// runs in CI.
+    /// runs in CI (through the host tier in a quarter of them, `tier`).
     pub fn chaos(seed: u64) -> Scenario {
         Scenario {
             seed,
@@ -770,6 +770,12 @@ fn draw_faults(
                 };
                 break fault;
             };
+            // Through the host tier, a quarter of the faults kill a host
+            // coordinator instead (SPEC.md §18.4); drawn only then, so that
+            // a direct run's faults stay those of its seed.
+            if scenario.tier && below(rng, 4) == 0 {
+                return (at, Fault::KillHostCoordinator(host(rng)));
+            }
             (at, fault)
         })
         .collect();
@@ -937,6 +943,9 @@ async fn workload(
             .call(&key)
             .deadline(scenario.deadline)
             .run(move |token| async move {
+                lead_record
+                    .trace
+                    .record(format_args!("lead p{process} {lead_key} {token}"));
                 let index = {
                     let mut log = lead_record.lock();
                     log.leads.push(Lead {
@@ -1026,7 +1035,15 @@ struct LeadGuard {
 impl Drop for LeadGuard {
     fn drop(&mut self) {
         let now = Instant::now();
-        self.record.lock().leads[self.index].ended = Some((now, self.finished));
+        let mut log = self.record.lock();
+        let lead = &mut log.leads[self.index];
+        lead.ended = Some((now, self.finished));
+        let (process, key, token, finished) =
+            (lead.process, lead.key.clone(), lead.token, self.finished);
+        drop(log);
+        self.record.trace.record(format_args!(
+            "lead p{process} {key} {token} ended, finished {finished}"
+        ));
     }
 }
 

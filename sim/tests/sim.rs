@@ -6,6 +6,10 @@
 //! - `SINGLE_FLIGHT_SIM_SECONDS=S` makes `fresh_seeds` run seeds for S
 //!   seconds of CPU (one seed by default, so that a plain `cargo test`
 //!   stays short); CI runs 60.
+//! - `s18_ten_thousand_processes_through_the_host_tier` (ignored; `cargo
+//!   test --test sim ten_thousand -- --ignored --nocapture`, at opt-level
+//!   2 with `CARGO_PROFILE_TEST_OPT_LEVEL=2`) runs issue 45 item 6 at full
+//!   size.
 //! - `catch_rates` (ignored; `cargo test --test sim catch_rates --
 //!   --ignored --nocapture`) measures how often a fresh seed catches each
 //!   seeded bug.
@@ -207,7 +211,8 @@ fn tier_run(scenario: &Scenario) -> Report {
     let planned = u64::from(scenario.processes * scenario.calls_per_process);
     println!(
         "{} processes on {} hosts, {} keys, {} faults ({} host coordinators killed): \
-         {} of {} calls answered ({} made, the rest lost with killed processes), {:?}; \
+         {} of {} calls answered ({} made, the rest lost with killed processes; \
+         of the processes no fault took out, {} of {}), {:?}; \
          the cluster's coordinator held at most {} connections ({} from one host); \
          {} store requests, {:.2} per call; {} terms; {:.1} simulated s in {:.1} s of CPU ({:.1} s wall)",
         scenario.processes,
@@ -218,6 +223,8 @@ fn tier_run(scenario: &Scenario) -> Report {
         report.answered,
         planned,
         report.calls_made,
+        report.live_calls.1,
+        report.live_calls.0,
         report.calls,
         report.coordinator_connections.0,
         report.coordinator_connections.1,
@@ -308,6 +315,12 @@ fn fresh_seeds() {
         // done, while others still call: coordinators then close in the
         // middle of failovers, inside their grace windows (§10.4).
         scenario.close_mid_traffic = seed % 2 == 1;
+        // Every fourth seed runs through the host tier (§18), a quarter of
+        // its faults killing host coordinators; its processes close at the
+        // end (RELIABILITY.md, "Found by the simulation": one that
+        // coordinates both levels and closes inside its cluster term's
+        // grace window stops relaying for its host at once).
+        scenario.tier = seed % 4 == 2;
         let report = run(&scenario);
         report.assert_clean();
         seeds += 1;
