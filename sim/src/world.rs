@@ -79,9 +79,11 @@ pub enum Fault {
     /// answered at once, with a refusal, rather than never.
     StoreDown(Duration),
     /// The host tier's coordinator of a host, whichever process holds its
-    /// host's claim now, is killed (kill -9): its tasks end, its
+    /// host's claim now, is killed (kill -9): its calls and works end, its
     /// connections close both ways, its claim is freed, and it never comes
-    /// back (SPEC.md §18.4). Nothing when nobody holds the claim.
+    /// back (SPEC.md §12.7, §18.4); its other tasks, cut off from
+    /// everything, wind down without effect. Nothing when nobody holds the
+    /// claim.
     KillHostCoordinator(HostId),
 }
 

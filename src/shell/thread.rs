@@ -352,14 +352,14 @@ where
         self.poll_interval
     }
 
-    async fn open(
+    async fn open_above(
         &self,
         _poll_interval: std::time::Duration,
     ) -> Result<(E, T), crate::backend::BackendError> {
         Ok((self.open)().await)
     }
 
-    fn describe(&self) -> String {
+    fn describe_above(&self) -> String {
         "the simulated cluster".to_owned()
     }
 }

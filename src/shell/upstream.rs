@@ -52,13 +52,13 @@ pub(crate) trait Above: Clone + Send + Sync + 'static {
 
     /// A fresh election and transport of the place above, as a process of
     /// it opens them.
-    fn open(
+    fn open_above(
         &self,
         poll_interval: Duration,
     ) -> impl Future<Output = Result<(Self::Election, Self::Transport), BackendError>> + Send;
 
     /// What to call the place above in messages.
-    fn describe(&self) -> String;
+    fn describe_above(&self) -> String;
 }
 
 impl<B: Backend + Clone> Above for B {
@@ -69,15 +69,15 @@ impl<B: Backend + Clone> Above for B {
         B::POLL_INTERVAL
     }
 
-    fn open(
+    fn open_above(
         &self,
         poll_interval: Duration,
     ) -> impl Future<Output = Result<(B::Election, B::Transport), BackendError>> + Send {
-        Backend::open(self, poll_interval)
+        self.open(poll_interval)
     }
 
-    fn describe(&self) -> String {
-        Backend::describe(self)
+    fn describe_above(&self) -> String {
+        self.describe()
     }
 }
 
@@ -132,7 +132,7 @@ impl<B: Above> Upstream for Opening<B> {
     async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
         let reaching = match &mut self.reaching {
             Some(reaching) => reaching,
-            None => match self.backend.open(self.options.poll_interval).await {
+            None => match self.backend.open_above(self.options.poll_interval).await {
                 Ok((election, transport)) => self.reaching.insert(Reaching::new(
                     election,
                     transport,
@@ -140,7 +140,7 @@ impl<B: Above> Upstream for Opening<B> {
                     self.options.clone(),
                 )),
                 Err(error) => {
-                    warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
+                    warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe_above());
                     return Err(Unreached::failed(REOPEN_PAUSE, &error));
                 }
             },
