@@ -45,6 +45,11 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 /// hung: every call has a deadline, and a close its own.
 const HANG_AFTER: Duration = Duration::from_secs(120);
 
+/// Steps a process's election seed from one opening of the cluster to the
+/// next (a host coordinator opens it at each of its terms): the golden
+/// ratio's odd 64-bit multiple, so that the openings' seeds are far apart.
+const OPENING_SEED_STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+
 /// Mixed into a scenario's seed for the draw of the host coordinators it
 /// kills, so that the draw leaves the workload's stream as it was.
 const KILLS_SEED: u64 = 0x6b69_6c6c;
@@ -584,7 +589,7 @@ async fn simulate(scenario: Scenario) -> Report {
             let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
             Arc::new(move || {
                 let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let seed = seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let seed = seed.wrapping_add(n.wrapping_mul(OPENING_SEED_STEP));
                 let (store, net, record) = (store.clone(), net.clone(), record.clone());
                 // Connected where the future runs, not where it is made:
                 // the election's client lives on the task that opens it.

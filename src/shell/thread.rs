@@ -310,9 +310,11 @@ where
     CE: crate::election::Election<Address = CT::Address>,
     CT: crate::transport::Transport,
 {
-    let above = Cluster {
+    let above = SimulatedCluster {
         open: cluster,
-        poll_interval: settings.poll_interval,
+        poll_interval: settings
+            .poll_interval
+            .max(std::time::Duration::from_millis(1)),
     };
     let upper = crate::backend::Upper {
         backend: above,
@@ -323,16 +325,16 @@ where
 
 /// The simulation's cluster as the place above a host (SPEC.md §18.1).
 #[cfg(feature = "_internal")]
-struct Cluster<E, T> {
+struct SimulatedCluster<E, T> {
     open: OpenCluster<E, T>,
     /// The cluster's poll interval (§14.3), the simulation's processes'.
     poll_interval: std::time::Duration,
 }
 
 #[cfg(feature = "_internal")]
-impl<E, T> Clone for Cluster<E, T> {
+impl<E, T> Clone for SimulatedCluster<E, T> {
     fn clone(&self) -> Self {
-        Cluster {
+        SimulatedCluster {
             open: self.open.clone(),
             poll_interval: self.poll_interval,
         }
@@ -340,7 +342,7 @@ impl<E, T> Clone for Cluster<E, T> {
 }
 
 #[cfg(feature = "_internal")]
-impl<E, T> super::upstream::Above for Cluster<E, T>
+impl<E, T> super::upstream::Above for SimulatedCluster<E, T>
 where
     E: crate::election::Election<Address = T::Address>,
     T: crate::transport::Transport,
