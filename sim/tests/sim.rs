@@ -236,8 +236,9 @@ fn tier_run(scenario: &Scenario) -> Report {
         wall.as_secs_f64(),
     );
     report.assert_clean();
+    // §18.1: one connection per host, never two at once from one host.
     assert!(
-        report.coordinator_connections.0 <= scenario.hosts,
+        report.coordinator_connections.0 <= scenario.hosts && report.coordinator_connections.1 <= 1,
         "{report:?}"
     );
     report
