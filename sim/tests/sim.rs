@@ -84,6 +84,28 @@ fn fixed_seeds_pass() {
     }
 }
 
+/// §18: the fixed seeds through the host tier, a quarter of their faults
+/// killing host coordinators, pass too, and a seed gives one trace there
+/// as well.
+#[test]
+fn fixed_seeds_pass_through_the_host_tier() {
+    let through_the_tier = |seed| Scenario {
+        tier: true,
+        ..Scenario::chaos(seed)
+    };
+    let mut killed = 0;
+    for seed in FIXED_SEEDS {
+        let report = run(&through_the_tier(seed));
+        report.assert_clean();
+        assert!(report.faults >= 1 && report.calls.contains_key("Joined"));
+        killed += report.killed;
+    }
+    assert!(killed >= 1, "no host coordinator was killed");
+    let again = run(&through_the_tier(FIXED_SEEDS[1]));
+    assert_eq!(again.trace, run(&through_the_tier(FIXED_SEEDS[1])).trace);
+    assert!(again.trace.1 > 500, "a trace of {} lines", again.trace.1);
+}
+
 /// Bug 1 (§11.3): writers that never flush leave every line in the
 /// TLS-like buffer.
 #[test]
