@@ -32,7 +32,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::network::{Address, HostId, Net, STORE};
+use crate::network::{Address, HostId, Net, ProcessId, STORE};
 use crate::world::Record;
 
 /// As the etcd election's `DEFAULT_TTL`.
@@ -214,10 +214,15 @@ impl Store {
     async fn request<R>(
         &self,
         client: &Client,
-        host: HostId,
+        (host, process): (HostId, ProcessId),
         what: &str,
         apply: impl FnOnce(&mut StoreState, Instant) -> R,
     ) -> Result<R, SimError> {
+        if self.net.is_dead(process) {
+            return Err(SimError(format!(
+                "cannot send {what}: this process was killed"
+            )));
+        }
         if client.gone() {
             return Err(SimError(format!(
                 "cannot send {what}: the election's client stopped with the runtime it was started on"
@@ -297,6 +302,7 @@ impl Clock {
 pub struct SimElection {
     store: Store,
     host: HostId,
+    process: ProcessId,
     advertise: Address,
     clock: Clock,
     record: Record,
@@ -314,7 +320,7 @@ impl SimElection {
     /// spawned where this runs.
     pub fn connect(
         store: Store,
-        advertise: Address,
+        (advertise, process): (Address, ProcessId),
         clock: Clock,
         record: Record,
         seed: u64,
@@ -322,6 +328,7 @@ impl SimElection {
         SimElection {
             store,
             host: advertise.host,
+            process,
             advertise,
             clock,
             record,
@@ -337,9 +344,12 @@ impl SimElection {
         what: &str,
         apply: impl FnOnce(&mut StoreState, Instant) -> R,
     ) -> Result<R, SimError> {
-        self.record.election_request(self.advertise, what);
+        // A killed process sends nothing: not counted.
+        if !self.store.net.is_dead(self.process) {
+            self.record.election_request(self.advertise, what);
+        }
         self.store
-            .request(&self.client, self.host, what, apply)
+            .request(&self.client, (self.host, self.process), what, apply)
             .await
     }
 }
@@ -465,7 +475,7 @@ impl Election for SimElection {
         let renewals = tokio::spawn(renew(
             self.client.clone(),
             self.store.clone(),
-            self.host,
+            (self.host, self.process),
             self.advertise,
             self.record.clone(),
             lease,
@@ -475,6 +485,7 @@ impl Election for SimElection {
         Ok(Some(SimTerm {
             store: self.store.clone(),
             host: self.host,
+            process: self.process,
             advertise: self.advertise,
             epoch,
             lease,
@@ -541,7 +552,7 @@ struct Proof {
 async fn renew(
     client: Client,
     store: Store,
-    host: HostId,
+    (host, process): (HostId, ProcessId),
     advertise: Address,
     record: Record,
     lease: i64,
@@ -551,18 +562,24 @@ async fn renew(
     let every = TTL / RENEWALS_PER_TTL;
     loop {
         tokio::time::sleep(every).await;
+        if store.net.is_dead(process) {
+            return;
+        }
         let sent = clock.now();
         record.election_request(advertise, "a renewal");
         let alive = store
-            .request(&client, host, "a renewal", |state, now| {
-                match state.leases.get_mut(&lease) {
+            .request(
+                &client,
+                (host, process),
+                "a renewal",
+                |state, now| match state.leases.get_mut(&lease) {
                     Some(expires) => {
                         *expires = now + TTL;
                         true
                     }
                     None => false,
-                }
-            })
+                },
+            )
             .await;
         let mut proof = proof.lock().expect("never poisoned");
         match alive {
@@ -580,6 +597,7 @@ async fn renew(
 pub struct SimTerm {
     store: Store,
     host: HostId,
+    process: ProcessId,
     advertise: Address,
     epoch: Epoch,
     lease: i64,
@@ -625,9 +643,11 @@ impl Term for SimTerm {
     fn warrant(&self) -> Warrant {
         let (proof, clock, record) = (self.proof.clone(), self.clock, self.record.clone());
         let (epoch, advertise) = (self.epoch, self.advertise);
+        let (net, process) = (self.store.net.clone(), self.process);
         Warrant::new(move || {
             let proof = proof.lock().expect("never poisoned");
-            let holds = !proof.lost && clock.now() < proof.until;
+            // A killed process answers nothing more.
+            let holds = !proof.lost && clock.now() < proof.until && !net.is_dead(process);
             if holds {
                 record.serving(epoch, advertise);
             }
@@ -638,20 +658,27 @@ impl Term for SimTerm {
     async fn resign(self, clean: bool) {
         self.renewals.abort();
         let (lease, revision) = (self.lease, self.revision);
-        self.record
-            .election_request(self.advertise, "a resignation");
+        if !self.store.net.is_dead(self.process) {
+            self.record
+                .election_request(self.advertise, "a resignation");
+        }
         let _ = self
             .store
-            .request(&self.client, self.host, "a resignation", move |state, _| {
-                if clean
-                    && state
-                        .coordinator
-                        .is_some_and(|key| key.create_revision == revision)
-                {
-                    state.clean = true;
-                }
-                state.revoke(lease);
-            })
+            .request(
+                &self.client,
+                (self.host, self.process),
+                "a resignation",
+                move |state, _| {
+                    if clean
+                        && state
+                            .coordinator
+                            .is_some_and(|key| key.create_revision == revision)
+                    {
+                        state.clean = true;
+                    }
+                    state.revoke(lease);
+                },
+            )
             .await;
         self.store.net.trace().record(format_args!(
             "election {} resigned epoch {} clean {clean}",

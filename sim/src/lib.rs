@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod election;
+pub mod host;
 pub mod network;
 pub mod trace;
 pub mod world;

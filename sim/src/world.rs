@@ -10,12 +10,15 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use single_flight::_internal::shell::mutant::{Mutant, Seeded};
-use single_flight::_internal::shell::{Settings, open_on};
+use single_flight::_internal::shell::{OpenCluster, Settings, open_on, open_tiered_on};
 use single_flight::{Epoch, FencingToken, Role, RunError, SingleFlight};
+use single_flight_core::protocol::HostId as RelayHost;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::election::{CALLER, Clock, Group, STEP_DOWN_MARGIN, SimElection, Store, TTL};
-use crate::network::{Address, HostId, Net, STORE, SimTransport};
+use crate::host::{HostDirectory, HostElection};
+use crate::network::{Address, HostId, HostTransport, Net, ProcessId, STORE, SimTransport};
 use crate::trace::Trace;
 
 /// The most election requests one process may make in one simulated
@@ -41,6 +44,15 @@ const DEADLINE_SLACK: Duration = Duration::from_millis(50);
 /// How long past its last planned event a run may go before it counts as
 /// hung: every call has a deadline, and a close its own.
 const HANG_AFTER: Duration = Duration::from_secs(120);
+
+/// Steps a process's election seed from one opening of the cluster to the
+/// next (a host coordinator opens it at each of its terms): the golden
+/// ratio's odd 64-bit multiple, so that the openings' seeds are far apart.
+const OPENING_SEED_STEP: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Mixed into a scenario's seed for the draw of the host coordinators it
+/// kills, so that the draw leaves the workload's stream as it was.
+const KILLS_SEED: u64 = 0x6b69_6c6c;
 
 /// One fault.
 #[derive(Clone, Debug)]
@@ -71,6 +83,13 @@ pub enum Fault {
     /// does when its members are down (SPEC.md §13.5, §14.6): each is
     /// answered at once, with a refusal, rather than never.
     StoreDown(Duration),
+    /// The host tier's coordinator of a host, whichever process holds its
+    /// host's claim now, is killed (kill -9): its calls and works end, its
+    /// connections close both ways, its claim is freed, and it never comes
+    /// back (SPEC.md §12.7, §18.4); its other tasks, cut off from
+    /// everything, wind down without effect. Nothing when nobody holds the
+    /// claim.
+    KillHostCoordinator(HostId),
 }
 
 impl Fault {
@@ -78,9 +97,14 @@ impl Fault {
     /// its flights' joiners, may fail); a slow or delayed link or junk
     /// peers take none out.
     fn takes_out(&self) -> bool {
+        // A killed host coordinator takes out its own calls only; the other
+        // processes of its host must be answered (SPEC.md §18.4).
         !matches!(
             self,
-            Fault::Slow(..) | Fault::Delay(..) | Fault::JunkBurst(_)
+            Fault::Slow(..)
+                | Fault::Delay(..)
+                | Fault::JunkBurst(_)
+                | Fault::KillHostCoordinator(_)
         )
     }
 }
@@ -131,11 +155,16 @@ pub struct Scenario {
     /// The calls, instead of drawn ones: process, when, key, how long its
     /// work takes.
     pub script: Option<Vec<(u32, Duration, String, Duration)>>,
+    /// The host tier (SPEC.md §18): the processes of a host meet in its
+    /// host directory (`crate::host`), and only its coordinator reaches the
+    /// cluster, relaying for the host. Otherwise every process is its own
+    /// client of the cluster (`--direct`).
+    pub tier: bool,
 }
 
 impl Scenario {
     /// A small cluster under random faults, the shape of the fresh-seed
-    /// runs in CI.
+    /// runs in CI (through the host tier in a quarter of them, `tier`).
     pub fn chaos(seed: u64) -> Scenario {
         Scenario {
             seed,
@@ -159,6 +188,7 @@ impl Scenario {
             close_mid_traffic: false,
             stagger: Duration::ZERO,
             script: None,
+            tier: false,
         }
     }
 
@@ -275,6 +305,41 @@ impl Scenario {
         }
     }
 
+    /// Issue 45 item 6: `processes` processes on `hosts` hosts call 3 keys
+    /// each out of `keys` within 2 s, through the host tier (SPEC.md §18),
+    /// with no fault: `scale`'s shape with more processes.
+    pub fn tier(seed: u64, processes: u32, hosts: u32, keys: u32) -> Scenario {
+        Scenario {
+            hosts,
+            processes,
+            keys,
+            tier: true,
+            faults: Faults::Script(Vec::new()),
+            ..Scenario::scale(seed)
+        }
+    }
+
+    /// [`tier`](Scenario::tier) with issue 45 item 6's faults: the cluster
+    /// coordinator's host crashed mid-stampede (at 1.5 s, as `scale`'s),
+    /// and the host coordinators of `killed` hosts, drawn from the seed,
+    /// killed mid-flight at times drawn between 1 s and 3 s (calls start
+    /// within 2 s and their works last 0.5–3 s).
+    pub fn with_tier_faults(mut self, killed: u32) -> Scenario {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ KILLS_SEED);
+        let mut hosts: Vec<HostId> = (1..=self.hosts).collect();
+        let mut faults = vec![(Duration::from_millis(1500), Fault::CrashCoordinator)];
+        for n in 0..killed.min(self.hosts) as usize {
+            // A partial shuffle: the first `killed` hosts, drawn.
+            let pick = n + below(&mut rng, self.hosts - n as u32) as usize;
+            hosts.swap(n, pick);
+            let at = uniform(&mut rng, Duration::from_secs(1), Duration::from_secs(3));
+            faults.push((at, Fault::KillHostCoordinator(hosts[n])));
+        }
+        faults.sort_by_key(|(at, _)| *at);
+        self.faults = Faults::Script(faults);
+        self
+    }
+
     /// The replay line printed with a failure: the run is a function of
     /// its scenario, so its seed replays it in the same scenario (the
     /// chaos scenario's through `fresh_seeds`, a fixed scenario's through
@@ -338,6 +403,11 @@ struct Log {
     /// Hosts a fault took out, and hosts crashed for good.
     taken_out: BTreeSet<HostId>,
     crashed: BTreeSet<HostId>,
+    /// Processes killed (host coordinators, kill -9), and their hosts.
+    killed: BTreeSet<ProcessId>,
+    killed_on: BTreeSet<HostId>,
+    /// Processes whose calls are all done (counted as done once).
+    finished: BTreeSet<ProcessId>,
     faults: u64,
     last_fault_healed: Option<Instant>,
 }
@@ -396,6 +466,20 @@ pub struct Report {
     /// Terms that answered while the one before still did: possible only
     /// with a clock slower than the step-down margin allows (§14.2).
     pub overlapping_terms: usize,
+    /// The calls made, and those answered (led, joined or reused).
+    pub calls_made: u64,
+    pub answered: u64,
+    /// The same of the processes that no fault took out (their host's
+    /// crash, partition or pause, their own kill): what they did not get
+    /// answered was interrupted with a leader a fault took out.
+    pub live_calls: (u64, u64),
+    /// The most connections a coordinator of the cluster held open at
+    /// once: in all, and from one host.
+    pub coordinator_connections: (u32, u32),
+    /// Requests to the election's store (etcd), renewals included.
+    pub store_requests: u64,
+    /// Host coordinators killed.
+    pub killed: usize,
     pub replay: String,
 }
 
@@ -479,13 +563,22 @@ async fn simulate(scenario: Scenario) -> Report {
     let mut workloads = Vec::new();
     let (done, all_done) = tokio::sync::watch::channel(0u32);
     let done = Arc::new(done);
+    // The host tier's directories, one per host (index 0, the store's
+    // host, has none in use).
+    let directories: Vec<HostDirectory> = (0..=scenario.hosts)
+        .map(|_| HostDirectory::default())
+        .collect();
     for process in 0..scenario.processes {
         let host = 1 + process % scenario.hosts;
         let address = Address {
             host,
             port: process,
         };
-        let open = {
+        // The cluster's election and transport of this process: opened
+        // once by a direct process, and by a host coordinator each time it
+        // becomes its host's (SPEC.md §18.1), each time with a seed of its
+        // own.
+        let cluster: OpenCluster<SimElection, SimTransport> = {
             let (store, net, clock, record) = (
                 store.clone(),
                 net.clone(),
@@ -493,29 +586,50 @@ async fn simulate(scenario: Scenario) -> Report {
                 record.clone(),
             );
             let seed = rng.next_u64();
-            async move {
-                let election = SimElection::connect(store, address, clock, record, seed);
-                (election, SimTransport::new(net, address))
-            }
+            let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            Arc::new(move || {
+                let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let seed = seed.wrapping_add(n.wrapping_mul(OPENING_SEED_STEP));
+                let (store, net, record) = (store.clone(), net.clone(), record.clone());
+                // Connected where the future runs, not where it is made:
+                // the election's client lives on the task that opens it.
+                Box::pin(async move {
+                    let election =
+                        SimElection::connect(store, (address, process), clock, record, seed);
+                    (election, SimTransport::new(net, address, process))
+                })
+            })
         };
         tokio::time::sleep_until(origin + scenario.stagger * process).await;
+        let settings = Settings {
+            grace_window: scenario.grace_window,
+            poll_interval: scenario.poll_interval,
+            seeded: seeded_in(process),
+        };
         // The process is opened from a caller's runtime that ends right
         // after, as a runtime made only to open would (the shell's bug 4):
         // nothing the process needs may live on it.
         let opener = Group::default();
-        let flights = CALLER
-            .scope(
-                opener.clone(),
-                open_on(
-                    open,
-                    Settings {
-                        grace_window: scenario.grace_window,
-                        poll_interval: scenario.poll_interval,
-                        seeded: seeded_in(process),
-                    },
-                ),
-            )
-            .await;
+        let flights = if scenario.tier {
+            let (directory, net) = (directories[host as usize].clone(), net.clone());
+            let open = async move {
+                (
+                    HostElection::new(directory, process, net.clone()),
+                    HostTransport::new(net, host, process),
+                )
+            };
+            let relays_for = RelayHost::new(format!("h{host}")).expect("a valid host id");
+            CALLER
+                .scope(
+                    opener.clone(),
+                    open_tiered_on(open, cluster, relays_for, settings),
+                )
+                .await
+        } else {
+            CALLER
+                .scope(opener.clone(), open_on(cluster(), settings))
+                .await
+        };
         opener.end();
         let drawn = (0..scenario.calls_per_process).map(|_| {
             (
@@ -551,12 +665,18 @@ async fn simulate(scenario: Scenario) -> Report {
         .chain([scenario.calls_over])
         .max()
         .unwrap_or_default();
+    let killer = Killer {
+        directories,
+        workloads: workloads.iter().map(|w| w.abort_handle()).collect(),
+        done: done.clone(),
+    };
     let chaos = tokio::spawn(inject(
         faults,
         scenario.hosts,
         net.clone(),
         record.clone(),
         rng.next_u64(),
+        killer,
     ));
     let all = async {
         for workload in workloads {
@@ -568,7 +688,39 @@ async fn simulate(scenario: Scenario) -> Report {
     let longest = last_planned + scenario.deadline * scenario.calls_per_process.max(1) + HANG_AFTER;
     let hung = tokio::time::timeout(longest, all).await.is_err();
     chaos.abort();
-    check(&scenario, &record, &clocks, hung, &trace)
+    check(&scenario, &record, &clocks, hung, &trace, &net)
+}
+
+/// What a kill of a process needs (`Fault::KillHostCoordinator`).
+struct Killer {
+    directories: Vec<HostDirectory>,
+    workloads: Vec<AbortHandle>,
+    done: Arc<tokio::sync::watch::Sender<u32>>,
+}
+
+impl Killer {
+    /// Kills the process that holds `host`'s claim, if any (kill -9).
+    fn kill_host_coordinator(&self, host: HostId, net: &Net, record: &Record) {
+        if record.lock().crashed.contains(&host) {
+            return;
+        }
+        let Some(process) = self.directories[host as usize].holder() else {
+            net.trace()
+                .record(format_args!("nobody coordinates h{host} to kill"));
+            return;
+        };
+        // Its connections close and its listeners go first, then its
+        // claim, then its tasks: all at one instant of simulated time.
+        net.kill(process);
+        self.directories[host as usize].release(process);
+        self.workloads[process as usize].abort();
+        let mut log = record.lock();
+        log.killed.insert(process);
+        log.killed_on.insert(host);
+        if log.finished.insert(process) {
+            self.done.send_modify(|done| *done += 1);
+        }
+    }
 }
 
 /// Draws `count` faults between 1 s and `until`.
@@ -625,6 +777,12 @@ fn draw_faults(
                 };
                 break fault;
             };
+            // Through the host tier, a quarter of the faults kill a host
+            // coordinator instead (SPEC.md §18.4); drawn only then, so that
+            // a direct run's faults stay those of its seed.
+            if scenario.tier && below(rng, 4) == 0 {
+                return (at, Fault::KillHostCoordinator(host(rng)));
+            }
             (at, fault)
         })
         .collect();
@@ -636,7 +794,14 @@ fn draw_faults(
 type Heal = Box<dyn FnOnce(&Net) + Send>;
 
 /// Injects `faults` at their times.
-async fn inject(faults: Vec<(Duration, Fault)>, hosts: u32, net: Net, record: Record, seed: u64) {
+async fn inject(
+    faults: Vec<(Duration, Fault)>,
+    hosts: u32,
+    net: Net,
+    record: Record,
+    seed: u64,
+    killer: Killer,
+) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for (at, fault) in faults {
         tokio::time::sleep_until(record.origin + at).await;
@@ -651,7 +816,7 @@ async fn inject(faults: Vec<(Duration, Fault)>, hosts: u32, net: Net, record: Re
                     _ => coordinator,
                 };
                 if let Some(host) = target {
-                    net.isolate(host, true);
+                    net.crash(host);
                     record.lock().crashed.insert(host);
                     taken_out.push(host);
                 }
@@ -726,6 +891,9 @@ async fn inject(faults: Vec<(Duration, Fault)>, hosts: u32, net: Net, record: Re
                 taken_out.extend(1..=hosts);
                 heal = Some((lasting, Box::new(|net| net.refuse(STORE, false))));
             }
+            Fault::KillHostCoordinator(host) => {
+                killer.kill_host_coordinator(host, &net, &record);
+            }
             Fault::JunkBurst(count) => {
                 if let Some(address) = record.lock().serving.last_key_value().map(|(_, v)| v.2) {
                     for _ in 0..count {
@@ -782,6 +950,9 @@ async fn workload(
             .call(&key)
             .deadline(scenario.deadline)
             .run(move |token| async move {
+                lead_record
+                    .trace
+                    .record(format_args!("lead p{process} {lead_key} {token}"));
                 let index = {
                     let mut log = lead_record.lock();
                     log.leads.push(Lead {
@@ -852,7 +1023,9 @@ async fn workload(
             value_ok,
         });
     }
-    done.send_modify(|done| *done += 1);
+    if record.lock().finished.insert(process) {
+        done.send_modify(|done| *done += 1);
+    }
     if !scenario.close_mid_traffic {
         let _ = all_done.wait_for(|done| *done == scenario.processes).await;
     }
@@ -869,7 +1042,15 @@ struct LeadGuard {
 impl Drop for LeadGuard {
     fn drop(&mut self) {
         let now = Instant::now();
-        self.record.lock().leads[self.index].ended = Some((now, self.finished));
+        let mut log = self.record.lock();
+        let lead = &mut log.leads[self.index];
+        lead.ended = Some((now, self.finished));
+        let (process, key, token, finished) =
+            (lead.process, lead.key.clone(), lead.token, self.finished);
+        drop(log);
+        self.record.trace.record(format_args!(
+            "lead p{process} {key} {token} ended, finished {finished}"
+        ));
     }
 }
 
@@ -880,6 +1061,7 @@ fn check(
     clocks: &[Clock],
     hung: bool,
     trace: &Trace,
+    net: &Net,
 ) -> Report {
     let log = record.lock();
     let mut violations = Vec::new();
@@ -923,7 +1105,10 @@ fn check(
             violations.push(format!("token {} granted twice", lead.token));
         }
     }
-    let crashed_or_out = |process: u32| log.taken_out.contains(&host_of(process));
+    // A process that a fault took out: its host's, or its own kill (a
+    // killed leader's land may have died with it, SPEC.md §18.4).
+    let crashed_or_out =
+        |process: u32| log.taken_out.contains(&host_of(process)) || log.killed.contains(&process);
     let settled_after = log.last_fault_healed.map(|at| at + SETTLE);
     for call in &log.calls {
         // Joiners get their leader's value (§3.3).
@@ -1004,6 +1189,31 @@ fn check(
                 ));
             }
         }
+        // Through the host tier, every call of a process on a host no fault
+        // took out is answered, or told that its flight was interrupted
+        // (judged above): a host coordinator's death on its host costs it
+        // a failover, not its call (SPEC.md §18.4).
+        if scenario.tier
+            && !crashed_or_out(call.process)
+            && matches!(
+                call.outcome,
+                Ended::DeadlineExceeded | Ended::Unavailable | Ended::Other(_)
+            )
+        {
+            violations.push(format!(
+                "p{} {} on h{}, which no fault took out{}, ended {:?} at {}",
+                call.process,
+                call.key,
+                host_of(call.process),
+                if log.killed_on.contains(&host_of(call.process)) {
+                    " (its host coordinator was killed)"
+                } else {
+                    ""
+                },
+                call.outcome,
+                at(call.ended)
+            ));
+        }
         // After the faults heal, a live host's calls succeed.
         let late = settled_after.is_none_or(|settled| call.started >= settled);
         if late
@@ -1069,6 +1279,35 @@ fn check(
             }
         }
     }
+    // The cluster's coordinators hold at most one connection per host
+    // through the tier (SPEC.md §18.1): only host coordinators connect.
+    let coordinators: BTreeSet<Address> = log.serving.values().map(|(_, _, at)| *at).collect();
+    let coordinator_connections = coordinators
+        .iter()
+        .map(|address| net.held_at_most(*address))
+        .fold((0, 0), |(total, one), (t, o)| (total.max(t), one.max(o)));
+    if scenario.tier && coordinator_connections.0 > scenario.hosts {
+        violations.push(format!(
+            "a coordinator of the cluster held {} connections at once, more than the {} hosts",
+            coordinator_connections.0, scenario.hosts
+        ));
+    }
+    let answered = log
+        .calls
+        .iter()
+        .filter(|call| matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused))
+        .count() as u64;
+    let live: Vec<&CallRecord> = log
+        .calls
+        .iter()
+        .filter(|call| !crashed_or_out(call.process))
+        .collect();
+    let live_calls = (
+        live.len() as u64,
+        live.iter()
+            .filter(|call| matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused))
+            .count() as u64,
+    );
     let mut calls = BTreeMap::new();
     for call in &log.calls {
         let name = match &call.outcome {
@@ -1091,6 +1330,12 @@ fn check(
         terms: log.serving.len(),
         stale_writes_refused: log.writes_refused,
         overlapping_terms,
+        calls_made: log.calls.len() as u64,
+        answered,
+        live_calls,
+        coordinator_connections,
+        store_requests: log.requests.values().map(|n| u64::from(*n)).sum(),
+        killed: log.killed.len(),
         replay: scenario.replay(),
     }
 }

@@ -6,6 +6,10 @@
 //! - `SINGLE_FLIGHT_SIM_SECONDS=S` makes `fresh_seeds` run seeds for S
 //!   seconds of CPU (one seed by default, so that a plain `cargo test`
 //!   stays short); CI runs 60.
+//! - `s18_ten_thousand_processes_through_the_host_tier` (ignored; `cargo
+//!   test --test sim ten_thousand -- --ignored --nocapture`, at opt-level
+//!   2 with `CARGO_PROFILE_TEST_OPT_LEVEL=2`) runs issue 45 item 6 at full
+//!   size.
 //! - `catch_rates` (ignored; `cargo test --test sim catch_rates --
 //!   --ignored --nocapture`) measures how often a fresh seed catches each
 //!   seeded bug.
@@ -78,6 +82,28 @@ fn fixed_seeds_pass() {
         report.assert_clean();
         assert!(report.faults >= 1 && report.calls.contains_key("Joined"));
     }
+}
+
+/// §18: the fixed seeds through the host tier, a quarter of their faults
+/// killing host coordinators, pass too, and a seed gives one trace there
+/// as well.
+#[test]
+fn fixed_seeds_pass_through_the_host_tier() {
+    let through_the_tier = |seed| Scenario {
+        tier: true,
+        ..Scenario::chaos(seed)
+    };
+    let mut killed = 0;
+    for seed in FIXED_SEEDS {
+        let report = run(&through_the_tier(seed));
+        report.assert_clean();
+        assert!(report.faults >= 1 && report.calls.contains_key("Joined"));
+        killed += report.killed;
+    }
+    assert!(killed >= 1, "no host coordinator was killed");
+    let again = run(&through_the_tier(FIXED_SEEDS[1]));
+    assert_eq!(again.trace, run(&through_the_tier(FIXED_SEEDS[1])).trace);
+    assert!(again.trace.1 > 500, "a trace of {} lines", again.trace.1);
 }
 
 /// Bug 1 (§11.3): writers that never flush leave every line in the
@@ -182,6 +208,107 @@ fn a_thousand_processes_survive_their_coordinators_death() {
     );
 }
 
+/// This thread's CPU time so far, where Linux tells it
+/// (`/proc/thread-self/stat`, in clock ticks of 10 ms): a run's runtime is
+/// the test's thread, whatever the other tests running beside it take.
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The fields after the command's name, which is in parentheses: state
+    // first, then utime and stime as the 12th and 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// Runs a scenario of the host tier, checks it, and prints issue 45 item
+/// 6's figures: calls answered, the cluster coordinator's connections,
+/// store requests per call, simulated and CPU time.
+fn tier_run(scenario: &Scenario) -> Report {
+    let (started, cpu_before) = (Instant::now(), thread_cpu());
+    let report = run(scenario);
+    let wall = started.elapsed();
+    let cpu = thread_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
+    let planned = u64::from(scenario.processes * scenario.calls_per_process);
+    println!(
+        "{} processes on {} hosts, {} keys, {} faults ({} host coordinators killed): \
+         {} of {} calls answered ({} made, the rest lost with killed processes; \
+         of the processes no fault took out, {} of {}), {:?}; \
+         the cluster's coordinator held at most {} connections ({} from one host); \
+         {} store requests, {:.2} per call; {} terms; {:.1} simulated s in {:.1} s of CPU ({:.1} s wall)",
+        scenario.processes,
+        scenario.hosts,
+        scenario.keys,
+        report.faults,
+        report.killed,
+        report.answered,
+        planned,
+        report.calls_made,
+        report.live_calls.1,
+        report.live_calls.0,
+        report.calls,
+        report.coordinator_connections.0,
+        report.coordinator_connections.1,
+        report.store_requests,
+        report.store_requests as f64 / planned as f64,
+        report.terms,
+        report.simulated.as_secs_f64(),
+        cpu.unwrap_or(wall).as_secs_f64(),
+        wall.as_secs_f64(),
+    );
+    report.assert_clean();
+    // §18.1: one connection per host, never two at once from one host.
+    assert!(
+        report.coordinator_connections.0 <= scenario.hosts && report.coordinator_connections.1 <= 1,
+        "{report:?}"
+    );
+    report
+}
+
+/// Issue 45 item 6 at the size CI affords: a thousand processes on a
+/// hundred hosts through the host tier (SPEC.md §18), without faults
+/// (every call answered, the cluster's coordinator holding one connection
+/// per host) and with the item's faults — the cluster coordinator's host
+/// crashed mid-stampede, the host coordinators of a tenth of the hosts
+/// killed mid-flight — every must-be-zero row 0, every call of a process
+/// on a live host answered.
+#[test]
+fn s18_the_host_tier_answers_a_thousand_processes_through_both_coordinators_deaths() {
+    let calm = Scenario::tier(FIXED_SEEDS[0], 1000, 100, 1000);
+    let report = tier_run(&calm);
+    assert_eq!(
+        report.answered,
+        u64::from(calm.processes * calm.calls_per_process)
+    );
+    let faulted = Scenario::tier(FIXED_SEEDS[0], 1000, 100, 1000).with_tier_faults(10);
+    let report = tier_run(&faulted);
+    assert!(report.killed >= 5, "{report:?}");
+    assert!(report.terms >= 2, "the coordinator's death made a new term");
+}
+
+/// Issue 45 item 6 at full size, behind a flag (RELIABILITY.md,
+/// "Simulation"): ten thousand processes on a thousand hosts calling ten
+/// thousand keys through the host tier, without faults and with the item's
+/// faults (a hundred host coordinators killed). Run it with `cargo test
+/// --test sim ten_thousand -- --ignored --nocapture`, at opt-level 2 for
+/// the figures (`CARGO_PROFILE_TEST_OPT_LEVEL=2`).
+#[test]
+#[ignore = "ten thousand processes: run it with --ignored --nocapture (RELIABILITY.md)"]
+fn s18_ten_thousand_processes_through_the_host_tier() {
+    let seed = std::env::var("SINGLE_FLIGHT_SIM_SEED")
+        .map_or(FIXED_SEEDS[0], |seed| seed.parse().expect("a number"));
+    let calm = Scenario::tier(seed, 10_000, 1000, 10_000);
+    let report = tier_run(&calm);
+    assert_eq!(
+        report.answered,
+        u64::from(calm.processes * calm.calls_per_process)
+    );
+    let faulted = Scenario::tier(seed, 10_000, 1000, 10_000).with_tier_faults(100);
+    let report = tier_run(&faulted);
+    assert!(report.killed >= 50, "{report:?}");
+}
+
 /// Fresh seeds: from `SINGLE_FLIGHT_SIM_SEED` (or a drawn one), for
 /// `SINGLE_FLIGHT_SIM_SECONDS` of CPU (or one seed).
 #[test]
@@ -211,6 +338,12 @@ fn fresh_seeds() {
         // done, while others still call: coordinators then close in the
         // middle of failovers, inside their grace windows (§10.4).
         scenario.close_mid_traffic = seed % 2 == 1;
+        // Every fourth seed runs through the host tier (§18), a quarter of
+        // its faults killing host coordinators; its processes close at the
+        // end (RELIABILITY.md, "Found by the simulation": one that
+        // coordinates both levels and closes inside its cluster term's
+        // grace window stops relaying for its host at once).
+        scenario.tier = seed % 4 == 2;
         let report = run(&scenario);
         report.assert_clean();
         seeds += 1;

@@ -18,8 +18,8 @@ use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{Lifetime, Serving};
 use super::stats::Counters;
-use super::upstream::{Greeted, Serves, greet};
-use crate::backend::{Backend, BackendError};
+use super::upstream::{Above, Greeted, Serves, greet};
+use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, HandshakeError};
@@ -126,7 +126,7 @@ impl<E, T, U> Driver<E, T, U>
 where
     E: Election,
     T: Transport<Address = E::Address>,
-    U: Backend + Clone,
+    U: Above,
 {
     pub(super) fn new(
         election: E,

@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::options::Options;
 use super::outage::Outage;
 use super::server::Lifetime;
-use super::upstream::Serves;
+use super::upstream::{Above, Serves};
 use crate::backend::{Backend, BackendError, Place, Visit};
 use crate::election::{Election, Term};
 use crate::transport::Transport;
@@ -104,7 +104,7 @@ async fn campaign_and_serve<E, T, U>(
 where
     E: Election,
     T: Transport<Address = E::Address>,
-    U: Backend + Clone,
+    U: Above,
 {
     tokio::pin!(shutdown);
     let mut outage = Outage::new(options.poll_interval);

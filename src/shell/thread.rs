@@ -269,6 +269,116 @@ where
     T: crate::transport::Transport<Address = E::Address>,
     O: std::future::Future<Output = (E, T)> + Send + 'static,
 {
+    // A direct process of the simulation relays to none: it is its own
+    // host (SPEC.md §18.6).
+    open_serving_on(
+        open,
+        Serves::<crate::backend::local::Directory>::new(None),
+        settings,
+    )
+    .await
+}
+
+/// What the simulation's host coordinators open to reach the cluster
+/// (SPEC.md §12.7, §18.1): a fresh election and transport of the cluster
+/// each time, as the real tier opens its cluster's backend.
+#[cfg(feature = "_internal")]
+pub type OpenCluster<E, T> = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = (E, T)> + Send>> + Send + Sync,
+>;
+
+/// [`open_on`] for a process of the host tier (SPEC.md §18): `open` makes
+/// its host's election and transport (the host directory's, in the real
+/// tier), and when it becomes its host's coordinator it relays for `host`
+/// to the cluster that `cluster` opens, through the shipped relay and
+/// upstream, as a process of `Place::Tiered` does.
+///
+/// # Panics
+///
+/// Outside a tokio runtime.
+#[cfg(feature = "_internal")]
+pub async fn open_tiered_on<E, T, O, CE, CT>(
+    open: O,
+    cluster: OpenCluster<CE, CT>,
+    host: crate::protocol::HostId,
+    settings: Settings,
+) -> super::SingleFlight
+where
+    E: crate::election::Election,
+    T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
+    CE: crate::election::Election<Address = CT::Address>,
+    CT: crate::transport::Transport,
+{
+    let above = SimulatedCluster {
+        open: cluster,
+        poll_interval: settings
+            .poll_interval
+            .max(std::time::Duration::from_millis(1)),
+    };
+    let upper = crate::backend::Upper {
+        backend: above,
+        host,
+    };
+    open_serving_on(open, Serves::new(Some(upper)), settings).await
+}
+
+/// The simulation's cluster as the place above a host (SPEC.md §18.1).
+#[cfg(feature = "_internal")]
+struct SimulatedCluster<E, T> {
+    open: OpenCluster<E, T>,
+    /// The cluster's poll interval (§14.3), the simulation's processes'.
+    poll_interval: std::time::Duration,
+}
+
+#[cfg(feature = "_internal")]
+impl<E, T> Clone for SimulatedCluster<E, T> {
+    fn clone(&self) -> Self {
+        SimulatedCluster {
+            open: self.open.clone(),
+            poll_interval: self.poll_interval,
+        }
+    }
+}
+
+#[cfg(feature = "_internal")]
+impl<E, T> super::upstream::Above for SimulatedCluster<E, T>
+where
+    E: crate::election::Election<Address = T::Address>,
+    T: crate::transport::Transport,
+{
+    type Election = E;
+    type Transport = T;
+
+    fn poll_interval(&self) -> std::time::Duration {
+        self.poll_interval
+    }
+
+    async fn open_above(
+        &self,
+        _poll_interval: std::time::Duration,
+    ) -> Result<(E, T), crate::backend::BackendError> {
+        Ok((self.open)().await)
+    }
+
+    fn describe_above(&self) -> String {
+        "the simulated cluster".to_owned()
+    }
+}
+
+/// [`open_on`] with `serves`: the process's driver on the current runtime.
+#[cfg(feature = "_internal")]
+async fn open_serving_on<E, T, O, U>(
+    open: O,
+    serves: Serves<U>,
+    settings: Settings,
+) -> super::SingleFlight
+where
+    E: crate::election::Election,
+    T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
+    U: super::upstream::Above,
+{
     use super::mutant::Mutant;
     let options = Options {
         grace_window: settings.grace_window,
@@ -295,8 +405,6 @@ where
         options.clock,
         move |inbox, hub, counters| async move {
             let (election, transport) = opened.await;
-            // The simulation's places relay to none: each is its own.
-            let serves = Serves::<crate::backend::local::Directory>::new(None);
             Driver::new(election, transport, options, hub, counters, serves)
                 .run(inbox)
                 .await;

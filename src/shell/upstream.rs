@@ -15,7 +15,7 @@ use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::outage::Outage;
 use super::server::{self, Lifetime, RELAY_LOG_TARGET, Serving};
-use crate::backend::{Backend, Upper};
+use crate::backend::{Backend, BackendError, Upper};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
 use crate::transport::{ConnectError, Connection, Listener, Transport};
@@ -33,7 +33,55 @@ pub(super) struct Serves<U> {
     upper: Option<Upper<U>>,
 }
 
-impl<U: Backend + Clone> Serves<U> {
+/// The place a host coordinator reaches for its host (SPEC.md §18.1): what
+/// [`Opening`] opens each time its process becomes the host's coordinator,
+/// so that only the host coordinator holds a client of the place above.
+/// Every [`Backend`] is one (a cluster's, for the real tier); the
+/// simulation (sim/, SPEC.md §12.7) brings its own cluster through
+/// `open_tiered_on` (`super::thread`), so that the driver, server, relay
+/// and [`Reaching`] it runs are the shipped ones.
+pub(crate) trait Above: Clone + Send + Sync + 'static {
+    /// Who coordinates the place above.
+    type Election: Election<Address = <Self::Transport as Transport>::Address>;
+    /// How a host coordinator reaches it.
+    type Transport: Transport;
+
+    /// The time between attempts to reach or elect its coordinator
+    /// (§14.3).
+    fn poll_interval(&self) -> Duration;
+
+    /// A fresh election and transport of the place above, as a process of
+    /// it opens them.
+    fn open_above(
+        &self,
+        poll_interval: Duration,
+    ) -> impl Future<Output = Result<(Self::Election, Self::Transport), BackendError>> + Send;
+
+    /// What to call the place above in messages.
+    fn describe_above(&self) -> String;
+}
+
+impl<B: Backend + Clone> Above for B {
+    type Election = B::Election;
+    type Transport = B::Transport;
+
+    fn poll_interval(&self) -> Duration {
+        B::POLL_INTERVAL
+    }
+
+    fn open_above(
+        &self,
+        poll_interval: Duration,
+    ) -> impl Future<Output = Result<(B::Election, B::Transport), BackendError>> + Send {
+        self.open(poll_interval)
+    }
+
+    fn describe_above(&self) -> String {
+        self.describe()
+    }
+}
+
+impl<U: Above> Serves<U> {
     pub(super) fn new(upper: Option<Upper<U>>) -> Serves<U> {
         Serves { upper }
     }
@@ -53,7 +101,7 @@ impl<U: Backend + Clone> Serves<U> {
         // the grace window this process was given (§14.4), and their relay
         // windows last as long (§18.2).
         let above = Options {
-            poll_interval: U::POLL_INTERVAL,
+            poll_interval: upper.backend.poll_interval(),
             ..options.clone()
         };
         let upstream = Opening {
@@ -77,21 +125,21 @@ impl<U: Backend + Clone> Serves<U> {
 /// (SPEC.md §18.1): only the host coordinator opens it, so that the host's
 /// other processes hold no client of the cluster's election and no
 /// certificate.
-pub(super) struct Opening<B: Backend> {
+pub(super) struct Opening<B: Above> {
     backend: B,
     hello: ClientHello,
     options: Options,
     reaching: Option<Reaching<B::Election, B::Transport>>,
 }
 
-impl<B: Backend> Upstream for Opening<B> {
+impl<B: Above> Upstream for Opening<B> {
     type Reader = <B::Transport as Transport>::Reader;
     type Writer = <B::Transport as Transport>::Writer;
 
     async fn reach(&mut self) -> Result<Reached<Self::Reader, Self::Writer>, Unreached> {
         let reaching = match &mut self.reaching {
             Some(reaching) => reaching,
-            None => match self.backend.open(self.options.poll_interval).await {
+            None => match self.backend.open_above(self.options.poll_interval).await {
                 Ok((election, transport)) => self.reaching.insert(Reaching::new(
                     election,
                     transport,
@@ -99,7 +147,7 @@ impl<B: Backend> Upstream for Opening<B> {
                     self.options.clone(),
                 )),
                 Err(error) => {
-                    warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe());
+                    warn!(target: RELAY_LOG_TARGET, %error, "cannot open {} for this host's relay; trying again (SPEC.md §18.1)", self.backend.describe_above());
                     return Err(Unreached::failed(REOPEN_PAUSE, &error));
                 }
             },
