@@ -650,6 +650,24 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         self.upstream_leave = None;
     }
 
+    /// Closes the connection to the cluster's coordinator once the lines
+    /// queued for it are written, or once a reader that takes them at the
+    /// slowest expected rate would have had them (as a local connection at
+    /// the term's end), so that the cluster's coordinator sees this host
+    /// coordinator gone at once (SPEC.md §18.2).
+    async fn close_upstream_after_queued(&mut self) {
+        self.upstream_leave = None;
+        let Some(writer) = self.upstream_writer.take() else {
+            return;
+        };
+        let patience = flush_patience([writer.queued.load(Ordering::Acquire)]);
+        drop(writer.lines);
+        let abort = writer.task.abort_handle();
+        if tokio::time::timeout(patience, writer.task).await.is_err() {
+            abort.abort();
+        }
+    }
+
     /// Whether the term may still answer (SPEC.md §14.2); says so when not.
     fn still_holds(&self) -> bool {
         let holds = self.warrant.holds();
@@ -750,13 +768,20 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         let clean = matches!(end, End::Stopped) && !self.machine.in_progress();
         // The relay's connection to the cluster closes with the term: the
         // cluster keeps the host's flights for its next coordinator (§18.2).
-        // The cluster's term this process serves, if any, ends with it
-        // (§10.4), before the process can exit.
-        if let Some((stop, task)) = self.upstream_task.take() {
+        // It closes first, its queued lines written: the cluster's term
+        // this process serves, if any, is asked to stop after it, and one
+        // asked inside its grace window serves the window out (§10.4); a
+        // connection it still took for open would be granted leads that
+        // nobody reads, and its host's flights lost to the other hosts'
+        // joiners (§18.5). That term ends on its own, awaited last: this
+        // host term ends and resigns at once, so that the host's next
+        // coordinator relays its processes' replays while that grace window
+        // still takes them.
+        self.close_upstream_after_queued().await;
+        let cluster_term = self.upstream_task.take().map(|(stop, task)| {
             let _ = stop.send(());
-            let _ = task.await;
-        }
-        self.leave_upstream();
+            task
+        });
         for reader in std::mem::take(&mut self.readers).into_values() {
             reader.abort();
         }
@@ -792,6 +817,11 @@ impl<M: Machine, T: Term, L: Listener, U: Upstream> Server<M, T, L, U> {
         self.listener.close();
         term_log!(M::LOG_TARGET, info, epoch = %self.epoch, clean, "term over");
         self.term.resign(clean).await;
+        // The process may exit only once the cluster's term it serves has
+        // ended (§10.4).
+        if let Some(task) = cluster_term {
+            let _ = task.await;
+        }
     }
 }
 
