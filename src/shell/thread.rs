@@ -250,6 +250,15 @@ pub struct Settings {
     pub seeded: super::mutant::Seeded,
 }
 
+#[cfg(feature = "_internal")]
+impl Settings {
+    /// The poll interval as `Builder::poll_interval` takes it: at least
+    /// 1 ms, so that no attempt loop spins.
+    fn poll_interval(&self) -> std::time::Duration {
+        self.poll_interval.max(std::time::Duration::from_millis(1))
+    }
+}
+
 /// A `SingleFlight` over the election and transport that `open` makes,
 /// whose driver runs on the current runtime instead of a thread of its
 /// own: for the simulation (sim/), which runs every process of a cluster
@@ -312,9 +321,7 @@ where
 {
     let above = SimulatedCluster {
         open: cluster,
-        poll_interval: settings
-            .poll_interval
-            .max(std::time::Duration::from_millis(1)),
+        poll_interval: settings.poll_interval(),
     };
     let upper = crate::backend::Upper {
         backend: above,
@@ -382,9 +389,7 @@ where
     use super::mutant::Mutant;
     let options = Options {
         grace_window: settings.grace_window,
-        poll_interval: settings
-            .poll_interval
-            .max(std::time::Duration::from_millis(1)),
+        poll_interval: settings.poll_interval(),
         seeded: settings.seeded,
         clock: Clock::Runtime,
     };
