@@ -629,6 +629,11 @@ impl Term for SimTerm {
         self.follows_failover
     }
 
+    /// A term of the simulated cluster.
+    fn takes_relays(&self) -> bool {
+        true
+    }
+
     fn check(&mut self) -> Result<(), SimError> {
         if self.warrant().holds() {
             Ok(())

@@ -157,6 +157,11 @@ impl Term for HostTerm {
         self.follows_failover
     }
 
+    /// A host directory's term, served by the relay.
+    fn takes_relays(&self) -> bool {
+        false
+    }
+
     fn check(&mut self) -> Result<(), HostError> {
         if self.directory.holder() == Some(self.process) {
             Ok(())

@@ -254,8 +254,16 @@ struct StatusArgs {
     /// no grace window is open, and omitted counts the flights left out of an
     /// answer too long for one message (0 when all are listed). In cluster
     /// mode "directory" is null, "cluster": {"name": NAME, "etcd": [URL]}
-    /// names the cluster, and the coordinator has "host" (its host name) and
-    /// "address" (what it advertises). "stats" holds the counters of the
+    /// names the cluster, and the coordinator has "host" (its host name),
+    /// "address" (what it advertises) and "hosts", its connections by host:
+    /// {"direct": N, "relays": [{"host": ID, "connections": N, "parties": N,
+    /// "window": true, "orphans": N}], "omitted": N} ("window" and
+    /// "orphans" only while that host's relay window is open, "omitted"
+    /// only when hosts were left out). Asked through this host's
+    /// coordinator, the report also has "host_coordinator": {"pid": N,
+    /// "host": NAME, "host_id": ID, "epoch": "E", "connections": N,
+    /// "groups": [{"key": K, "token": "T" or null, "parties": N}],
+    /// "omitted": N}. "stats" holds the counters of the
     /// coordinator's term, each an integer: "flights_led", "joins",
     /// "lands_value", "lands_failure", "interruptions", "reasserts_accepted",
     /// "reasserts_rejected", "rejoins", "grace_windows", "connections_open",

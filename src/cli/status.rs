@@ -152,8 +152,9 @@ fn json(place: &Place, status: Option<&Status>) -> String {
         /// The term's counters, or `null` from a coordinator too old to
         /// count (SPEC.md §3.5).
         stats: Option<Stats>,
-        /// The connections by host (SPEC.md §3.5, §18.2), or `null` from a
-        /// coordinator that does not report them.
+        /// Only from a cluster's coordinator: its connections by host
+        /// (SPEC.md §3.5, §18.2). A directory's has no hosts.
+        #[serde(skip_serializing_if = "Option::is_none")]
         hosts: Option<&'a HostsStatus>,
     }
     #[derive(Serialize)]

@@ -111,6 +111,12 @@ pub trait Term: Send + 'static {
     /// that this one opens a grace window (SPEC.md §10.2).
     fn follows_failover(&self) -> bool;
 
+    /// Whether host coordinators may relay to this term, so that it keeps
+    /// relay windows (SPEC.md §18.2): a cluster's term. A directory's term
+    /// is reached over its Unix socket by its own processes only, and a
+    /// host directory's is served by the relay.
+    fn takes_relays(&self) -> bool;
+
     /// The periodic check, every [`CHECK_INTERVAL`]: an error when the term
     /// is over.
     fn check(&mut self) -> Result<(), Self::Error>;

@@ -179,8 +179,12 @@ pub(super) fn start_for<T: Term, L: Listener>(
     };
     info!(target: LOG_TARGET, epoch = %term.epoch(), term = ?kind, "coordinating");
     // §18.2: a relay window lasts the term's grace window length, also for a
-    // term that opened without a grace window.
-    let coordinator = Coordinator::new(term.epoch(), kind).with_relay_window(options.grace_window);
+    // term that opened without a grace window. Only a cluster's term keeps
+    // them: nobody relays to a directory's.
+    let mut coordinator = Coordinator::new(term.epoch(), kind);
+    if term.takes_relays() {
+        coordinator = coordinator.with_relay_window(options.grace_window);
+    }
     start_with(
         term,
         listener,
@@ -1188,6 +1192,11 @@ mod tests {
             false
         }
 
+        /// As a cluster's: the tests relay to it.
+        fn takes_relays(&self) -> bool {
+            true
+        }
+
         fn check(&mut self) -> Result<(), io::Error> {
             Ok(())
         }
@@ -1217,6 +1226,11 @@ mod tests {
         }
 
         fn follows_failover(&self) -> bool {
+            true
+        }
+
+        /// As a cluster's: the tests relay to it.
+        fn takes_relays(&self) -> bool {
             true
         }
 

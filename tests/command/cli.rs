@@ -1035,9 +1035,9 @@ fn another_users_coordinator_is_refused_both_ways() {
     };
 
     // The coordinator's side: it closes the connection without a hello.
-    stream
-        .write_all(b"{\"protocol\":\"single-flight\",\"version\":1}\n")
-        .unwrap();
+    // It may close it before the hello is written (EPIPE): either way
+    // nothing comes back.
+    let _ = stream.write_all(b"{\"protocol\":\"single-flight\",\"version\":1}\n");
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);

@@ -921,6 +921,10 @@ impl Term for EtcdTerm {
         self.follows_failover
     }
 
+    fn takes_relays(&self) -> bool {
+        true
+    }
+
     fn check(&mut self) -> Result<(), EtcdError> {
         if let Some(reason) = self.lost() {
             return Err(EtcdError::LeaseLost {

@@ -107,6 +107,10 @@ impl Term for LocalTerm {
         self.follows_failover
     }
 
+    fn takes_relays(&self) -> bool {
+        false
+    }
+
     /// One `stat` of the lock file's path (§7.2).
     fn check(&mut self) -> Result<(), LocalError> {
         self.leadership.check()
