@@ -14,6 +14,7 @@ use super::local::Directory;
 use super::tiered::Tiered;
 use super::{Backend, BackendError, Place, Upper};
 use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
+use crate::protocol::{ShardCount, ShardCountError};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
 };
@@ -66,6 +67,9 @@ pub struct Cluster {
     crls: Vec<PathBuf>,
     /// How this process reaches the cluster (SPEC.md §18.6).
     reach: Reach,
+    /// The cluster's number of shards as [`shards`](Cluster::shards) gave
+    /// it, checked when the cluster opens (SPEC.md §19.1).
+    shards: Result<ShardCount, ShardCountError>,
 }
 
 /// How a process reaches its cluster (SPEC.md §18.6).
@@ -119,6 +123,8 @@ pub(crate) enum ClusterError {
         "a certificate revocation list (--tls-crl) was given without TLS: give --tls-ca, --tls-cert and --tls-key with it, or leave it out"
     )]
     CrlWithoutTls,
+    #[error("{0}: give --shards (SINGLE_FLIGHT_SHARDS, Cluster::shards) a number in that range")]
+    Shards(ShardCountError),
 }
 
 impl Cluster {
@@ -144,7 +150,24 @@ impl Cluster {
                 directory: None,
                 host: HostChoice::Kept,
             },
+            shards: Ok(ShardCount::ONE),
         }
+    }
+
+    /// Splits the cluster's keys over `count` shards, 1 to
+    /// [`MAX_SHARDS`](crate::MAX_SHARDS), each with a coordinator of its own
+    /// (SPEC.md §19): 1 by default. The cluster keeps the number it was
+    /// first used with; a process that gives another is refused, naming
+    /// both. A count outside the range is an error when the cluster opens.
+    pub fn shards(mut self, count: u32) -> Cluster {
+        self.shards = ShardCount::new(u64::from(count));
+        self
+    }
+
+    /// The cluster's number of shards, as [`shards`](Self::shards) gave
+    /// it; `None` when it is outside the range.
+    pub fn shard_count(&self) -> Option<u32> {
+        self.shards.ok().map(ShardCount::get)
     }
 
     /// The flight directory in which this host's processes meet before
@@ -228,6 +251,8 @@ impl Cluster {
     /// coordinator uses it, so that a mistake is an error at once and not a
     /// host coordinator that retries for ever.
     pub(crate) fn check(&self) -> Result<(), BackendError> {
+        self.shards
+            .map_err(|error| BackendError::new(ClusterError::Shards(error)))?;
         let security = self.security().map_err(BackendError::new)?;
         if self.advertise.is_none() && self.listen.ip().is_unspecified() {
             return Err(BackendError::new(ClusterError::NothingToAdvertise {

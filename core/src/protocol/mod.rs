@@ -6,6 +6,7 @@ mod framing;
 mod handshake;
 pub mod limits;
 mod message;
+mod shard;
 mod token;
 
 pub use error::{DecodeError, FrameError};
@@ -21,4 +22,5 @@ pub use message::{
     RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request, decode_response, encode,
     encoded_len,
 };
+pub use shard::{MAX_SHARDS, Shard, ShardCount, ShardCountError};
 pub use token::{Epoch, FencingToken, TokenError};

@@ -22,7 +22,7 @@ pub use error::EtcdError;
 pub use tls::{EtcdTlsError, EtcdTlsFile};
 
 use super::{Election, Term, Warrant};
-use crate::protocol::Epoch;
+use crate::protocol::{Epoch, Shard};
 
 #[doc(hidden)]
 pub mod client;
@@ -126,6 +126,9 @@ pub struct EtcdOptions {
     /// The etcd user to authenticate as, if etcd has authentication on and
     /// does not know this process by its certificate (SPEC.md §14.9).
     pub user: Option<EtcdUser>,
+    /// The shard whose term this election is for, and the cluster's number
+    /// of shards (SPEC.md §19.2): [`Shard::ONLY`] for a cluster of one.
+    pub shard: Shard,
 }
 
 /// The files for etcd over TLS: the CA that signed the members'
@@ -159,6 +162,7 @@ impl EtcdOptions {
             ttl: DEFAULT_TTL,
             tls: None,
             user: None,
+            shard: Shard::ONLY,
         }
     }
 }
