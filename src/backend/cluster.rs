@@ -14,7 +14,7 @@ use super::local::Directory;
 use super::tiered::Tiered;
 use super::{Backend, BackendError, Place, Upper};
 use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
-use crate::protocol::{ShardCount, ShardCountError};
+use crate::protocol::{Shard, ShardCount, ShardCountError};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
 };
@@ -214,14 +214,43 @@ impl Cluster {
     }
 
     /// The host directory this process meets its host's others in
-    /// (SPEC.md §18.6); `None` when it reaches the cluster directly.
+    /// (SPEC.md §18.6); `None` when it reaches the cluster directly. With
+    /// several shards, the directory that holds each shard's host directory
+    /// (§19.4).
     pub fn host_directory(&self) -> Option<PathBuf> {
         match &self.reach {
             Reach::ThroughHost { directory, .. } => {
                 let parent = directory.clone().unwrap_or_else(default_directory);
-                Some(parent.join(format!("{HOST_DIRECTORY_PREFIX}{}", self.etcd.cluster)))
+                let cluster = parent.join(format!("{HOST_DIRECTORY_PREFIX}{}", self.etcd.cluster));
+                let shard = self.etcd.shard;
+                Some(if shard.count() == ShardCount::ONE {
+                    cluster
+                } else {
+                    cluster.join(format!("shard-{}-of-{}", shard.index(), shard.count()))
+                })
             }
             Reach::Direct => None,
+        }
+    }
+
+    /// This cluster as the client of one of its shards sees it (SPEC.md
+    /// §19.4): its election is that shard's term, and its host directory
+    /// that shard's.
+    pub(crate) fn for_shard(&self, shard: Shard) -> Cluster {
+        let mut cluster = self.clone();
+        cluster.etcd.shard = shard;
+        cluster
+    }
+
+    /// One cluster per shard, each [`for_shard`](Self::for_shard): the
+    /// places this process takes part in. A count out of range gives the
+    /// one cluster, whose check reports the count (§19.1).
+    pub(crate) fn each_shard(&self) -> Vec<Cluster> {
+        match self.shards {
+            Ok(count) if count != ShardCount::ONE => {
+                count.shards().map(|shard| self.for_shard(shard)).collect()
+            }
+            _ => vec![self.clone()],
         }
     }
 
@@ -238,7 +267,17 @@ impl Cluster {
         match self.host_directory() {
             Some(path) => {
                 let host = self.host_choice();
-                Place::Tiered(Box::new(Tiered::new(Directory::new(&path), self, host)))
+                let first = self.etcd.shard.count().shard(0).expect("every count has a first");
+                let keeps_id = self
+                    .for_shard(first)
+                    .host_directory()
+                    .expect("a shard of a host's cluster has a host directory");
+                Place::Tiered(Box::new(Tiered::new(
+                    Directory::new(&path),
+                    self,
+                    host,
+                    Directory::new(&keeps_id),
+                )))
             }
             None => Place::Cluster(Box::new(self)),
         }

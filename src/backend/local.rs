@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{Backend, BackendError, Upper};
-use crate::election::local::{DirectoryOptions, ElectionOptions, LocalElection, POLL_INTERVAL};
+use crate::election::local::{
+    DirectoryOptions, ElectionOptions, LocalElection, POLL_INTERVAL, prepare_directory,
+};
 use crate::transport::unix::UnixTransport;
 
 /// The default grace window of a local term that follows another (SPEC.md
@@ -45,6 +47,14 @@ impl Directory {
         }
     }
 
+    /// The flight directory at `path`, judged as this one is.
+    pub(crate) fn at(&self, path: &Path) -> Directory {
+        Directory {
+            path: path.to_owned(),
+            options: self.options.clone(),
+        }
+    }
+
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
@@ -52,6 +62,12 @@ impl Directory {
     /// Vouches that the FUSE file system type is local (SPEC.md §7.4).
     pub(crate) fn trust_fuse_type(&mut self, fuse_type: String) {
         self.options.trusted_fuse_types.push(fuse_type);
+    }
+
+    /// Checks the directory, creating it with mode 0700 if missing (SPEC.md
+    /// §7.4), without opening its election.
+    pub(crate) fn prepare(&self) -> Result<(), BackendError> {
+        prepare_directory(&self.path, &self.options).map_err(BackendError::new)
     }
 
     fn transport(&self) -> io::Result<UnixTransport> {

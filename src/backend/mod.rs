@@ -143,6 +143,27 @@ impl Place {
         }
     }
 
+    /// The places of this place's shards, in shard order (SPEC.md §19.4):
+    /// a process of a cluster of S shards is S clients, one in each. A
+    /// directory, and a cluster of one shard, is its own only shard.
+    pub(crate) fn shards(&self) -> Vec<Place> {
+        match self {
+            Place::Directory(_) => vec![self.clone()],
+            #[cfg(feature = "cluster")]
+            Place::Cluster(cluster) => cluster
+                .each_shard()
+                .into_iter()
+                .map(|cluster| Place::Cluster(Box::new(cluster)))
+                .collect(),
+            #[cfg(feature = "cluster")]
+            Place::Tiered(tiered) => tiered
+                .shards()
+                .into_iter()
+                .map(|tiered| Place::Tiered(Box::new(tiered)))
+                .collect(),
+        }
+    }
+
     /// This backend's default grace window and poll interval.
     pub(crate) fn defaults(&self) -> (Duration, Duration) {
         fn of<B: Backend>(_: &B) -> (Duration, Duration) {

@@ -19,14 +19,24 @@ pub(crate) struct Tiered {
     cluster: Cluster,
     /// How the host id of the relay hello is chosen (SPEC.md §18.6).
     host: HostChoice,
+    /// The host directory that keeps the host id: this one, or with several
+    /// shards the first shard's, so that every shard's host coordinator
+    /// relays under one id (SPEC.md §19.4).
+    keeps_id: Directory,
 }
 
 impl Tiered {
-    pub(crate) fn new(directory: Directory, cluster: Cluster, host: HostChoice) -> Tiered {
+    pub(crate) fn new(
+        directory: Directory,
+        cluster: Cluster,
+        host: HostChoice,
+        keeps_id: Directory,
+    ) -> Tiered {
         Tiered {
             directory,
             cluster,
             host,
+            keeps_id,
         }
     }
 
@@ -38,8 +48,31 @@ impl Tiered {
         &self.cluster
     }
 
+    /// One host directory per shard of the cluster, each with its shard's
+    /// cluster (SPEC.md §19.4); this one for a cluster of one shard.
+    pub(crate) fn shards(&self) -> Vec<Tiered> {
+        let clusters = self.cluster.each_shard();
+        let Some(first) = clusters.first().and_then(Cluster::host_directory) else {
+            return vec![self.clone()];
+        };
+        let keeps_id = self.directory.at(&first);
+        clusters
+            .into_iter()
+            .map(|cluster| Tiered {
+                directory: match cluster.host_directory() {
+                    Some(path) => self.directory.at(&path),
+                    None => self.directory.clone(),
+                },
+                cluster,
+                host: self.host.clone(),
+                keeps_id: keeps_id.clone(),
+            })
+            .collect()
+    }
+
     /// Vouches that the FUSE file system type is local (SPEC.md §7.4).
     pub(crate) fn trust_fuse_type(&mut self, fuse_type: String) {
+        self.keeps_id.trust_fuse_type(fuse_type.clone());
         self.directory.trust_fuse_type(fuse_type);
     }
 }
@@ -96,9 +129,14 @@ impl Backend for Tiered {
     }
 
     fn upper(&self) -> Result<Option<Upper<Cluster>>, BackendError> {
+        // Another shard's directory may not have been opened yet: make sure
+        // it is one (§7.4) before it keeps the id.
+        if self.keeps_id.path() != self.directory.path() {
+            self.keeps_id.prepare()?;
+        }
         let host = self
             .host
-            .host_id(self.directory.path())
+            .host_id(self.keeps_id.path())
             .map_err(BackendError::new)?;
         Ok(Some(Upper {
             backend: self.cluster.clone(),

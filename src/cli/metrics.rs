@@ -42,6 +42,23 @@ enum Value {
 /// The exposition for the place labelled `label` (`directory` or `cluster`)
 /// named `place`, whose coordinator answered `status`, or none runs.
 pub fn exposition(label: &str, place: &str, status: Option<&Status>) -> String {
+    write(label, place, &[(None, status)])
+}
+
+/// The exposition of a cluster of several shards (SPEC.md §19.6): each
+/// shard's coordinator's answer in `statuses`, in shard order, every sample
+/// labelled with its `shard` as well, each family written once.
+pub fn exposition_of_shards(label: &str, place: &str, statuses: &[Option<&Status>]) -> String {
+    let shards: Vec<_> = statuses
+        .iter()
+        .enumerate()
+        .map(|(shard, status)| (Some(shard), *status))
+        .collect();
+    write(label, place, &shards)
+}
+
+/// The families of one coordinator's answer, or of none.
+fn families(status: Option<&Status>) -> Vec<Family> {
     let mut families = vec![gauge(
         "coordinator_up",
         "Whether a coordinator answered: 1, or 0 when none runs.",
@@ -53,23 +70,53 @@ pub fn exposition(label: &str, place: &str, status: Option<&Status>) -> String {
             families.extend(counters(stats));
         }
     }
+    families
+}
+
+/// Writes the families of each answer, each family once with the samples
+/// of every answer, in the order they first appear.
+fn write(label: &str, place: &str, statuses: &[(Option<usize>, Option<&Status>)]) -> String {
+    let mut merged: Vec<(Family, Vec<String>)> = Vec::new();
     let place = format!("{label}=\"{}\"", escape_label(place));
+    for (shard, status) in statuses {
+        let place = match shard {
+            Some(shard) => format!("{place},shard=\"{shard}\""),
+            None => place.clone(),
+        };
+        for family in families(*status) {
+            let samples = family.samples.iter().map(|(labels, value)| {
+                let labels = match labels {
+                    Some((label, value)) => format!("{place},{label}=\"{value}\""),
+                    None => place.clone(),
+                };
+                (labels, *value)
+            });
+            let suffix = match family.kind {
+                Kind::Counter => "_total",
+                Kind::Gauge => "",
+            };
+            let name = format!("{PREFIX}{}", family.name);
+            let lines: Vec<String> = samples
+                .map(|(labels, value)| format!("{name}{suffix}{{{labels}}} {}", number(value)))
+                .collect();
+            match merged.iter_mut().find(|(known, _)| known.name == family.name) {
+                Some((_, known)) => known.extend(lines),
+                None => merged.push((family, lines)),
+            }
+        }
+    }
     let mut text = String::new();
-    for family in families {
+    for (family, lines) in merged {
         let name = format!("{PREFIX}{}", family.name);
-        let (kind, suffix) = match family.kind {
-            Kind::Counter => ("counter", "_total"),
-            Kind::Gauge => ("gauge", ""),
+        let kind = match family.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
         };
         // Writing to a String cannot fail.
         let _ = writeln!(text, "# TYPE {name} {kind}");
         let _ = writeln!(text, "# HELP {name} {}", family.help);
-        for (labels, value) in family.samples {
-            let labels = match labels {
-                Some((label, value)) => format!("{place},{label}=\"{value}\""),
-                None => place.clone(),
-            };
-            let _ = writeln!(text, "{name}{suffix}{{{labels}}} {}", number(value));
+        for line in lines {
+            let _ = writeln!(text, "{line}");
         }
     }
     text.push_str("# EOF\n");

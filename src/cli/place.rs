@@ -220,6 +220,31 @@ pub struct PlaceArgs {
         help_heading = "Cluster mode"
     )]
     ttl: Option<u64>,
+
+    /// The number of shards the cluster's keys are split over, each with a
+    /// coordinator of its own (SPEC.md §19), 1 to 64; fixed when the
+    /// cluster is first used, and every process must give the same
+    /// [default: 1].
+    #[arg(
+        long,
+        env = "SINGLE_FLIGHT_SHARDS",
+        value_name = "S",
+        requires = "etcd",
+        value_parser = parse_shards,
+        help_heading = "Cluster mode"
+    )]
+    shards: Option<u32>,
+}
+
+/// A number of shards for `--shards`: 1 to `MAX_SHARDS` (SPEC.md §19.1).
+fn parse_shards(text: &str) -> Result<u32, String> {
+    let most = single_flight::MAX_SHARDS;
+    match text.parse::<u32>() {
+        Ok(count @ 1..) if count <= most => Ok(count),
+        _ => Err(format!(
+            "{text:?} is not a number of shards: a cluster has 1 to {most} (SPEC.md §19.1)"
+        )),
+    }
 }
 
 /// A whole number of seconds for `--ttl`, at least the shortest lease etcd
@@ -297,6 +322,9 @@ impl PlaceArgs {
         }
         if let Some(ttl) = self.ttl {
             cluster = cluster.ttl(Duration::from_secs(ttl));
+        }
+        if let Some(shards) = self.shards {
+            cluster = cluster.shards(shards);
         }
         cluster = cluster.directory(&self.dir);
         if let Some(id) = &self.host_id {
@@ -378,6 +406,15 @@ impl Place {
         None
     }
 
+    /// The cluster's number of shards (SPEC.md §19.1); 1 for a directory.
+    pub fn shard_count(&self) -> u32 {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.builder.cluster() {
+            return cluster.shard_count().unwrap_or(1);
+        }
+        1
+    }
+
     /// What to call it in messages.
     pub fn describe(&self) -> String {
         #[cfg(feature = "cluster")]
@@ -393,6 +430,12 @@ impl Place {
     /// One look at its coordinator (SPEC.md §3.5).
     pub async fn status(&self) -> Result<Status, StatusError> {
         self.builder.status().await
+    }
+
+    /// One look at each shard's coordinator, in shard order (SPEC.md
+    /// §19.6).
+    pub async fn shard_statuses(&self) -> Vec<Result<Status, StatusError>> {
+        self.builder.shard_statuses().await
     }
 }
 
@@ -430,6 +473,7 @@ mod tests {
             &["--advertise", "h:1"],
             &["--insecure"],
             &["--ttl", "5"],
+            &["--shards", "2"],
             &["--tls-ca", "a", "--tls-cert", "b", "--tls-key", "c"],
             &["--tls-crl", "d"],
             &["--etcd-ca", "a"],
@@ -447,6 +491,9 @@ mod tests {
             "plain TCP or certificates, not both"
         );
         assert!(parse(&["--etcd", "http://e:2379", "--ttl", "1"]).is_err());
+        for shards in ["0", "65", "-1", "x"] {
+            assert!(parse(&["--etcd", "http://e:2379", "--shards", shards]).is_err());
+        }
     }
 
     /// §14.9: a user needs its password file and the reverse; etcd's

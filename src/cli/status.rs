@@ -31,6 +31,9 @@ pub async fn status(args: StatusArgs) -> u8 {
     };
     // `--json` is short for `--format json`; clap refuses both at once.
     let format = if args.json { Format::Json } else { args.format };
+    if place.shard_count() > 1 {
+        return shards(&place, format).await;
+    }
     match answer {
         Some(Ok(status)) => {
             match format {
@@ -72,6 +75,71 @@ pub async fn status(args: StatusArgs) -> u8 {
             exit::FAILED
         }
     }
+}
+
+/// The status of a cluster of several shards (SPEC.md §19.6): one look at
+/// each shard's coordinator, shown in shard order. Exits 125 when a look
+/// failed (said on stderr too), 3 when some shard has no coordinator, and
+/// 0 when every shard's coordinator answered.
+async fn shards(place: &Place, format: Format) -> u8 {
+    let answers = place.shard_statuses().await;
+    let count = answers.len();
+    let mut code = exit::SUCCESS;
+    for answer in &answers {
+        match answer {
+            Ok(_) => {}
+            Err(StatusError::NoCoordinator { .. } | StatusError::NotAnswering { .. }) => {
+                if code == exit::SUCCESS {
+                    code = exit::NOT_RUNNING;
+                }
+            }
+            Err(error) => {
+                eprintln!("single-flight: {error}");
+                code = exit::FAILED;
+            }
+        }
+    }
+    match format {
+        Format::Text => {
+            for (shard, answer) in answers.iter().enumerate() {
+                println!("shard {shard} of {count}:");
+                let shown = match answer {
+                    Ok(status) => text(place, status),
+                    Err(StatusError::NoCoordinator { .. }) => {
+                        "no coordinator runs for this shard: no process uses it now\n".to_owned()
+                    }
+                    Err(error) => format!("{error}\n"),
+                };
+                for line in shown.lines() {
+                    println!("  {line}");
+                }
+            }
+        }
+        Format::Json => {
+            let reports: Vec<serde_json::Value> = answers
+                .iter()
+                .enumerate()
+                .map(|(shard, answer)| {
+                    let report = json(place, answer.as_ref().ok());
+                    let mut report: serde_json::Value =
+                        serde_json::from_str(&report).expect("the report is JSON");
+                    report["shard"] = shard.into();
+                    report["shards"] = count.into();
+                    report
+                })
+                .collect();
+            println!("{}", serde_json::Value::from(reports));
+        }
+        Format::Openmetrics => {
+            let statuses: Vec<_> = answers.iter().map(|answer| answer.as_ref().ok()).collect();
+            let name = place.cluster().map_or("", |(name, _)| name);
+            print!(
+                "{}",
+                metrics::exposition_of_shards("cluster", name, &statuses)
+            );
+        }
+    }
+    code
 }
 
 /// The OpenMetrics form, labelled with the directory or the cluster's name.

@@ -23,7 +23,7 @@ use super::stats::{Counters, Stats};
 use super::thread::Shared;
 use crate::client::{CallId, CallOptions, Resolution};
 use crate::protocol::limits::MAX_REUSE_WINDOW_MS;
-use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
+use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow, ShardCount};
 
 /// Single-flight for the processes that share one directory.
 ///
@@ -55,27 +55,49 @@ use crate::protocol::{Failure, FencingToken, Key, Outcome, ReuseWindow};
 /// ```
 #[derive(Clone)]
 pub struct SingleFlight {
-    shared: Arc<Shared>,
+    /// What each shard's client shares with the single-flight thread, in
+    /// shard order (SPEC.md §19.4): one for a directory or a cluster of one
+    /// shard. They share one thread and one set of counters.
+    shards: Arc<[Arc<Shared>]>,
+    count: ShardCount,
 }
 
 impl SingleFlight {
-    /// A handle of the single-flight thread that `shared` talks to.
-    pub(super) fn from_shared(shared: Arc<Shared>) -> SingleFlight {
-        SingleFlight { shared }
+    /// A handle of the single-flight thread that `shards` talk to, one per
+    /// shard of `count`.
+    pub(super) fn from_shards(shards: Vec<Arc<Shared>>, count: ShardCount) -> SingleFlight {
+        assert_eq!(shards.len(), count.get() as usize, "one client per shard");
+        SingleFlight {
+            shards: shards.into(),
+            count,
+        }
+    }
+
+    /// The client of `key`'s shard (SPEC.md §19.1): the one that decides
+    /// its calls. Keys that break §3.1's rules have a shard too, whose
+    /// client refuses them.
+    fn shard_of(&self, key: &str) -> &Arc<Shared> {
+        &self.shards[self.count.of_bytes(key.as_bytes()).index() as usize]
+    }
+
+    /// The first shard's client, which holds what every shard's shares.
+    fn first(&self) -> &Arc<Shared> {
+        &self.shards[0]
     }
 }
 
 impl SingleFlight {
     /// The flight directory; `None` in cluster mode.
     pub fn directory(&self) -> Option<&Path> {
-        self.shared.directory.as_deref()
+        self.first().directory.as_deref()
     }
 
     /// This process's calls so far, by outcome, and the failovers it lived
-    /// through (SPEC.md §9.8), for every clone of this `SingleFlight`. The
-    /// coordinator's counters are in [`Status::stats`](super::Status::stats).
+    /// through (SPEC.md §9.8), for every clone of this `SingleFlight` and
+    /// every shard (§19.4). The coordinator's counters are in
+    /// [`Status::stats`](super::Status::stats).
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot()
+        self.first().counters.snapshot()
     }
 
     /// Runs `work` for `key` once among every concurrent caller of every
@@ -135,17 +157,23 @@ impl SingleFlight {
     /// needs no grace window), and stops its thread. Calls still in progress
     /// in other clones end as unavailable.
     pub async fn close(self) {
-        if let Some(closed) = self.send_close() {
+        for closed in self.send_close() {
             let _ = closed.await;
         }
     }
 
-    /// Asks the single-flight thread to close; the answer comes once it
-    /// has. `None` when it has stopped already.
-    pub(super) fn send_close(&self) -> Option<oneshot::Receiver<()>> {
-        let (done, closed) = oneshot::channel();
-        let sent = self.shared.commands.close(done);
-        sent.is_ok().then_some(closed)
+    /// Asks every shard's client to close, all at once (SPEC.md §19.4); an
+    /// answer comes once each has. None for a client that has stopped
+    /// already.
+    pub(super) fn send_close(&self) -> Vec<oneshot::Receiver<()>> {
+        self.shards
+            .iter()
+            .filter_map(|shared| {
+                let (done, closed) = oneshot::channel();
+                let sent = shared.commands.close(done);
+                sent.is_ok().then_some(closed)
+            })
+            .collect()
     }
 }
 
@@ -237,7 +265,7 @@ impl<'a, C> Call<'a, C> {
         E: IntoFailure,
     {
         let key = self.key.clone();
-        let counters = self.flights.shared.counters.clone();
+        let counters = self.flights.first().counters.clone();
         let deadline = self.deadline;
         conclude(key, counters, deadline, self.run_now(work)).await
     }
@@ -274,11 +302,11 @@ impl<'a, C> Call<'a, C> {
     }
 
     pub(super) fn counters(&self) -> Arc<Counters> {
-        self.flights.shared.counters.clone()
+        self.flights.first().counters.clone()
     }
 
     pub(super) fn start<E>(&self) -> Result<Started<'a>, RunError<E>> {
-        let shared: &'a Shared = &self.flights.shared;
+        let shared: &'a Shared = self.flights.shard_of(&self.key);
         let key = Key::new(self.key.as_str()).map_err(|error| RunError::InvalidCall {
             key: self.key.clone(),
             reason: error.to_string(),
@@ -716,13 +744,13 @@ impl<C> Call<'_, C> {
             Answer::Done(result) => return Finished::Returned(result),
             Answer::Lead(leading) => leading,
         };
-        let shared = self.flights.shared.clone();
+        let shared = self.flights.shard_of(&self.key).clone();
         let (call, token) = (leading.call, leading.token);
         let working = leading.working();
         let mut events = std::mem::replace(&mut leading.events, mpsc::unbounded_channel().1);
         let key = self.key;
         let (done, on_done) = oneshot::channel();
-        self.flights.shared.works().spawn(async move {
+        self.flights.first().works().spawn(async move {
             let work = nested::scope(working, catch_panic(work, token));
             tokio::pin!(work);
             let result = loop {
@@ -752,7 +780,7 @@ impl<C> Call<'_, C> {
             return Finished::Returned(Err(shut_down()));
         };
         leading.withdraw.armed = false;
-        led(result, token, landed, &self.flights.shared.counters)
+        led(result, token, landed, &self.flights.first().counters)
     }
 }
 

@@ -201,7 +201,7 @@ impl SingleFlight {
     #[track_caller]
     pub fn close(self) {
         refuse_inside_runtime();
-        if let Some(closed) = self.flights.send_close() {
+        for closed in self.flights.send_close() {
             let _ = closed.blocking_recv();
         }
     }

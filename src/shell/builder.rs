@@ -14,6 +14,7 @@ use super::server::Lifetime;
 use super::status::{self, Status, StatusError};
 use super::thread::{Opened, opened_with, start_thread};
 use crate::backend::Place;
+use crate::protocol::ShardCount;
 use crate::backend::local::Directory;
 
 /// Configures a [`SingleFlight`] before it opens.
@@ -84,8 +85,10 @@ impl Builder {
     /// Starts opening; the async [`open`](Self::open) awaits the answer and
     /// the blocking one waits for it (SPEC.md §9.7).
     pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
-        let (shared, opened) = start_thread(self.place, self.options)?;
-        Ok((SingleFlight::from_shared(shared), opened))
+        let places = self.place.shards();
+        let count = ShardCount::new(places.len() as u64).expect("a place has 1 to MAX_SHARDS shards");
+        let (shards, opened) = start_thread(places, self.options)?;
+        Ok((SingleFlight::from_shards(shards, count), opened))
     }
 
     /// Campaigns until this process coordinates, then serves until
@@ -136,8 +139,23 @@ impl Builder {
     /// }
     /// # }
     /// ```
+    ///
+    /// A cluster of several shards (SPEC.md §19) has a coordinator per
+    /// shard: this is the first shard's, and
+    /// [`shard_statuses`](Self::shard_statuses) looks at every one.
     pub async fn status(&self) -> Result<Status, StatusError> {
-        status::look(self.place.clone()).await
+        let first = self.place.shards().swap_remove(0);
+        status::look(first).await
+    }
+
+    /// One look at each shard's coordinator, in shard order (SPEC.md
+    /// §19.6): one answer for a directory or a cluster of one shard.
+    pub async fn shard_statuses(&self) -> Vec<Result<Status, StatusError>> {
+        let mut answers = Vec::new();
+        for shard in self.place.shards() {
+            answers.push(status::look(shard).await);
+        }
+        answers
     }
 }
 

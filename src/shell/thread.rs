@@ -148,93 +148,113 @@ pub(super) fn opened_with<T>(
     }
 }
 
-/// Where a `SingleFlight`'s driver runs.
-pub(super) enum Runs {
-    /// On a thread of its own, with its own current-thread runtime: what
-    /// every `SingleFlight` of the library does (SPEC.md §10).
-    OwnThread,
-    /// As a task of the runtime of this handle: the simulation (sim/) runs
-    /// every process of a cluster on one runtime with simulated time.
-    #[cfg_attr(not(feature = "_internal"), allow(dead_code))]
-    On(tokio::runtime::Handle),
-}
-
-/// Starts the process's single-flight thread, which opens `place`'s backend
-/// on its own runtime, answers on [`Opened`], and runs the driver until
-/// every handle is gone.
+/// Starts the process's single-flight thread, which opens each of `places`
+/// (one per shard, SPEC.md §19.4; one for a directory) on its own runtime,
+/// answers on [`Opened`] once every one opened (or with the first error),
+/// and runs their drivers until every handle is gone.
 ///
-/// The backend is opened there, not on the caller's runtime: a blocking
+/// The backends are opened there, not on the caller's runtime: a blocking
 /// caller has none, and a runtime made only to open would take the tasks of
 /// a backend's client (a cluster's channel to its election) with it when
-/// dropped. The thread's runtime lives as long as the election that uses
-/// them.
+/// dropped. The thread's runtime lives as long as the elections that use
+/// them. The shards share the thread, as every connection of one shard
+/// does: their work is the sockets' and timers', which one thread serves.
 pub(super) fn start_thread(
-    place: Place,
+    places: Vec<Place>,
     options: Options,
-) -> Result<(Arc<Shared>, Opened), OpenError> {
-    let directory = place.directory().map(Path::to_owned);
+) -> Result<(Vec<Arc<Shared>>, Opened), OpenError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(OpenError::Thread)?;
+    let counters = Arc::new(Counters::default());
+    let mut shards = Vec::with_capacity(places.len());
+    let mut drivers = Vec::with_capacity(places.len());
+    let mut answers = Vec::with_capacity(places.len());
+    for place in places {
+        let directory = place.directory().map(Path::to_owned);
+        let (answer, opened) = oneshot::channel();
+        answers.push(opened);
+        let options = options.clone();
+        let (shared, driver) = start(
+            directory,
+            runtime.handle(),
+            options.seeded,
+            options.clock,
+            counters.clone(),
+            move |inbox, hub, counters| {
+                place.with(Drive {
+                    options,
+                    counters,
+                    answer,
+                    inbox,
+                    hub,
+                })
+            },
+        );
+        shards.push(shared);
+        drivers.push(driver);
+    }
     let (answer, opened) = oneshot::channel();
-    let shared = start(
-        directory,
-        Runs::OwnThread,
-        options.seeded,
-        options.clock,
-        move |inbox, hub, counters| {
-            place.with(Drive {
-                options,
-                counters,
-                answer,
-                inbox,
-                hub,
+    runtime.spawn(async move {
+        let mut result = Ok(());
+        for opened in answers {
+            match opened.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    result = Err(error);
+                    break;
+                }
+                Err(_) => {
+                    result = Err(OpenError::Thread(std::io::Error::other(
+                        "it stopped while opening (see its log)",
+                    )));
+                    break;
+                }
+            }
+        }
+        let _ = answer.send(result);
+    });
+    std::thread::Builder::new()
+        .name("single-flight".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                for driver in drivers {
+                    let _ = driver.await;
+                }
             })
-        },
-    )?;
-    Ok((shared, opened))
+        })
+        .map_err(OpenError::Thread)?;
+    Ok((shards, opened))
 }
 
-/// Starts `drive`, given the driver's inbox, the hub and the counters,
-/// where `runs` says; the hub reads `clock`.
+/// Spawns `drive`, given the driver's inbox, the hub and the counters, on
+/// `runtime`; the hub reads `clock`. Returns the handles' shared part and
+/// the driver's task, which ends when every handle is gone.
 fn start<F, D>(
     directory: Option<PathBuf>,
-    runs: Runs,
+    runtime: &tokio::runtime::Handle,
     seeded: Seeded,
     clock: Clock,
+    counters: Arc<Counters>,
     drive: D,
-) -> Result<Arc<Shared>, OpenError>
+) -> (Arc<Shared>, tokio::task::JoinHandle<()>)
 where
     D: FnOnce(Closes, Arc<Hub>, Arc<Counters>) -> F + Send + 'static,
     F: std::future::Future<Output = ()> + Send + 'static,
 {
     let (commands, inbox, hub) = Commands::new(clock, seeded);
-    let counters = Arc::new(Counters::default());
-    let driver_counters = counters.clone();
-    let handle = match runs {
-        Runs::OwnThread => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(OpenError::Thread)?;
-            let handle = runtime.handle().clone();
-            std::thread::Builder::new()
-                .name("single-flight".into())
-                .spawn(move || runtime.block_on(drive(inbox, hub, driver_counters)))
-                .map_err(OpenError::Thread)?;
-            handle
-        }
-        Runs::On(handle) => {
-            handle.spawn(drive(inbox, hub, driver_counters));
-            handle
-        }
-    };
-    Ok(Arc::new(Shared {
+    let driver = runtime.spawn(drive(inbox, hub, counters.clone()));
+    let shared = Arc::new(Shared {
         directory,
         commands,
         next_call: AtomicU64::new(1),
-        runtime: handle,
+        runtime: runtime.clone(),
         counters,
         works: std::sync::OnceLock::new(),
         place: super::nested::new_place(),
-    }))
+    });
+    (shared, driver)
 }
 
 /// What the simulation sets of a `SingleFlight` opened with [`open_on`]:
@@ -402,19 +422,18 @@ where
     } else {
         Box::pin(open)
     };
-    let runs = Runs::On(tokio::runtime::Handle::current());
-    let shared = start(
+    let (shared, _driver) = start(
         None,
-        runs,
+        &tokio::runtime::Handle::current(),
         options.seeded,
         options.clock,
+        Arc::new(Counters::default()),
         move |inbox, hub, counters| async move {
             let (election, transport) = opened.await;
             Driver::new(election, transport, options, hub, counters, serves)
                 .run(inbox)
                 .await;
         },
-    )
-    .expect("spawning on a runtime cannot fail");
-    super::SingleFlight::from_shared(shared)
+    );
+    super::SingleFlight::from_shards(vec![shared], crate::protocol::ShardCount::ONE)
 }

@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use claim::{ElectionOptions, LeaderElection, Leadership, POLL_INTERVAL};
-pub use directory::{DirectoryError, DirectoryOptions};
+pub use directory::{DirectoryError, DirectoryOptions, prepare_directory};
 pub use epoch::{DurableStep, EpochProblem};
 pub use error::LocalError;
 // What the tests and harnesses check against.
 #[cfg(feature = "_internal")]
 pub use {
     claim::LOCK_FILE,
-    directory::{DIRECTORY_MODE, NetworkDirectoryError, prepare_directory},
+    directory::{DIRECTORY_MODE, NetworkDirectoryError},
     epoch::{EPOCH_FILE, EPOCH_TEMP_PREFIX},
     network::NETWORK_FUSE_TYPES,
 };
