@@ -124,7 +124,8 @@ pub use shell::{
 };
 pub use single_flight_core::protocol::{
     CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus,
-    GroupStatus, HandshakeError, HostId, HostStatus, HostsStatus, Key, MAX_SHARDS,
+    GroupStatus, HandshakeError, HostId, HostStatus, HostsStatus, Key, MAX_SHARDS, Shard,
+    ShardCount,
 };
 
 /// What the tests, benchmarks and chaos harness reach of the library's

@@ -267,7 +267,12 @@ impl Cluster {
         match self.host_directory() {
             Some(path) => {
                 let host = self.host_choice();
-                let first = self.etcd.shard.count().shard(0).expect("every count has a first");
+                let first = self
+                    .etcd
+                    .shard
+                    .count()
+                    .shard(0)
+                    .expect("every count has a first");
                 let keeps_id = self
                     .for_shard(first)
                     .host_directory()

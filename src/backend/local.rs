@@ -7,9 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{Backend, BackendError, Upper};
-use crate::election::local::{
-    DirectoryOptions, ElectionOptions, LocalElection, POLL_INTERVAL, prepare_directory,
-};
+use crate::election::local::{DirectoryOptions, ElectionOptions, LocalElection, POLL_INTERVAL};
 use crate::transport::unix::UnixTransport;
 
 /// The default grace window of a local term that follows another (SPEC.md
@@ -48,6 +46,7 @@ impl Directory {
     }
 
     /// The flight directory at `path`, judged as this one is.
+    #[cfg(feature = "cluster")]
     pub(crate) fn at(&self, path: &Path) -> Directory {
         Directory {
             path: path.to_owned(),
@@ -66,8 +65,10 @@ impl Directory {
 
     /// Checks the directory, creating it with mode 0700 if missing (SPEC.md
     /// §7.4), without opening its election.
+    #[cfg(feature = "cluster")]
     pub(crate) fn prepare(&self) -> Result<(), BackendError> {
-        prepare_directory(&self.path, &self.options).map_err(BackendError::new)
+        crate::election::local::prepare_directory(&self.path, &self.options)
+            .map_err(BackendError::new)
     }
 
     fn transport(&self) -> io::Result<UnixTransport> {

@@ -99,7 +99,10 @@ fn write(label: &str, place: &str, statuses: &[(Option<usize>, Option<&Status>)]
             let lines: Vec<String> = samples
                 .map(|(labels, value)| format!("{name}{suffix}{{{labels}}} {}", number(value)))
                 .collect();
-            match merged.iter_mut().find(|(known, _)| known.name == family.name) {
+            match merged
+                .iter_mut()
+                .find(|(known, _)| known.name == family.name)
+            {
                 Some((_, known)) => known.extend(lines),
                 None => merged.push((family, lines)),
             }

@@ -269,12 +269,16 @@ struct StatusArgs {
     /// "reasserts_rejected", "rejoins", "grace_windows", "connections_open",
     /// "connections_refused", and "dedupe_ratio" (joins ÷ the runs answered
     /// lead or joined, null before the first); it is null when the
-    /// coordinator is too old to count.
+    /// coordinator is too old to count. A cluster of several shards
+    /// (--shards) prints a JSON array of such reports, one per shard's
+    /// coordinator in shard order, each with "shard" (its index) and
+    /// "shards" (their number); its text shows each under "shard I of S:".
     ///
     /// openmetrics: every metric is named single_flight_*, counters end in
     /// _total and start again at 0 with each term, every sample is labelled
-    /// with the directory (or the cluster), and the text ends with "# EOF".
-    /// With no coordinator it holds single_flight_coordinator_up 0.
+    /// with the directory (or the cluster, and with several shards its
+    /// "shard"), and the text ends with "# EOF". With no coordinator it
+    /// holds single_flight_coordinator_up 0.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
 

@@ -18,13 +18,23 @@ pub const PLACE_VARIABLE: &str = "SINGLE_FLIGHT_PLACE";
 /// The variable that holds the flight's token (SPEC.md §13.1).
 const TOKEN_VARIABLE: &str = "SINGLE_FLIGHT_TOKEN";
 
-/// How `SINGLE_FLIGHT_PLACE` names `place`: the directory's absolute path
-/// with every symbolic link resolved (another run may name it by another
-/// path), or the cluster's name and its sorted etcd endpoints.
-pub fn identity(place: &Place) -> String {
+/// How `SINGLE_FLIGHT_PLACE` names `place` for a run of `key`: the
+/// directory's absolute path with every symbolic link resolved (another run
+/// may name it by another path), or the cluster's name and its sorted etcd
+/// endpoints, with `key`'s shard when it has several (SPEC.md §19.5): a
+/// token names a flight of its shard only, so a run of a key of another
+/// shard takes no parent.
+pub fn identity(place: &Place, key: &str) -> String {
     if let Some((name, endpoints)) = place.cluster() {
         let mut endpoints = endpoints.to_vec();
         endpoints.sort();
+        let count = place.shard_count();
+        if count > 1 {
+            let shard = single_flight::ShardCount::new(u64::from(count))
+                .expect("a place's count is in range")
+                .of_bytes(key.as_bytes());
+            return format!("cluster {name} {shard} at {}", endpoints.join(","));
+        }
         return format!("cluster {name} at {}", endpoints.join(","));
     }
     match place.directory() {

@@ -76,7 +76,7 @@ pub async fn run(args: RunArgs) -> u8 {
         }
     };
     // After opening, which creates the directory that it resolves.
-    let identity = nested::identity(&place);
+    let identity = nested::identity(&place, &args.key);
     let spill = directory.map(|directory| Spill {
         tag: spill::key_tag(&args.key),
         directory,

@@ -14,8 +14,8 @@ use super::server::Lifetime;
 use super::status::{self, Status, StatusError};
 use super::thread::{Opened, opened_with, start_thread};
 use crate::backend::Place;
-use crate::protocol::ShardCount;
 use crate::backend::local::Directory;
+use crate::protocol::ShardCount;
 
 /// Configures a [`SingleFlight`] before it opens.
 #[derive(Clone, Debug)]
@@ -86,7 +86,8 @@ impl Builder {
     /// the blocking one waits for it (SPEC.md §9.7).
     pub(super) fn start(self) -> Result<(SingleFlight, Opened), OpenError> {
         let places = self.place.shards();
-        let count = ShardCount::new(places.len() as u64).expect("a place has 1 to MAX_SHARDS shards");
+        let count =
+            ShardCount::new(places.len() as u64).expect("a place has 1 to MAX_SHARDS shards");
         let (shards, opened) = start_thread(places, self.options)?;
         Ok((SingleFlight::from_shards(shards, count), opened))
     }

@@ -14,7 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use claim::{ElectionOptions, LeaderElection, Leadership, POLL_INTERVAL};
-pub use directory::{DirectoryError, DirectoryOptions, prepare_directory};
+pub use directory::{DirectoryError, DirectoryOptions};
+// A sharded cluster's host directories (src/backend/tiered.rs), and what the
+// tests and harnesses check against.
+#[cfg(any(feature = "cluster", feature = "_internal"))]
+pub use directory::prepare_directory;
 pub use epoch::{DurableStep, EpochProblem};
 pub use error::LocalError;
 // What the tests and harnesses check against.
