@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-#[cfg(feature = "cluster")]
 use std::time::Duration;
 
 use clap::Args;
