@@ -47,6 +47,7 @@ fn cluster_of_env() -> Cluster {
             Ok(seconds) => Duration::from_secs(seconds),
             Err(_) => TTL,
         })
+        .shards(var("SF_SHARDS").parse().unwrap_or(1))
 }
 
 /// The cluster as a child reaches it: through the host tier (SPEC.md
@@ -77,6 +78,15 @@ async fn run_child(role: &str) -> i32 {
         }
     };
     match role {
+        // `SF_WARM` names the warm-up call's key, so that the test chooses
+        // which shard's term the process campaigns for (SPEC.md §19.3).
+        "idle" if !var("SF_WARM").is_empty() => {
+            let key = var("SF_WARM");
+            let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
+            warm.await.expect("a warm-up call");
+            say("READY");
+            std::future::pending().await
+        }
         "idle" => idle(&flights).await,
         "call" => {
             let key = var("SF_KEY");
@@ -365,6 +375,51 @@ impl Drop for World {
     fn drop(&mut self) {
         self.children.kill_all();
         let _ = std::fs::remove_dir_all(&self.scratch);
+    }
+}
+
+impl World {
+    /// Each shard's coordinator's status, of a cluster of `shards` shards,
+    /// as a client of it sees it directly (SPEC.md §19.6).
+    fn shard_statuses(
+        &self,
+        shards: u32,
+    ) -> Vec<Result<single_flight::Status, single_flight::StatusError>> {
+        let cluster = Cluster::etcd(self.etcd.endpoints(), &self.cluster)
+            .tls(
+                self.scratch.join("certs/ca.pem"),
+                self.scratch.join("certs/client.pem"),
+                self.scratch.join("certs/client.key"),
+            )
+            .shards(shards)
+            .direct();
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(single_flight::SingleFlight::cluster(cluster).shard_statuses())
+    }
+
+    /// Waits until shard `shard`'s coordinator of a cluster of `shards`
+    /// reports a flight of `key` with `joiners` joiners.
+    fn wait_for_joiners_of_shard(&self, shards: u32, shard: usize, key: &str, joiners: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let statuses = self.shard_statuses(shards);
+            if let Some(Ok(status)) = statuses.get(shard)
+                && status
+                    .flights
+                    .iter()
+                    .any(|flight| flight.key.as_str() == key && flight.joiners >= joiners)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no flight of {key} with {joiners} joiners at shard {shard}: {statuses:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -1755,4 +1810,108 @@ fn s14_5_a_serve_renewed_every_minute_answers_every_call_in_one_term() {
         "one process, one term"
     );
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// Keys of shard 0, 1, 2 and 3 of a cluster of four (SPEC.md §19.1): the
+/// warm-up calls that make each host's coordinator campaign for one shard,
+/// the flights in progress when a host dies, and the calls made after.
+const WARM: [&str; 4] = ["warm-2", "warm-0", "warm-9", "warm-7"];
+const FLIGHTS: [&str; 4] = ["flight-1", "flight-6", "flight-0", "flight-2"];
+const AFTER: [&str; 4] = ["after-1", "after-7", "after-0", "after-3"];
+
+/// §19.3, §19.4 (issue 47 item 6): four hosts, four shards, host i the
+/// coordinator of shard i (its warm-up call is the first of that shard's
+/// keys). A flight of every shard's key is in progress, led on another
+/// host than its shard's coordinator and joined on a third, when host 0
+/// dies (`kill -9` of every process on it). Calls of shards 1–3 made after
+/// the death lead and land while the dead coordinator's lease still holds
+/// shard 0's term (a TTL of 15 s): they wait for no failover. Shard 0 fails
+/// over as a cluster of one shard does: its next term takes the leader's
+/// reassert and the joiner's rejoin, and every joiner receives its
+/// leader's value; nothing runs twice.
+#[test]
+fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
+    let Some(mut world) = World::hosts("shards", 4) else {
+        return;
+    };
+    let (shards, ttl, grace) = (
+        ("SF_SHARDS", "4"),
+        ("SF_TTL_S", "15"),
+        ("SF_GRACE_MS", "10000"),
+    );
+    for (host, warm) in WARM.iter().enumerate() {
+        let idle = world.spawn(Some(host), "idle", &[shards, ttl, grace, ("SF_WARM", warm)]);
+        world.line(idle, "READY");
+    }
+    let statuses = world.shard_statuses(4);
+    for (shard, status) in statuses.iter().enumerate() {
+        let status = status.as_ref().expect("every shard has a coordinator");
+        let address = status.address.clone().unwrap_or_default();
+        let host = world.hosts.as_ref().unwrap().address(shard).to_string();
+        assert!(
+            address.starts_with(&format!("{host}:")),
+            "shard {shard} is coordinated on host {shard}: {status:?}"
+        );
+    }
+    let mut leaders = Vec::new();
+    let mut joiners = Vec::new();
+    for (shard, key) in FLIGHTS.iter().enumerate() {
+        // Leaders and joiners of shard 0 live on, as the flight does.
+        let (leader_host, joiner_host) = (1 + shard % 3, 1 + (shard + 1) % 3);
+        let leader = world.spawn(
+            Some(leader_host),
+            "call",
+            &[shards, ttl, grace, ("SF_KEY", key)],
+        );
+        world.line(leader, "LEADING");
+        leaders.push(leader);
+        joiners.push(world.spawn(
+            Some(joiner_host),
+            "call",
+            &[shards, ttl, grace, ("SF_KEY", key)],
+        ));
+        world.wait_for_joiners_of_shard(4, shard, key, 1);
+    }
+    world.hosts.as_ref().unwrap().kill_all(0);
+    // Calls of the other shards, made after the death, are answered while
+    // shard 0's dead term still holds its lease.
+    std::fs::write(world.runs().join("now"), b"").unwrap();
+    let after: Vec<usize> = AFTER[1..]
+        .iter()
+        .enumerate()
+        .map(|(index, key)| {
+            world.spawn(
+                Some(1 + index),
+                "call",
+                &[shards, ttl, grace, ("SF_KEY", key), ("SF_RELEASE", "now")],
+            )
+        })
+        .collect();
+    for (child, key) in after.into_iter().zip(&AFTER[1..]) {
+        let result = world.result(child);
+        assert!(result.starts_with("led "), "{key}: {result}");
+    }
+    let held = world.etcd.etcdctl(
+        None,
+        &[
+            "get",
+            &format!("single-flight/{}/shard-0/coordinator", world.cluster),
+        ],
+    );
+    assert!(
+        held.contains("coordinator"),
+        "the other shards' calls were answered while shard 0's dead term held its lease"
+    );
+    // Shard 0 fails over: its next term has the flight back, with its
+    // joiner.
+    world.wait_for_joiners_of_shard(4, 0, FLIGHTS[0], 1);
+    world.release();
+    for ((leader, joiner), key) in leaders.into_iter().zip(joiners).zip(FLIGHTS) {
+        let led = world.result(leader);
+        assert!(led.starts_with("led "), "{key}: {led}");
+        let joined = world.result(joiner);
+        assert!(joined.starts_with("joined "), "{key}: {joined}");
+        assert_eq!(token(&joined), token(&led), "{key}");
+    }
+    assert_eq!(times_ran(&world.runs()), 4 + 3, "nothing ran twice");
 }
