@@ -23,17 +23,17 @@ pub async fn status(args: StatusArgs) -> u8 {
             return exit::FAILED;
         }
     };
+    // `--json` is short for `--format json`; clap refuses both at once.
+    let format = if args.json { Format::Json } else { args.format };
+    if place.shard_count() > 1 {
+        return shards(&place, format).await;
+    }
     // A directory that does not exist has no coordinator; `status` creates
     // nothing.
     let answer = match place.directory() {
         Some(directory) if !directory.exists() => None,
         _ => Some(place.status().await),
     };
-    // `--json` is short for `--format json`; clap refuses both at once.
-    let format = if args.json { Format::Json } else { args.format };
-    if place.shard_count() > 1 {
-        return shards(&place, format).await;
-    }
     match answer {
         Some(Ok(status)) => {
             match format {
