@@ -108,6 +108,7 @@ pub mod check;
 pub mod connector;
 mod directory;
 pub mod properties;
+pub mod shards;
 pub mod simulate;
 pub mod slots;
 mod state;
