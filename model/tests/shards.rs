@@ -2,6 +2,7 @@
 //! property holds in every state the bounds allow, every `sometimes` one is
 //! reached, and the routing's seeded bug is caught.
 
+use single_flight_core::protocol::Mutant;
 use single_flight_model::shards::{self, Shards};
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
 
@@ -51,22 +52,28 @@ fn two_shards_through_a_failover_of_one_with_nested_calls_across_them() {
 /// flight and refuses as "`b` waits for itself".
 #[test]
 fn a_routing_that_sends_a_parent_to_another_shard_is_caught() {
-    let shards = Shards::two_shards().with_mutant(Some(
-        single_flight_core::protocol::Mutant::ParentAcrossShards,
-    ));
-    let caught_by = [shards::PARENT_OF_ITS_SHARD, shards::NO_FALSE_CYCLE];
-    let checker = shards
-        .clone()
-        .checker()
-        .threads(THREADS)
-        .finish_when(HasDiscoveries::AllOf(caught_by.into_iter().collect()))
-        .spawn_dfs()
-        .join();
-    for name in caught_by {
-        let path = checker.discovery(name).expect("the seeded bug is caught");
-        eprintln!(
-            "caught by {name:?}:\n{}",
-            shards.narrate(&path.into_actions())
-        );
+    for mutant in Mutant::ALL {
+        // Each seeded bug of the protocol's decisions, and the properties
+        // that must catch it: a new one does not compile until it has its.
+        let caught_by = match mutant {
+            Mutant::ParentAcrossShards => [shards::PARENT_OF_ITS_SHARD, shards::NO_FALSE_CYCLE],
+        };
+        let shards = Shards::two_shards().with_mutant(Some(mutant));
+        let checker = shards
+            .clone()
+            .checker()
+            .threads(THREADS)
+            .finish_when(HasDiscoveries::AllOf(caught_by.into_iter().collect()))
+            .spawn_dfs()
+            .join();
+        for name in caught_by {
+            let path = checker
+                .discovery(name)
+                .unwrap_or_else(|| panic!("{mutant:?} is not caught by {name:?}"));
+            eprintln!(
+                "{mutant:?} caught by {name:?}:\n{}",
+                shards.narrate(&path.into_actions())
+            );
+        }
     }
 }
