@@ -208,11 +208,18 @@ impl Ending {
     /// token, so that a joiner's outcome shows which flight's work produced
     /// it.
     pub fn outcome(self, token: FencingToken) -> Outcome {
+        self.named(token.to_string())
+    }
+
+    /// The outcome that ends so, whose text is `name`: where tokens alone
+    /// do not name a flight (two shards mint equal ones, SPEC.md §19.3),
+    /// the caller names it by its key as well.
+    pub fn named(self, name: String) -> Outcome {
         match self {
-            Ending::Value => Outcome::Value(token.to_string()),
+            Ending::Value => Outcome::Value(name),
             Ending::Failure => Outcome::Failure(Failure {
                 name: "Error".to_owned(),
-                message: token.to_string(),
+                message: name,
                 code: None,
             }),
         }

@@ -80,6 +80,13 @@
 //! a relay that acknowledges a land before the cluster did and a
 //! coordinator that interrupts a relayed flight at once.
 //!
+//! [`shards`] is a fourth model, of a sharded cluster (SPEC.md §19, §12.9):
+//! two shards' real coordinators, processes with a real client per shard
+//! that route each call by the shipped `ShardCount::of` and each nested
+//! call's parent by the shipped `ShardCount::parent_for`, through the death
+//! of one shard's coordinator; its seeded bug is a routing that sends a
+//! parent to the other shard.
+//!
 //! Violations are recorded as flags in the state rather than panics: a panic
 //! inside `next_state` ends the run without a path to show.
 //!
@@ -108,6 +115,7 @@ pub mod check;
 pub mod connector;
 mod directory;
 pub mod properties;
+pub mod shards;
 pub mod simulate;
 pub mod slots;
 mod state;

@@ -227,7 +227,7 @@ pub struct Queues {
 }
 
 impl Queues {
-    fn new(connection: ConnectionId) -> Queues {
+    pub(crate) fn new(connection: ConnectionId) -> Queues {
         Queues {
             connection,
             requests: VecDeque::new(),
@@ -235,7 +235,7 @@ impl Queues {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requests.is_empty() && self.responses.is_empty()
     }
 }

@@ -238,6 +238,13 @@ impl<'a, C> Call<'a, C> {
     /// or a key whose work calls it back), instead of leaving every one of
     /// them waiting for ever. A token that is not of a flight in progress
     /// of this directory or cluster changes nothing.
+    ///
+    /// In a cluster of several shards (SPEC.md §19.5) a token names a
+    /// flight of its shard only: pass it only to a call whose key is of the
+    /// flight's key's shard ([`ShardCount::of`](crate::ShardCount::of)), as
+    /// the calls made on a work's own task or thread do by themselves. A
+    /// token of another shard's flight may name a flight of this call's
+    /// shard, and have the call refused for a cycle that does not exist.
     pub fn parent(mut self, token: FencingToken) -> Self {
         self.parent = Some(token);
         self
@@ -327,7 +334,9 @@ impl<'a, C> Call<'a, C> {
         let options = CallOptions {
             detached: self.detached,
             reuse,
-            parent: self.parent.or_else(|| nested::current(shared.place)),
+            parent: self
+                .parent
+                .or_else(|| nested::current(shared.place, shared.shard, &key)),
         };
         let call = CallId(shared.next_call.fetch_add(1, Ordering::Relaxed));
         let (events_out, events) = mpsc::unbounded_channel();
@@ -523,6 +532,7 @@ impl Leading<'_> {
     pub(super) fn working(&self) -> Working {
         Working {
             place: self.shared.place,
+            shard: self.shared.shard,
             token: self.token,
         }
     }

@@ -8,18 +8,23 @@
 //! it was opened: a token is unique within its directory or cluster only
 //! (every directory's epochs start at 1), so a call of another
 //! `SingleFlight` made by the work ignores it, rather than let the
-//! coordinator of another place take it for one of its own flights.
+//! coordinator of another place take it for one of its own flights. The
+//! shards of one cluster share the number; within it, a call takes the
+//! flight as its parent only when its key is of the flight's shard
+//! (SPEC.md §19.5, `ShardCount::parent_for`).
 
 use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::protocol::FencingToken;
+use crate::protocol::{FencingToken, Key, Shard};
 
-/// The flight `token` of the `SingleFlight` numbered `place`.
+/// The flight `token` of the shard `shard` of the `SingleFlight` numbered
+/// `place`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Working {
     pub(super) place: u64,
+    pub(super) shard: Shard,
     pub(super) token: FencingToken,
 }
 
@@ -60,12 +65,17 @@ pub(super) fn on_this_thread<R>(working: Working, work: impl FnOnce() -> R) -> R
     work()
 }
 
-/// The flight whose work is running here, when it is one of the
-/// `SingleFlight` numbered `place`: the task's first, then the thread's.
-pub(super) fn current(place: u64) -> Option<FencingToken> {
-    TASK.try_with(|working| *working)
+/// The parent of a call of `key` made on the shard `shard` of the
+/// `SingleFlight` numbered `place`: the flight whose work is running here
+/// (the task's first, then the thread's) when it is of that `SingleFlight`
+/// and of `key`'s shard (SPEC.md §19.5).
+pub(super) fn current(place: u64, shard: Shard, key: &Key) -> Option<FencingToken> {
+    let working = TASK
+        .try_with(|working| *working)
         .ok()
         .or_else(|| THREAD.with(Cell::get))
-        .filter(|working| working.place == place)
-        .map(|working| working.token)
+        .filter(|working| working.place == place)?;
+    shard
+        .count()
+        .parent_for(key, Some((working.shard, working.token)))
 }

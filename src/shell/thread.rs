@@ -19,6 +19,7 @@ use super::options::Options;
 use super::stats::Counters;
 use super::upstream::Serves;
 use crate::backend::{Backend, Place, Visit};
+use crate::protocol::{Shard, ShardCount};
 
 /// What every handle of one `SingleFlight` shares: the way to its thread.
 pub(super) struct Shared {
@@ -37,8 +38,12 @@ pub(super) struct Shared {
     /// Where detached works run (SPEC.md §15.3), started at the first one.
     pub(super) works: std::sync::OnceLock<Works>,
     /// This `SingleFlight`'s number in the process, which its works' calls
-    /// check before they take a flight as their parent (SPEC.md §17.1).
+    /// check before they take a flight as their parent (SPEC.md §17.1): the
+    /// same for each of its shards.
     pub(super) place: u64,
+    /// The shard this client is of (SPEC.md §19.4): [`Shard::ONLY`] for a
+    /// directory.
+    pub(super) shard: Shard,
 }
 
 /// The runtime of the detached works (SPEC.md §15.3): one thread of its
@@ -168,11 +173,14 @@ pub(super) fn start_thread(
         .build()
         .map_err(OpenError::Thread)?;
     let counters = Arc::new(Counters::default());
+    let count = ShardCount::new(places.len() as u64)
+        .map_err(|error| OpenError::Thread(std::io::Error::other(format!("{error}"))))?;
+    let place = super::nested::new_place();
     let mut shards = Vec::with_capacity(places.len());
     let mut drivers = Vec::with_capacity(places.len());
     let mut answers = Vec::with_capacity(places.len());
-    for place in places {
-        let directory = place.directory().map(Path::to_owned);
+    for (shard, backend) in count.shards().zip(places) {
+        let directory = backend.directory().map(Path::to_owned);
         let (answer, opened) = oneshot::channel();
         answers.push(opened);
         let options = options.clone();
@@ -181,9 +189,9 @@ pub(super) fn start_thread(
             runtime.handle(),
             options.seeded,
             options.clock,
-            counters.clone(),
+            (counters.clone(), place, shard),
             move |inbox, hub, counters| {
-                place.with(Drive {
+                backend.with(Drive {
                     options,
                     counters,
                     answer,
@@ -229,14 +237,16 @@ pub(super) fn start_thread(
 }
 
 /// Spawns `drive`, given the driver's inbox, the hub and the counters, on
-/// `runtime`; the hub reads `clock`. Returns the handles' shared part and
+/// `runtime`; the hub reads `clock`. `(counters, place, shard)` is what the
+/// client shares with its `SingleFlight`'s other shards (the counters, the
+/// number its works' calls check, §17.1) and which shard it is (§19.4). Returns the handles' shared part and
 /// the driver's task, which ends when every handle is gone.
 fn start<F, D>(
     directory: Option<PathBuf>,
     runtime: &tokio::runtime::Handle,
     seeded: Seeded,
     clock: Clock,
-    counters: Arc<Counters>,
+    (counters, place, shard): (Arc<Counters>, u64, Shard),
     drive: D,
 ) -> (Arc<Shared>, tokio::task::JoinHandle<()>)
 where
@@ -252,7 +262,8 @@ where
         runtime: runtime.clone(),
         counters,
         works: std::sync::OnceLock::new(),
-        place: super::nested::new_place(),
+        place,
+        shard,
     });
     (shared, driver)
 }
@@ -427,7 +438,11 @@ where
         &tokio::runtime::Handle::current(),
         options.seeded,
         options.clock,
-        Arc::new(Counters::default()),
+        (
+            Arc::new(Counters::default()),
+            super::nested::new_place(),
+            crate::protocol::Shard::ONLY,
+        ),
         move |inbox, hub, counters| async move {
             let (election, transport) = opened.await;
             Driver::new(election, transport, options, hub, counters, serves)

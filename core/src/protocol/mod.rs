@@ -6,6 +6,7 @@ mod framing;
 mod handshake;
 pub mod limits;
 mod message;
+mod mutant;
 mod shard;
 mod token;
 
@@ -22,5 +23,7 @@ pub use message::{
     RequestId, Response, ReuseWindow, VALUE_TOO_LARGE, decode_request, decode_response, encode,
     encoded_len,
 };
+#[cfg(single_flight_mutants)]
+pub use mutant::Mutant;
 pub use shard::{MAX_SHARDS, Shard, ShardCount, ShardCountError};
 pub use token::{Epoch, FencingToken, TokenError};

@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-use super::Key;
+use super::mutant::{Mutant, Seeded};
+use super::{FencingToken, Key};
 
 /// The most shards a cluster can have (SPEC.md §19.1). Every process of a
 /// sharded cluster keeps one connection and one client per shard, and every
@@ -77,6 +78,38 @@ impl ShardCount {
         // hash's values, one per shard, with no bias a remainder would have.
         let index = ((u128::from(hash) * u128::from(self.0)) >> 64) as u32;
         Shard { index, count: self }
+    }
+
+    /// The parent that a call of `call`'s key sends with its run (SPEC.md
+    /// §19.5), when the call is made by the work of the flight `parent`
+    /// names (its shard, and its token there; `None` for a call no work
+    /// makes): that flight's token when `call` is of the same shard, and
+    /// none otherwise. A token names a flight within its shard only
+    /// (§19.3), so sent to another shard's coordinator it would name one of
+    /// that shard's flights, or none, and could make it refuse a call that
+    /// closes no cycle. A parent's shard of another count than `self` is
+    /// of another cluster (§17.3), and gives none either.
+    pub fn parent_for(
+        self,
+        call: &Key,
+        parent: Option<(Shard, FencingToken)>,
+    ) -> Option<FencingToken> {
+        self.route_parent(Seeded::default(), call, parent)
+    }
+
+    /// [`parent_for`](Self::parent_for), with the seeded bug `seeded`
+    /// carries (protocol/mutant.rs).
+    pub(super) fn route_parent(
+        self,
+        seeded: Seeded,
+        call: &Key,
+        parent: Option<(Shard, FencingToken)>,
+    ) -> Option<FencingToken> {
+        let (shard, token) = parent?;
+        let same_shard = self.of(call) == shard;
+        seeded
+            .hook(Mutant::ParentAcrossShards, same_shard, true)
+            .then_some(token)
     }
 }
 
@@ -200,6 +233,55 @@ mod tests {
             count(4).shards().map(Shard::index).collect::<Vec<_>>(),
             [0, 1, 2, 3]
         );
+    }
+
+    fn key(text: &str) -> Key {
+        Key::new(text).unwrap()
+    }
+
+    fn token(epoch: u64, sequence: u32) -> FencingToken {
+        FencingToken::new(super::super::Epoch::new(epoch).unwrap(), sequence).unwrap()
+    }
+
+    /// SPEC.md §19.5: a work's call takes the work's flight as its parent
+    /// only when the call's key is of the flight's shard. With two shards,
+    /// `b` is of shard 0 and `a` of shard 1 (§19.1's vectors).
+    #[test]
+    fn s19_5_a_call_takes_its_parent_only_within_the_parents_shard() {
+        let two = count(2);
+        let (zero, one) = (two.shard(0).unwrap(), two.shard(1).unwrap());
+        let parent = token(3, 7);
+        assert_eq!(
+            two.parent_for(&key("b"), Some((zero, parent))),
+            Some(parent)
+        );
+        assert_eq!(two.parent_for(&key("a"), Some((one, parent))), Some(parent));
+        assert_eq!(two.parent_for(&key("a"), Some((zero, parent))), None);
+        assert_eq!(two.parent_for(&key("b"), Some((one, parent))), None);
+        assert_eq!(two.parent_for(&key("b"), None), None);
+        assert_eq!(two.parent_for(&key("a"), None), None);
+    }
+
+    /// SPEC.md §19.5, §17.3: one shard takes every call's parent, as before
+    /// shards; a parent's shard of another count is of another cluster.
+    #[test]
+    fn s19_5_one_shard_takes_every_parent_and_another_count_none() {
+        let parent = token(1, 1);
+        for text in ["a", "b", "build:1"] {
+            assert_eq!(
+                ShardCount::ONE.parent_for(&key(text), Some((Shard::ONLY, parent))),
+                Some(parent)
+            );
+            let of_four = count(4).of(&key(text));
+            assert_eq!(
+                count(2).parent_for(&key(text), Some((of_four, parent))),
+                None
+            );
+            assert_eq!(
+                count(4).parent_for(&key(text), Some((of_four, parent))),
+                Some(parent)
+            );
+        }
     }
 
     /// Keys that differ in their last byte spread over the shards about
