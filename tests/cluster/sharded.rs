@@ -153,3 +153,67 @@ async fn s19_4_each_keys_calls_are_decided_by_its_shards_coordinator_alone() {
     first.close().await;
     second.close().await;
 }
+
+/// §19.5, §17.4: with two shards, `b` is of shard 0 and `a` of shard 1
+/// (§19.1's test vectors). A loop within one shard — `b`'s work calling
+/// `b` — is refused at once; a loop across the two — `b`'s work calling `a`,
+/// whose work calls `b` — is not detected, and waits until its caller's
+/// deadline, as §17.4 says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s19_5_a_loop_within_a_shard_is_refused_and_one_across_shards_is_not() {
+    if !etcd::available() {
+        return;
+    }
+    let count = ShardCount::new(2).unwrap();
+    assert_eq!(count.of_bytes(b"b").index(), 0);
+    assert_eq!(count.of_bytes(b"a").index(), 1);
+    let etcd = Etcd::single();
+    let scratch = Scratch::new("loops");
+    let flights = SingleFlight::cluster(scratch.member(&etcd, "c", 2, "host"))
+        .open()
+        .await
+        .expect("the process opens");
+
+    let within = flights
+        .run("b", {
+            let flights = flights.clone();
+            move |_| async move {
+                let inner = flights
+                    .run("b", |_| async { Ok::<_, std::io::Error>(()) })
+                    .await;
+                Ok::<_, std::io::Error>(format!("{inner:?}"))
+            }
+        })
+        .await
+        .expect("the outer call leads and lands");
+    assert!(within.value.starts_with("Err(Cycle"), "{}", within.value);
+
+    let across = flights
+        .run("b", {
+            let flights = flights.clone();
+            move |_| async move {
+                let inner = flights
+                    .run("a", {
+                        let flights = flights.clone();
+                        move |_| async move {
+                            let innermost = flights
+                                .call("b")
+                                .deadline(Duration::from_secs(1))
+                                .run(|_| async { Ok::<_, std::io::Error>(()) })
+                                .await;
+                            Ok::<_, std::io::Error>(format!("{innermost:?}"))
+                        }
+                    })
+                    .await;
+                Ok::<_, std::io::Error>(format!("{inner:?}"))
+            }
+        })
+        .await
+        .expect("the outer call leads and lands");
+    assert!(
+        across.value.contains("DeadlineExceeded") && !across.value.contains("Cycle"),
+        "{}",
+        across.value
+    );
+    flights.close().await;
+}
