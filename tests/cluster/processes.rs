@@ -78,15 +78,6 @@ async fn run_child(role: &str) -> i32 {
         }
     };
     match role {
-        // `SF_WARM` names the warm-up call's key, so that the test chooses
-        // which shard's term the process campaigns for (SPEC.md §19.3).
-        "idle" if !var("SF_WARM").is_empty() => {
-            let key = var("SF_WARM");
-            let warm = flights.run(&key, |_| async { Ok::<_, std::io::Error>(0) });
-            warm.await.expect("a warm-up call");
-            say("READY");
-            std::future::pending().await
-        }
         "idle" => idle(&flights).await,
         "call" => {
             let key = var("SF_KEY");
@@ -1813,21 +1804,20 @@ fn s14_5_a_serve_renewed_every_minute_answers_every_call_in_one_term() {
 }
 
 /// Keys of shard 0, 1, 2 and 3 of a cluster of four (SPEC.md §19.1): the
-/// warm-up calls that make each host's coordinator campaign for one shard,
-/// the flights in progress when a host dies, and the calls made after.
-const WARM: [&str; 4] = ["warm-2", "warm-0", "warm-9", "warm-7"];
+/// flights in progress when a host dies, and the calls made after.
 const FLIGHTS: [&str; 4] = ["flight-1", "flight-6", "flight-0", "flight-2"];
 const AFTER: [&str; 4] = ["after-1", "after-7", "after-0", "after-3"];
 
-/// §19.3, §19.4 (issue 47 item 6): four hosts, four shards, host i the
-/// coordinator of shard i (its warm-up call is the first of that shard's
-/// keys). A flight of every shard's key is in progress, led on another
-/// host than its shard's coordinator and joined on a third, when host 0
-/// dies (`kill -9` of every process on it). Calls of shards 1–3 made after
-/// the death lead and land while the dead coordinator's lease still holds
-/// shard 0's term (a TTL of 15 s): they wait for no failover. Shard 0 fails
-/// over as a cluster of one shard does: its next term takes the leader's
-/// reassert and the joiner's rejoin, and every joiner receives its
+/// §19.3, §19.4 (issue 47 item 6): four hosts, four shards. A process
+/// opened on each host at once makes it a candidate for every shard's term,
+/// and the spread puts the terms on several hosts. A flight of every
+/// shard's key is in progress, led and joined on hosts other than the one
+/// that coordinates shard 0, when that host dies (`kill -9` of every
+/// process on it). Calls of the shards it did not coordinate, made after
+/// the death, lead and land while its dead terms still hold their leases
+/// (a TTL of 15 s): they wait for no failover. Its shards fail over as a
+/// cluster of one shard does: their next terms take the leaders'
+/// reasserts and the joiners' rejoins, and every joiner receives its
 /// leader's value; nothing runs twice.
 #[test]
 fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
@@ -1839,25 +1829,43 @@ fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
         ("SF_TTL_S", "15"),
         ("SF_GRACE_MS", "10000"),
     );
-    for (host, warm) in WARM.iter().enumerate() {
-        let idle = world.spawn(Some(host), "idle", &[shards, ttl, grace, ("SF_WARM", warm)]);
+    let idles: Vec<usize> = (0..4)
+        .map(|host| world.spawn(Some(host), "idle", &[shards, ttl, grace]))
+        .collect();
+    for idle in idles {
         world.line(idle, "READY");
     }
-    let statuses = world.shard_statuses(4);
-    for (shard, status) in statuses.iter().enumerate() {
-        let status = status.as_ref().expect("every shard has a coordinator");
-        let address = status.address.clone().unwrap_or_default();
-        let host = world.hosts.as_ref().unwrap().address(shard).to_string();
-        assert!(
-            address.starts_with(&format!("{host}:")),
-            "shard {shard} is coordinated on host {shard}: {status:?}"
-        );
-    }
+    // Which host coordinates each shard, once every shard has a term.
+    let deadline = Instant::now() + PATIENCE;
+    let holders: Vec<usize> = loop {
+        let holders: Option<Vec<usize>> = world
+            .shard_statuses(4)
+            .iter()
+            .map(|status| {
+                let address = status.as_ref().ok()?.address.clone()?;
+                (0..4).find(|&host| {
+                    let ip = world.hosts.as_ref().unwrap().address(host).to_string();
+                    address.starts_with(&format!("{ip}:"))
+                })
+            })
+            .collect();
+        if let Some(holders) = holders {
+            break holders;
+        }
+        assert!(Instant::now() < deadline, "not every shard has a term");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let dying = holders[0];
+    let untouched: Vec<usize> = (0..4).filter(|&shard| holders[shard] != dying).collect();
+    assert!(
+        !untouched.is_empty(),
+        "the spread put the four shards' terms on one host: {holders:?}"
+    );
+    let others: Vec<usize> = (0..4).filter(|&host| host != dying).collect();
     let mut leaders = Vec::new();
     let mut joiners = Vec::new();
     for (shard, key) in FLIGHTS.iter().enumerate() {
-        // Leaders and joiners of shard 0 live on, as the flight does.
-        let (leader_host, joiner_host) = (1 + shard % 3, 1 + (shard + 1) % 3);
+        let (leader_host, joiner_host) = (others[shard % 3], others[(shard + 1) % 3]);
         let leader = world.spawn(
             Some(leader_host),
             "call",
@@ -1872,24 +1880,31 @@ fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
         ));
         world.wait_for_joiners_of_shard(4, shard, key, 1);
     }
-    world.hosts.as_ref().unwrap().kill_all(0);
-    // Calls of the other shards, made after the death, are answered while
-    // shard 0's dead term still holds its lease.
+    world.hosts.as_ref().unwrap().kill_all(dying);
+    // Calls of the untouched shards, made after the death, are answered
+    // while the dead host's terms still hold their leases.
     std::fs::write(world.runs().join("now"), b"").unwrap();
-    let after: Vec<usize> = AFTER[1..]
+    let after: Vec<(usize, usize)> = untouched
         .iter()
         .enumerate()
-        .map(|(index, key)| {
-            world.spawn(
-                Some(1 + index),
+        .map(|(index, &shard)| {
+            let child = world.spawn(
+                Some(others[index % 3]),
                 "call",
-                &[shards, ttl, grace, ("SF_KEY", key), ("SF_RELEASE", "now")],
-            )
+                &[
+                    shards,
+                    ttl,
+                    grace,
+                    ("SF_KEY", AFTER[shard]),
+                    ("SF_RELEASE", "now"),
+                ],
+            );
+            (child, shard)
         })
         .collect();
-    for (child, key) in after.into_iter().zip(&AFTER[1..]) {
+    for &(child, shard) in &after {
         let result = world.result(child);
-        assert!(result.starts_with("led "), "{key}: {result}");
+        assert!(result.starts_with("led "), "{}: {result}", AFTER[shard]);
     }
     let held = world.etcd.etcdctl(
         None,
@@ -1900,11 +1915,13 @@ fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
     );
     assert!(
         held.contains("coordinator"),
-        "the other shards' calls were answered while shard 0's dead term held its lease"
+        "the untouched shards' calls were answered while shard 0's dead term held its lease"
     );
-    // Shard 0 fails over: its next term has the flight back, with its
-    // joiner.
-    world.wait_for_joiners_of_shard(4, 0, FLIGHTS[0], 1);
+    // The dead host's shards fail over: their next terms have the flights
+    // back, with their joiners.
+    for shard in (0..4).filter(|&shard| holders[shard] == dying) {
+        world.wait_for_joiners_of_shard(4, shard, FLIGHTS[shard], 1);
+    }
     world.release();
     for ((leader, joiner), key) in leaders.into_iter().zip(joiners).zip(FLIGHTS) {
         let led = world.result(leader);
@@ -1913,5 +1930,9 @@ fn s19_a_hosts_death_stalls_only_the_keys_of_its_shards() {
         assert!(joined.starts_with("joined "), "{key}: {joined}");
         assert_eq!(token(&joined), token(&led), "{key}");
     }
-    assert_eq!(times_ran(&world.runs()), 4 + 3, "nothing ran twice");
+    assert_eq!(
+        times_ran(&world.runs()),
+        4 + after.len(),
+        "nothing ran twice"
+    );
 }
