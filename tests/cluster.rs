@@ -13,6 +13,8 @@ mod access;
 mod election;
 #[path = "cluster/processes.rs"]
 mod processes;
+#[path = "cluster/shards.rs"]
+mod shards;
 #[path = "cluster/stampede.rs"]
 mod stampede;
 #[path = "cluster/tier.rs"]
