@@ -13,8 +13,10 @@ mod access;
 mod election;
 #[path = "cluster/processes.rs"]
 mod processes;
-#[path = "cluster/sharded.rs"]
-mod sharded;
+#[path = "cluster/shard_calls.rs"]
+mod shard_calls;
+#[path = "cluster/shards.rs"]
+mod shards;
 #[path = "cluster/stampede.rs"]
 mod stampede;
 #[path = "cluster/tier.rs"]

@@ -8,6 +8,25 @@ use std::time::Duration;
 
 use super::keys::Keys;
 
+/// The host of a process that reaches the cluster directly, for the spread
+/// (§19.3): its advertised address without the port. Each shard's client
+/// of a direct process listens on a port of its own, and processes of one
+/// machine share its fate: what the spread must tell apart is machines.
+/// An address without a port (or an IPv6 address without brackets) is
+/// taken whole.
+pub(super) fn direct_host(advertise: &str) -> &str {
+    match advertise.rsplit_once(':') {
+        Some((host, port))
+            if !port.is_empty()
+                && port.bytes().all(|byte| byte.is_ascii_digit())
+                && (!host.contains(':') || host.starts_with('[')) =>
+        {
+            host
+        }
+        _ => advertise,
+    }
+}
+
 /// How many shards other than this election's own the host `host`
 /// coordinates, by the host keys among `found` (§19.3).
 pub(super) fn held<'a>(
@@ -55,6 +74,18 @@ mod tests {
         let mut options = EtcdOptions::new(vec![], "ci");
         options.shard = ShardCount::new(count).unwrap().shard(index).unwrap();
         Keys::new(&options)
+    }
+
+    /// §19.3: a direct process's host is its advertised address's, without
+    /// the port that each of its shards' clients has of its own.
+    #[test]
+    fn a_direct_processs_host_is_its_address_without_the_port() {
+        assert_eq!(direct_host("10.0.0.1:7000"), "10.0.0.1");
+        assert_eq!(direct_host("build-7.example:443"), "build-7.example");
+        assert_eq!(direct_host("[fe80::1]:7000"), "[fe80::1]");
+        assert_eq!(direct_host("fe80::1"), "fe80::1");
+        assert_eq!(direct_host("build-7"), "build-7");
+        assert_eq!(direct_host("build-7:"), "build-7:");
     }
 
     /// §19.3: the count is of the other shards whose host key names this
