@@ -9,7 +9,9 @@
 //! - `s18_ten_thousand_processes_through_the_host_tier` (ignored; `cargo
 //!   test --test sim ten_thousand -- --ignored --nocapture`, at opt-level
 //!   2 with `CARGO_PROFILE_TEST_OPT_LEVEL=2`) runs issue 45 item 6 at full
-//!   size.
+//!   size, and `s19_ten_thousand_processes_with_8_shards_through_a_crash`
+//!   (ignored likewise; `cargo test --test sim s19_ten_thousand --
+//!   --ignored --nocapture`) issue 47 item 5.
 //! - `catch_rates` (ignored; `cargo test --test sim catch_rates --
 //!   --ignored --nocapture`) measures how often a fresh seed catches each
 //!   seeded bug.
@@ -423,6 +425,7 @@ fn fresh_seeds() {
     println!("fresh seeds from {first} (SINGLE_FLIGHT_SIM_SEED={first} runs them again)");
     let started = Instant::now();
     let (mut seeds, mut faults, mut simulated) = (0u64, 0u64, Duration::ZERO);
+    let mut sharded = 0u64;
     loop {
         let seed = first.wrapping_add(seeds);
         let mut scenario = Scenario::chaos(seed);
@@ -444,6 +447,7 @@ fn fresh_seeds() {
         let report = run(&scenario);
         report.assert_clean();
         seeds += 1;
+        sharded += u64::from(scenario.shards > 1);
         faults += report.faults;
         simulated += report.simulated;
         if budget.is_none_or(|budget| started.elapsed() >= budget) {
@@ -452,7 +456,7 @@ fn fresh_seeds() {
     }
     let cpu = started.elapsed();
     println!(
-        "{seeds} seeds, {faults} faults, {simulated:?} simulated in {cpu:?} of CPU: {:.0} simulated s per CPU s, {:.0} faults per CPU minute",
+        "{seeds} seeds ({sharded} with shards), {faults} faults, {simulated:?} simulated in {cpu:?} of CPU: {:.0} simulated s per CPU s, {:.0} faults per CPU minute",
         simulated.as_secs_f64() / cpu.as_secs_f64(),
         faults as f64 * 60.0 / cpu.as_secs_f64()
     );
