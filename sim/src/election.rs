@@ -12,6 +12,12 @@
 //! at another rate than the store's: from the send time of the last
 //! renewal answered, plus the TTL, minus [`STEP_DOWN_MARGIN`].
 //!
+//! A cluster of several shards (§19.2, §19.3) has one coordinator key,
+//! epoch and clean mark per shard in the one store, and each campaign's
+//! transaction puts its shard's `host` key with its coordinator key under
+//! the term's lease; a campaign of a cluster of shards pauses longer for
+//! each other shard that its host already coordinates (the spread).
+//!
 //! It mirrors src/election/etcd/ (the TTL, margin, renewal cadence,
 //! campaign spread and request timeout are the same constants) with two
 //! simplifications recorded in SPEC.md §12.7: a request is tried once
@@ -115,22 +121,40 @@ impl fmt::Display for SimError {
 
 impl std::error::Error for SimError {}
 
-/// The coordinator key.
+/// A shard's coordinator key, and its `host` key (§19.2), put and deleted
+/// with it under the term's lease.
 #[derive(Clone, Copy, Debug)]
 struct Key {
     address: Address,
     create_revision: i64,
     lease: i64,
+    /// Who won the term, as the spread counts hosts (§19.3).
+    host: Spreader,
 }
 
-/// The store's state: the coordinator key, the epoch counter, the clean
-/// mark (§10.2) and the leases.
-struct StoreState {
-    revision: i64,
+/// What the spread (§19.3) counts as one host: a host coordinator's host,
+/// or a direct process, which is a host of one process (§18.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spreader {
+    Host(HostId),
+    Process(ProcessId),
+}
+
+/// One shard's keys: the coordinator key, the epoch counter and the clean
+/// mark (§10.2).
+#[derive(Default)]
+struct ShardKeys {
     coordinator: Option<Key>,
     epoch: u64,
     epoch_revision: i64,
     clean: bool,
+}
+
+/// The store's state: each shard's keys and the leases.
+struct StoreState {
+    revision: i64,
+    /// In shard order; one for a cluster of one shard (§19.2).
+    shards: Vec<ShardKeys>,
     /// Each live lease and when it expires on the store's clock.
     leases: std::collections::BTreeMap<i64, Instant>,
     next_lease: i64,
@@ -148,16 +172,13 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store, and its reaper, which deletes the key of an expired lease;
-    /// spawned on the current runtime.
-    pub fn start(net: Net) -> Store {
+    /// A store of a cluster of `shards` shards, and its reaper, which
+    /// deletes the keys of an expired lease; spawned on the current runtime.
+    pub fn start(net: Net, shards: u32) -> Store {
         let store = Store {
             state: Arc::new(Mutex::new(StoreState {
                 revision: 1,
-                coordinator: None,
-                epoch: 0,
-                epoch_revision: 0,
-                clean: false,
+                shards: (0..shards).map(|_| ShardKeys::default()).collect(),
                 leases: std::collections::BTreeMap::new(),
                 next_lease: 1,
             })),
@@ -263,12 +284,28 @@ impl Store {
 }
 
 impl StoreState {
+    /// Revokes `lease`, deleting the keys put under it in one revision.
     fn revoke(&mut self, lease: i64) {
         self.leases.remove(&lease);
-        if self.coordinator.is_some_and(|key| key.lease == lease) {
-            self.coordinator = None;
+        let mut deleted = false;
+        for shard in &mut self.shards {
+            if shard.coordinator.is_some_and(|key| key.lease == lease) {
+                shard.coordinator = None;
+                deleted = true;
+            }
+        }
+        if deleted {
             self.revision += 1;
         }
+    }
+
+    /// How many shards other than `shard` have a term won by `host`: the
+    /// `k` of the spread (§19.3).
+    fn held_by(&self, host: Spreader, shard: u32) -> u32 {
+        let held = self.shards.iter().enumerate().filter(|(index, keys)| {
+            *index != shard as usize && keys.coordinator.is_some_and(|key| key.host == host)
+        });
+        held.count() as u32
     }
 }
 
@@ -298,12 +335,16 @@ impl Clock {
     }
 }
 
-/// One process's view of the election.
+/// One process's view of one shard's election.
 pub struct SimElection {
     store: Store,
     host: HostId,
     process: ProcessId,
     advertise: Address,
+    /// The shard whose term this election is for (§19.3).
+    shard: u32,
+    /// Who this process counts as for the spread.
+    spreader: Spreader,
     clock: Clock,
     record: Record,
     /// The key the last read found: its create revision and the read's
@@ -316,11 +357,13 @@ pub struct SimElection {
 }
 
 impl SimElection {
-    /// Connects `advertise`'s process to the store: its client's worker is
-    /// spawned where this runs.
+    /// Connects `advertise`'s process to the store, for `shard`'s term,
+    /// counted as `spreader` by the spread: its client's worker is spawned
+    /// where this runs.
     pub fn connect(
         store: Store,
         (advertise, process): (Address, ProcessId),
+        (shard, spreader): (u32, Spreader),
         clock: Clock,
         record: Record,
         seed: u64,
@@ -330,6 +373,8 @@ impl SimElection {
             host: advertise.host,
             process,
             advertise,
+            shard,
+            spreader,
             clock,
             record,
             seen: None,
@@ -352,6 +397,41 @@ impl SimElection {
             .request(&self.client, (self.host, self.process), what, apply)
             .await
     }
+
+    /// Whether the cluster has shards, whose campaigns spread (§19.3).
+    fn spreads(&self) -> bool {
+        self.store
+            .state
+            .lock()
+            .expect("never poisoned")
+            .shards
+            .len()
+            > 1
+    }
+
+    /// Waits `pause` for this shard's coordinator key to be put after
+    /// revision `read`, as a watch from that revision tells it across the
+    /// host's link to the store: true when it was.
+    async fn put_within(&self, pause: Duration, read: i64) -> bool {
+        let mut revisions = self.store.revisions.subscribe();
+        let shard = self.shard as usize;
+        let put = async {
+            loop {
+                if *revisions.borrow_and_update() > read
+                    && self.store.net.reach(STORE, self.host).answers()
+                    && self.store.state.lock().expect("never poisoned").shards[shard]
+                        .coordinator
+                        .is_some()
+                {
+                    return;
+                }
+                if revisions.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(pause, put).await.is_ok()
+    }
 }
 
 impl Election for SimElection {
@@ -360,9 +440,10 @@ impl Election for SimElection {
     type Error = SimError;
 
     async fn coordinator(&mut self) -> Result<Option<Address>, SimError> {
+        let shard = self.shard as usize;
         let (key, revision) = self
             .request("a read of the coordinator key", |state, _| {
-                (state.coordinator, state.revision)
+                (state.shards[shard].coordinator, state.revision)
             })
             .await?;
         self.absent = None;
@@ -380,12 +461,13 @@ impl Election for SimElection {
     }
 
     async fn campaign(&mut self) -> Result<Option<SimTerm>, SimError> {
+        let shard = self.shard as usize;
         let read = match self.absent.take() {
             Some(read) => read,
             None => {
                 let (key, revision) = self
                     .request("a read of the coordinator key", |state, _| {
-                        (state.coordinator, state.revision)
+                        (state.shards[shard].coordinator, state.revision)
                     })
                     .await?;
                 if key.is_some() {
@@ -394,41 +476,46 @@ impl Election for SimElection {
                 revision
             }
         };
+        // §19.3: with shards, the campaign first counts the other shards
+        // whose term its host holds, each a window more of pause.
+        let (spreader, spreads) = (self.spreader, self.spreads());
+        let (mut held, mut read) = (0, read);
+        if spreads {
+            (held, read) = self
+                .request("a read of the shards' hosts", |state, _| {
+                    (state.held_by(spreader, shard as u32), state.revision)
+                })
+                .await?;
+        }
         // §14.3: a pause, so that one process of a stampede campaigns and
         // the rest see its key put. The watch's news crosses the link too.
         let fraction = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let pause = CAMPAIGN_SPREAD.mul_f64(fraction.sqrt());
-        let mut revisions = self.store.revisions.subscribe();
-        let put = async {
-            loop {
-                if *revisions.borrow_and_update() > read
-                    && self.store.net.reach(STORE, self.host).answers()
-                    && self
-                        .store
-                        .state
-                        .lock()
-                        .expect("never poisoned")
-                        .coordinator
-                        .is_some()
-                {
-                    return;
-                }
-                if revisions.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+        let pause = CAMPAIGN_SPREAD.mul_f64(f64::from(held) + fraction.sqrt());
+        if self.put_within(pause, read).await {
+            return Ok(None);
+        }
+        let epoch_revision = loop {
+            let (key, epoch_revision, now_held, revision) = self
+                .request("a read of the coordinator key", |state, _| {
+                    let keys = &state.shards[shard];
+                    let held = state.held_by(spreader, shard as u32);
+                    (keys.coordinator, keys.epoch_revision, held, state.revision)
+                })
+                .await?;
+            if key.is_some() {
+                return Ok(None);
+            }
+            // §19.3: its host won another shard meanwhile: a window more
+            // for each, and the keys read again.
+            if !spreads || now_held <= held {
+                break epoch_revision;
+            }
+            let more = CAMPAIGN_SPREAD * (now_held - held);
+            held = now_held;
+            if self.put_within(more, revision).await {
+                return Ok(None);
             }
         };
-        if tokio::time::timeout(pause, put).await.is_ok() {
-            return Ok(None);
-        }
-        let (key, epoch_revision) = self
-            .request("a read of the coordinator key", |state, _| {
-                (state.coordinator, state.epoch_revision)
-            })
-            .await?;
-        if key.is_some() {
-            return Ok(None);
-        }
         let sent = self.clock.now();
         let lease = self
             .request("a lease grant", |state, now| {
@@ -441,23 +528,27 @@ impl Election for SimElection {
         let advertise = self.advertise;
         let won = self
             .request("a campaign", move |state, _| {
-                if state.coordinator.is_some()
-                    || state.epoch_revision != epoch_revision
+                let keys = &state.shards[shard];
+                if keys.coordinator.is_some()
+                    || keys.epoch_revision != epoch_revision
                     || !state.leases.contains_key(&lease)
                 {
                     state.revoke(lease);
                     return None;
                 }
                 state.revision += 1;
-                state.coordinator = Some(Key {
+                let revision = state.revision;
+                let keys = &mut state.shards[shard];
+                keys.coordinator = Some(Key {
                     address: advertise,
-                    create_revision: state.revision,
+                    create_revision: revision,
                     lease,
+                    host: spreader,
                 });
-                state.epoch += 1;
-                state.epoch_revision = state.revision;
-                let was_clean = std::mem::take(&mut state.clean);
-                Some((state.epoch, state.revision, was_clean))
+                keys.epoch += 1;
+                keys.epoch_revision = revision;
+                let was_clean = std::mem::take(&mut keys.clean);
+                Some((keys.epoch, revision, was_clean))
             })
             .await;
         let Some((epoch, revision, was_clean)) = won? else {
@@ -487,6 +578,7 @@ impl Election for SimElection {
             host: self.host,
             process: self.process,
             advertise: self.advertise,
+            shard: self.shard,
             epoch,
             lease,
             revision,
@@ -501,7 +593,7 @@ impl Election for SimElection {
 
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let store = self.store.clone();
-        let host = self.host;
+        let (host, shard) = (self.host, self.shard as usize);
         let seen = self.seen;
         let client = self.client.clone();
         async move {
@@ -515,10 +607,7 @@ impl Election for SimElection {
             let mut revisions = store.revisions.subscribe();
             let mut links = store.net.changes();
             loop {
-                let gone = store
-                    .state
-                    .lock()
-                    .expect("never poisoned")
+                let gone = store.state.lock().expect("never poisoned").shards[shard]
                     .coordinator
                     .is_none_or(|key| key.create_revision != created);
                 let reach = store.net.reach(STORE, host);
@@ -599,6 +688,7 @@ pub struct SimTerm {
     host: HostId,
     process: ProcessId,
     advertise: Address,
+    shard: u32,
     epoch: Epoch,
     lease: i64,
     revision: i64,
@@ -647,14 +737,14 @@ impl Term for SimTerm {
 
     fn warrant(&self) -> Warrant {
         let (proof, clock, record) = (self.proof.clone(), self.clock, self.record.clone());
-        let (epoch, advertise) = (self.epoch, self.advertise);
+        let (epoch, advertise, shard) = (self.epoch, self.advertise, self.shard);
         let (net, process) = (self.store.net.clone(), self.process);
         Warrant::new(move || {
             let proof = proof.lock().expect("never poisoned");
             // A killed process answers nothing more.
             let holds = !proof.lost && clock.now() < proof.until && !net.is_dead(process);
             if holds {
-                record.serving(epoch, advertise);
+                record.serving(shard, epoch, advertise);
             }
             holds
         })
@@ -662,7 +752,7 @@ impl Term for SimTerm {
 
     async fn resign(self, clean: bool) {
         self.renewals.abort();
-        let (lease, revision) = (self.lease, self.revision);
+        let (lease, revision, shard) = (self.lease, self.revision, self.shard as usize);
         if !self.store.net.is_dead(self.process) {
             self.record
                 .election_request(self.advertise, "a resignation");
@@ -674,12 +764,13 @@ impl Term for SimTerm {
                 (self.host, self.process),
                 "a resignation",
                 move |state, _| {
+                    let keys = &mut state.shards[shard];
                     if clean
-                        && state
+                        && keys
                             .coordinator
                             .is_some_and(|key| key.create_revision == revision)
                     {
-                        state.clean = true;
+                        keys.clean = true;
                     }
                     state.revoke(lease);
                 },

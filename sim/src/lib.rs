@@ -22,4 +22,4 @@ pub mod network;
 pub mod trace;
 pub mod world;
 
-pub use world::{Fault, Faults, Report, Scenario, run};
+pub use world::{Fault, Faults, Report, Scenario, ShardCalls, run};

@@ -119,9 +119,10 @@ struct State {
     crashed: BTreeMap<HostId, Instant>,
     /// Processes killed (kill -9).
     dead: BTreeSet<ProcessId>,
-    /// Who listens where, by address, and at each host's socket.
+    /// Who listens where, by address, and at each host's socket of each
+    /// shard (one host directory per host and shard, SPEC.md §19.4).
     listeners: BTreeMap<Address, (ProcessId, mpsc::UnboundedSender<Incoming>)>,
-    host_listeners: BTreeMap<HostId, (ProcessId, mpsc::UnboundedSender<Incoming>)>,
+    host_listeners: BTreeMap<(HostId, u32), (ProcessId, mpsc::UnboundedSender<Incoming>)>,
     /// Each process's ends of its connections: what it writes, what it
     /// reads; what a kill closes.
     ends: BTreeMap<ProcessId, Vec<End>>,
@@ -883,17 +884,23 @@ impl Transport for SimTransport {
 
 /// One process's transport of its host (the host tier, SPEC.md §18): its
 /// host directory's socket, which one process at a time listens on, as a
-/// Unix socket at one path. Faults of the links between hosts do not
-/// touch it; its host's crash or pause does.
+/// Unix socket at one path; one per shard (SPEC.md §19.4). Faults of the
+/// links between hosts do not touch it; its host's crash or pause does.
 pub struct HostTransport {
     net: Net,
     host: HostId,
+    shard: u32,
     process: ProcessId,
 }
 
 impl HostTransport {
-    pub fn new(net: Net, host: HostId, process: ProcessId) -> HostTransport {
-        HostTransport { net, host, process }
+    pub fn new(net: Net, (host, shard): (HostId, u32), process: ProcessId) -> HostTransport {
+        HostTransport {
+            net,
+            host,
+            shard,
+            process,
+        }
     }
 }
 
@@ -921,7 +928,7 @@ impl Transport for HostTransport {
             let mut state = self.net.state.lock().expect("never poisoned");
             state
                 .host_listeners
-                .get(&self.host)
+                .get(&(self.host, self.shard))
                 .cloned()
                 .map(|(owner, listener)| {
                     let sides = state.pair(
@@ -966,10 +973,10 @@ impl Transport for HostTransport {
             .lock()
             .expect("never poisoned")
             .host_listeners
-            .insert(self.host, (self.process, sender));
+            .insert((self.host, self.shard), (self.process, sender));
         Ok(SimListener {
             net: self.net.clone(),
-            at: Listening::Host(self.host),
+            at: Listening::Host(self.host, self.shard),
             process: self.process,
             incoming,
         })
@@ -979,8 +986,8 @@ impl Transport for HostTransport {
 /// Where a listener listens.
 enum Listening {
     Address(Address),
-    /// A host's socket.
-    Host(HostId),
+    /// A host's socket of a shard.
+    Host(HostId, u32),
 }
 
 /// A coordinator's listener.
@@ -1032,13 +1039,13 @@ impl Listener for SimListener {
                     state.listeners.remove(&address);
                 }
             }
-            Listening::Host(host) => {
+            Listening::Host(host, shard) => {
                 if state
                     .host_listeners
-                    .get(&host)
+                    .get(&(host, shard))
                     .is_some_and(|(owner, _)| *owner == process)
                 {
-                    state.host_listeners.remove(&host);
+                    state.host_listeners.remove(&(host, shard));
                 }
             }
         }

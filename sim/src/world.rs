@@ -10,13 +10,15 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use single_flight::_internal::shell::mutant::{Mutant, Seeded};
-use single_flight::_internal::shell::{OpenCluster, Settings, open_on, open_tiered_on};
-use single_flight::{Epoch, FencingToken, Role, RunError, SingleFlight};
+use single_flight::_internal::shell::{
+    OpenCluster, Settings, open_sharded_on, open_sharded_tiered_on,
+};
+use single_flight::{Epoch, FencingToken, Role, RunError, ShardCount, SingleFlight};
 use single_flight_core::protocol::HostId as RelayHost;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::election::{CALLER, Clock, Group, STEP_DOWN_MARGIN, SimElection, Store, TTL};
+use crate::election::{CALLER, Clock, Group, STEP_DOWN_MARGIN, SimElection, Spreader, Store, TTL};
 use crate::host::{HostDirectory, HostElection};
 use crate::network::{Address, HostId, HostTransport, Net, ProcessId, STORE, SimTransport};
 use crate::trace::Trace;
@@ -160,6 +162,17 @@ pub struct Scenario {
     /// cluster, relaying for the host. Otherwise every process is its own
     /// client of the cluster (`--direct`).
     pub tier: bool,
+    /// The cluster's shards (SPEC.md §19): each process keeps one client
+    /// per shard, each host one host directory per shard, and each shard
+    /// has its own term in the store. 1 is a cluster of §14 unchanged.
+    pub shards: u32,
+    /// The normal latency of a call (RELIABILITY.md, "Simulation"): when
+    /// set, a call of a shard whose coordinator no fault took out, on a
+    /// host no fault touched, whose flight's leaders no fault touched,
+    /// must be answered with at most this latency — its time not covered
+    /// by the work that made its value (`latency`). Measured by the run
+    /// of the same scenario without faults.
+    pub normal_latency: Option<Duration>,
 }
 
 impl Scenario {
@@ -189,6 +202,8 @@ impl Scenario {
             stagger: Duration::ZERO,
             script: None,
             tier: false,
+            shards: 1,
+            normal_latency: None,
         }
     }
 
@@ -340,6 +355,11 @@ impl Scenario {
         self
     }
 
+    /// This scenario with `shards` shards (SPEC.md §19); 1 changes nothing.
+    pub fn with_shards(self, shards: u32) -> Scenario {
+        Scenario { shards, ..self }
+    }
+
     /// The replay line printed with a failure: the run is a function of
     /// its scenario, so its seed replays it in the same scenario (the
     /// chaos scenario's through `fresh_seeds`, a fixed scenario's through
@@ -391,9 +411,12 @@ struct Lead {
 struct Log {
     /// Election requests by process and simulated second.
     requests: BTreeMap<(Address, u64), u32>,
-    /// Per epoch: the first and last moment its coordinator said it still
-    /// held its term, and where it serves.
-    serving: BTreeMap<Epoch, (Instant, Instant, Address)>,
+    /// Per shard and epoch: the first and last moment its coordinator said
+    /// it still held its term, and where it serves.
+    serving: BTreeMap<(u32, Epoch), (Instant, Instant, Address)>,
+    /// Shards whose coordinator a fault took out (its host's crash,
+    /// partition or pause, its own kill): their keys stall for a failover.
+    stalled_shards: BTreeSet<u32>,
     leads: Vec<Lead>,
     calls: Vec<CallRecord>,
     /// The fenced resource: per key the highest token written.
@@ -408,8 +431,34 @@ struct Log {
     killed_on: BTreeSet<HostId>,
     /// Processes whose calls are all done (counted as done once).
     finished: BTreeSet<ProcessId>,
+    /// Each process's call in progress: its key and start.
+    calling: BTreeMap<ProcessId, (String, Instant)>,
+    /// The calls in progress of killed processes, which never end: their
+    /// key and start. A leader granted to one may never have run.
+    killed_calls: Vec<(String, Instant)>,
     faults: u64,
     last_fault_healed: Option<Instant>,
+}
+
+impl Log {
+    /// Where `shard`'s latest term serves.
+    fn coordinator(&self, shard: u32) -> Option<Address> {
+        self.serving
+            .range((shard, Epoch::FIRST)..)
+            .take_while(|((of, _), _)| *of == shard)
+            .last()
+            .map(|(_, (_, _, at))| *at)
+    }
+
+    /// Marks as stalled the shards whose latest term serves where `out`
+    /// says a fault took it out.
+    fn stall(&mut self, shards: u32, out: impl Fn(Address) -> bool) {
+        for shard in 0..shards {
+            if self.coordinator(shard).is_some_and(&out) {
+                self.stalled_shards.insert(shard);
+            }
+        }
+    }
 }
 
 /// What everything in the world records into.
@@ -433,21 +482,19 @@ impl Record {
         *self.lock().requests.entry((process, second)).or_default() += 1;
     }
 
-    /// The coordinator of `epoch` said it may answer.
-    pub fn serving(&self, epoch: Epoch, at: Address) {
+    /// The coordinator of `shard`'s `epoch` said it may answer.
+    pub fn serving(&self, shard: u32, epoch: Epoch, at: Address) {
         let now = Instant::now();
         self.lock()
             .serving
-            .entry(epoch)
+            .entry((shard, epoch))
             .and_modify(|(_, last, _)| *last = now)
             .or_insert((now, now, at));
     }
 
-    fn coordinator(&self) -> Option<Address> {
-        self.lock()
-            .serving
-            .last_key_value()
-            .map(|(_, (_, _, at))| *at)
+    /// Where `shard`'s latest term serves.
+    fn coordinator(&self, shard: u32) -> Option<Address> {
+        self.lock().coordinator(shard)
     }
 }
 
@@ -480,7 +527,35 @@ pub struct Report {
     pub store_requests: u64,
     /// Host coordinators killed.
     pub killed: usize,
+    /// Shards whose coordinator a fault took out (SPEC.md §19).
+    pub stalled_shards: BTreeSet<u32>,
+    /// How many hosts the shards' first terms were won on: the shards'
+    /// number when the spread put each on a host of its own (§19.3).
+    pub first_terms_on: usize,
+    /// The largest latency of an answered call (`latency`): the normal
+    /// latency, measured in a run without faults.
+    pub latency_max: Duration,
+    /// The calls of the shards that no fault stalled, which must not wait
+    /// for another shard's failover.
+    pub other_shards: ShardCalls,
+    /// The same of the stalled shards, whose calls may wait for their
+    /// failover: what shows that the measurement sees a failover's delay.
+    pub stalled_shard_calls: ShardCalls,
     pub replay: String,
+}
+
+/// Calls by processes on hosts no fault touched, of keys whose leads no
+/// fault touched, of either the shards whose coordinator a fault took out
+/// or the others (SPEC.md §19; RELIABILITY.md, "Simulation").
+#[derive(Debug, Default)]
+pub struct ShardCalls {
+    pub calls: u64,
+    pub answered: u64,
+    /// Their largest latency (`latency`).
+    pub latency_max: Duration,
+    /// Those answered later than the scenario's normal latency, or not at
+    /// all: must be 0 of the shards whose coordinator no fault took out.
+    pub delayed: u64,
 }
 
 impl Report {
@@ -539,7 +614,7 @@ pub fn run(scenario: &Scenario) -> Report {
 async fn simulate(scenario: Scenario) -> Report {
     let trace = Trace::new(scenario.keep_trace);
     let net = Net::new(trace.clone());
-    let store = Store::start(net.clone());
+    let store = Store::start(net.clone(), scenario.shards);
     let origin = Instant::now();
     let record = Record {
         log: Arc::new(Mutex::new(Log::default())),
@@ -563,43 +638,65 @@ async fn simulate(scenario: Scenario) -> Report {
     let mut workloads = Vec::new();
     let (done, all_done) = tokio::sync::watch::channel(0u32);
     let done = Arc::new(done);
-    // The host tier's directories, one per host (index 0, the store's
-    // host, has none in use).
-    let directories: Vec<HostDirectory> = (0..=scenario.hosts)
-        .map(|_| HostDirectory::default())
+    // The host tier's directories, one per host and shard (SPEC.md §19.4;
+    // index 0, the store's host, has none in use).
+    let directories: Vec<Vec<HostDirectory>> = (0..=scenario.hosts)
+        .map(|_| {
+            (0..scenario.shards)
+                .map(|_| HostDirectory::default())
+                .collect()
+        })
         .collect();
     for process in 0..scenario.processes {
         let host = 1 + process % scenario.hosts;
-        let address = Address {
-            host,
-            port: process,
+        // The spread (SPEC.md §19.3) counts a host coordinator's host, and
+        // a direct process as a host of its own (§18.6).
+        let spreader = if scenario.tier {
+            Spreader::Host(host)
+        } else {
+            Spreader::Process(process)
         };
-        // The cluster's election and transport of this process: opened
-        // once by a direct process, and by a host coordinator each time it
-        // becomes its host's (SPEC.md §18.1), each time with a seed of its
-        // own.
-        let cluster: OpenCluster<SimElection, SimTransport> = {
-            let (store, net, clock, record) = (
-                store.clone(),
-                net.clone(),
-                clocks[host as usize],
-                record.clone(),
-            );
-            let seed = rng.next_u64();
-            let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
-            Arc::new(move || {
-                let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let seed = seed.wrapping_add(n.wrapping_mul(OPENING_SEED_STEP));
-                let (store, net, record) = (store.clone(), net.clone(), record.clone());
-                // Connected where the future runs, not where it is made:
-                // the election's client lives on the task that opens it.
-                Box::pin(async move {
-                    let election =
-                        SimElection::connect(store, (address, process), clock, record, seed);
-                    (election, SimTransport::new(net, address, process))
-                })
+        // Per shard, the cluster's election and transport of this process:
+        // opened once by a direct process, and by a host coordinator each
+        // time it becomes its host's (SPEC.md §18.1), each time with a seed
+        // of its own. Each shard's coordinator listens at an address of
+        // its own (the shard's port of the process).
+        let clusters: Vec<OpenCluster<SimElection, SimTransport>> = (0..scenario.shards)
+            .map(|shard| {
+                let address = Address {
+                    host,
+                    port: process * scenario.shards + shard,
+                };
+                let (store, net, clock, record) = (
+                    store.clone(),
+                    net.clone(),
+                    clocks[host as usize],
+                    record.clone(),
+                );
+                let seed = rng.next_u64();
+                let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                let cluster: OpenCluster<SimElection, SimTransport> = Arc::new(move || {
+                    let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let seed = seed.wrapping_add(n.wrapping_mul(OPENING_SEED_STEP));
+                    let (store, net, record) = (store.clone(), net.clone(), record.clone());
+                    // Connected where the future runs, not where it is
+                    // made: the election's client lives on the task that
+                    // opens it.
+                    Box::pin(async move {
+                        let election = SimElection::connect(
+                            store,
+                            (address, process),
+                            (shard, spreader),
+                            clock,
+                            record,
+                            seed,
+                        );
+                        (election, SimTransport::new(net, address, process))
+                    })
+                });
+                cluster
             })
-        };
+            .collect();
         tokio::time::sleep_until(origin + scenario.stagger * process).await;
         let settings = Settings {
             grace_window: scenario.grace_window,
@@ -611,23 +708,31 @@ async fn simulate(scenario: Scenario) -> Report {
         // nothing the process needs may live on it.
         let opener = Group::default();
         let flights = if scenario.tier {
-            let (directory, net) = (directories[host as usize].clone(), net.clone());
-            let open = async move {
-                (
-                    HostElection::new(directory, process, net.clone()),
-                    HostTransport::new(net, host, process),
-                )
-            };
+            let shards = (0..scenario.shards)
+                .zip(clusters)
+                .map(|(shard, cluster)| {
+                    let directory = directories[host as usize][shard as usize].clone();
+                    let net = net.clone();
+                    let open = async move {
+                        (
+                            HostElection::new(directory, process, net.clone()),
+                            HostTransport::new(net, (host, shard), process),
+                        )
+                    };
+                    (open, cluster)
+                })
+                .collect();
             let relays_for = RelayHost::new(format!("h{host}")).expect("a valid host id");
             CALLER
                 .scope(
                     opener.clone(),
-                    open_tiered_on(open, cluster, relays_for, settings),
+                    open_sharded_tiered_on(shards, relays_for, settings),
                 )
                 .await
         } else {
+            let shards = clusters.iter().map(|cluster| cluster()).collect();
             CALLER
-                .scope(opener.clone(), open_on(cluster(), settings))
+                .scope(opener.clone(), open_sharded_on(shards, settings))
                 .await
         };
         opener.end();
@@ -667,12 +772,13 @@ async fn simulate(scenario: Scenario) -> Report {
         .unwrap_or_default();
     let killer = Killer {
         directories,
+        shards: scenario.shards,
         workloads: workloads.iter().map(|w| w.abort_handle()).collect(),
         done: done.clone(),
     };
     let chaos = tokio::spawn(inject(
         faults,
-        scenario.hosts,
+        (scenario.hosts, scenario.shards),
         net.clone(),
         record.clone(),
         rng.next_u64(),
@@ -693,30 +799,42 @@ async fn simulate(scenario: Scenario) -> Report {
 
 /// What a kill of a process needs (`Fault::KillHostCoordinator`).
 struct Killer {
-    directories: Vec<HostDirectory>,
+    /// By host, then shard.
+    directories: Vec<Vec<HostDirectory>>,
+    shards: u32,
     workloads: Vec<AbortHandle>,
     done: Arc<tokio::sync::watch::Sender<u32>>,
 }
 
 impl Killer {
-    /// Kills the process that holds `host`'s claim, if any (kill -9).
+    /// Kills the process that holds `host`'s claim, if any (kill -9): of
+    /// the first shard whose claim someone holds, with a cluster of shards.
     fn kill_host_coordinator(&self, host: HostId, net: &Net, record: &Record) {
         if record.lock().crashed.contains(&host) {
             return;
         }
-        let Some(process) = self.directories[host as usize].holder() else {
+        let directories = &self.directories[host as usize];
+        let Some(process) = directories.iter().find_map(HostDirectory::holder) else {
             net.trace()
                 .record(format_args!("nobody coordinates h{host} to kill"));
             return;
         };
         // Its connections close and its listeners go first, then its
-        // claim, then its tasks: all at one instant of simulated time.
+        // claims, then its tasks: all at one instant of simulated time.
         net.kill(process);
-        self.directories[host as usize].release(process);
+        for directory in directories {
+            directory.release(process);
+        }
         self.workloads[process as usize].abort();
         let mut log = record.lock();
+        // The shards whose term it held stall too.
+        let shards = self.shards;
+        log.stall(shards, |address| address.port / shards == process);
         log.killed.insert(process);
         log.killed_on.insert(host);
+        if let Some(call) = log.calling.remove(&process) {
+            log.killed_calls.push(call);
+        }
         if log.finished.insert(process) {
             self.done.send_modify(|done| *done += 1);
         }
@@ -793,10 +911,11 @@ fn draw_faults(
 /// What ends a fault.
 type Heal = Box<dyn FnOnce(&Net) + Send>;
 
-/// Injects `faults` at their times.
+/// Injects `faults` at their times; a fault of "the coordinator" takes
+/// the coordinator of a shard drawn from `seed` when there are several.
 async fn inject(
     faults: Vec<(Duration, Fault)>,
-    hosts: u32,
+    (hosts, shards): (u32, u32),
     net: Net,
     record: Record,
     seed: u64,
@@ -805,8 +924,20 @@ async fn inject(
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for (at, fault) in faults {
         tokio::time::sleep_until(record.origin + at).await;
-        net.trace().record(format_args!("fault {fault:?}"));
-        let coordinator = record.coordinator().map(|address| address.host);
+        // Drawn only with shards, so that a run of one shard draws what it
+        // always drew.
+        let shard = if shards > 1 {
+            (rng.next_u64() % u64::from(shards)) as u32
+        } else {
+            0
+        };
+        if shards > 1 {
+            net.trace()
+                .record(format_args!("fault {fault:?} of shard {shard}"));
+        } else {
+            net.trace().record(format_args!("fault {fault:?}"));
+        }
+        let coordinator = record.coordinator(shard).map(|address| address.host);
         let mut taken_out = Vec::new();
         let mut heal: Option<(Duration, Heal)> = None;
         match fault.clone() {
@@ -895,7 +1026,7 @@ async fn inject(
                 killer.kill_host_coordinator(host, &net, &record);
             }
             Fault::JunkBurst(count) => {
-                if let Some(address) = record.lock().serving.last_key_value().map(|(_, v)| v.2) {
+                if let Some(address) = record.coordinator(shard) {
                     for _ in 0..count {
                         net.junk_connection(1 + (rng.next_u64() % 1000) as u32, address);
                     }
@@ -906,6 +1037,7 @@ async fn inject(
             let mut log = record.lock();
             log.faults += 1;
             if fault.takes_out() {
+                log.stall(shards, |address| taken_out.contains(&address.host));
                 log.taken_out.extend(taken_out);
             }
             let now = Instant::now();
@@ -943,6 +1075,10 @@ async fn workload(
     for (at, key, work) in plan {
         tokio::time::sleep_until(record.origin + at).await;
         let started = Instant::now();
+        record
+            .lock()
+            .calling
+            .insert(process, (key.clone(), started));
         let bytes = scenario.value_bytes;
         let lead_record = record.clone();
         let lead_key = key.clone();
@@ -1013,7 +1149,9 @@ async fn workload(
             "call p{process} {key} {outcome:?} {}",
             token.map_or(String::new(), |t| t.to_string())
         ));
-        record.lock().calls.push(CallRecord {
+        let mut log = record.lock();
+        log.calling.remove(&process);
+        log.calls.push(CallRecord {
             process,
             key,
             started,
@@ -1067,6 +1205,8 @@ fn check(
     let mut violations = Vec::new();
     let at = |instant: Instant| format!("{:.3}s", (instant - record.origin).as_secs_f64());
     let host_of = |process: u32| 1 + process % scenario.hosts;
+    let count = ShardCount::new(u64::from(scenario.shards)).expect("1 to MAX_SHARDS shards");
+    let shard_of = |key: &str| count.of_bytes(key.as_bytes()).index();
     if hung {
         violations.push("the run hung: a call or a close never ended".to_owned());
     }
@@ -1098,11 +1238,15 @@ fn check(
             }
         }
     }
-    // Tokens unique (§6).
+    // Tokens unique (§6), within a shard (§19.3).
     let mut tokens = BTreeSet::new();
     for lead in &log.leads {
-        if !tokens.insert(lead.token) {
-            violations.push(format!("token {} granted twice", lead.token));
+        if !tokens.insert((shard_of(&lead.key), lead.token)) {
+            violations.push(format!(
+                "token {} granted twice in shard {}",
+                lead.token,
+                shard_of(&lead.key)
+            ));
         }
     }
     // A process that a fault took out: its host's, or its own kill (a
@@ -1267,13 +1411,15 @@ fn check(
     let mut overlapping_terms = 0;
     let terms: Vec<_> = log.serving.iter().collect();
     for pair in terms.windows(2) {
-        let (earlier, (_, last, _)) = pair[0];
-        let (later, (first, _, _)) = pair[1];
-        if first <= last {
+        let ((shard, earlier), (_, last, _)) = pair[0];
+        let ((later_shard, later), (first, _, _)) = pair[1];
+        // A shard's terms follow each other; another shard's may answer
+        // at any time (§19.3).
+        if shard == later_shard && first <= last {
             overlapping_terms += 1;
             if within_margin {
                 violations.push(format!(
-                    "terms {earlier} and {later} both answered at {} (clocks within the margin)",
+                    "terms {earlier} and {later} of shard {shard} both answered at {} (clocks within the margin)",
                     at(*first)
                 ));
             }
@@ -1292,6 +1438,104 @@ fn check(
             coordinator_connections.0, scenario.hosts
         ));
     }
+    // The calls that no fault should delay: of a shard whose coordinator
+    // no fault took out, by a process on a host that no fault touched (its
+    // crash, partition or pause, a kill of one of its processes: a host
+    // coordinator's failover), of a key none of whose leads until then
+    // was on such a host. Each must be answered within the normal latency
+    // (SPEC.md §19: a failover stalls only its shards' keys).
+    let touched =
+        |process: u32| crashed_or_out(process) || log.killed_on.contains(&host_of(process));
+    // Per key, the calls of processes that a fault touched, which may have
+    // been granted a lead they never ran or never landed: from their start
+    // to their end, or for good when their process was killed.
+    let mut touched_calls: BTreeMap<&str, Vec<(Instant, Option<Instant>)>> = BTreeMap::new();
+    let touching = log
+        .calls
+        .iter()
+        .filter(|call| touched(call.process))
+        .map(|call| (call.key.as_str(), call.started, Some(call.ended)))
+        .chain(
+            log.killed_calls
+                .iter()
+                .map(|(key, started)| (key.as_str(), *started, None)),
+        );
+    for (key, started, ended) in touching {
+        touched_calls.entry(key).or_default().push((started, ended));
+    }
+    // Per key, the first lead of a process that a fault touched: its
+    // flight stays open until its land arrives, which may never.
+    let mut touched_leads: BTreeMap<&str, Instant> = BTreeMap::new();
+    let mut made_by: BTreeMap<(&str, FencingToken), &Lead> = BTreeMap::new();
+    for lead in &log.leads {
+        made_by.insert((lead.key.as_str(), lead.token), lead);
+        if touched(lead.process) {
+            let first = touched_leads
+                .entry(lead.key.as_str())
+                .or_insert(lead.started);
+            *first = (*first).min(lead.started);
+        }
+    }
+    let (mut other_shards, mut stalled_shards) = (ShardCalls::default(), ShardCalls::default());
+    let mut latency_max = Duration::ZERO;
+    for call in &log.calls {
+        let latency = latency(call, &made_by);
+        if let Some(latency) = latency {
+            latency_max = latency_max.max(latency);
+        }
+        let overlaps_touched = touched_calls.get(call.key.as_str()).is_some_and(|calls| {
+            calls.iter().any(|(started, ended)| {
+                *started < call.ended && ended.is_none_or(|ended| ended > call.started)
+            })
+        });
+        if touched(call.process)
+            || overlaps_touched
+            || touched_leads
+                .get(call.key.as_str())
+                .is_some_and(|first| *first < call.ended)
+        {
+            continue;
+        }
+        let stalled = log.stalled_shards.contains(&shard_of(&call.key));
+        let delayed = scenario
+            .normal_latency
+            .is_some_and(|normal| latency.is_none_or(|latency| latency > normal));
+        let calls = if stalled {
+            &mut stalled_shards
+        } else {
+            &mut other_shards
+        };
+        calls.calls += 1;
+        if let Some(latency) = latency {
+            calls.answered += 1;
+            calls.latency_max = calls.latency_max.max(latency);
+        }
+        calls.delayed += u64::from(delayed);
+        if delayed && !stalled {
+            let normal = scenario.normal_latency.expect("delayed beyond it");
+            violations.push(format!(
+                "p{} {} of shard {}, whose coordinator no fault took out, started at {} and ended {:?} at {}, {} (normal: at most {normal:?})",
+                call.process,
+                call.key,
+                shard_of(&call.key),
+                at(call.started),
+                call.outcome,
+                at(call.ended),
+                latency.map_or("unanswered".to_owned(), |latency| format!(
+                    "{latency:?} of it not the work of its value"
+                )),
+            ));
+        }
+    }
+    // The hosts of the shards' first terms: as many as shards when the
+    // spread (§19.3) puts each on a host of its own.
+    let first_terms_on = log
+        .serving
+        .iter()
+        .filter(|((_, epoch), _)| *epoch == Epoch::FIRST)
+        .map(|(_, (_, _, address))| address.host)
+        .collect::<BTreeSet<HostId>>()
+        .len();
     let answered = log
         .calls
         .iter()
@@ -1336,6 +1580,33 @@ fn check(
         coordinator_connections,
         store_requests: log.requests.values().map(|n| u64::from(*n)).sum(),
         killed: log.killed.len(),
+        stalled_shards: log.stalled_shards.clone(),
+        first_terms_on,
+        latency_max,
+        other_shards,
+        stalled_shard_calls: stalled_shards,
         replay: scenario.replay(),
     }
+}
+
+/// A call's latency: its time not covered by the work that made its
+/// value — its wait for a lead or a flight, and its answer's way back —
+/// or `None` when it was not answered. A led call's is its time less its
+/// own work's; a joiner's, its time less the part of it during which its
+/// leader's work ran; a reused call's, all of it.
+fn latency(call: &CallRecord, made_by: &BTreeMap<(&str, FencingToken), &Lead>) -> Option<Duration> {
+    if !matches!(call.outcome, Ended::Led | Ended::Joined | Ended::Reused) {
+        return None;
+    }
+    let took = call.ended - call.started;
+    let worked = call
+        .token
+        .and_then(|token| made_by.get(&(call.key.as_str(), token)))
+        .and_then(|lead| {
+            let (ended, _) = lead.ended?;
+            let from = lead.started.max(call.started);
+            Some(ended.min(call.ended).saturating_duration_since(from))
+        })
+        .unwrap_or_default();
+    Some(took.saturating_sub(worked))
 }

@@ -55,4 +55,6 @@ pub use single_flight_core::coordinator::MAX_CONNECTIONS;
 pub use stats::Stats;
 pub use status::{HostCoordinator, Status, StatusError};
 #[cfg(feature = "_internal")] // for the simulation only
-pub use thread::{OpenCluster, Settings, open_on, open_tiered_on};
+pub use thread::{
+    OpenCluster, Settings, open_on, open_sharded_on, open_sharded_tiered_on, open_tiered_on,
+};

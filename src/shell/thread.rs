@@ -309,14 +309,32 @@ where
     T: crate::transport::Transport<Address = E::Address>,
     O: std::future::Future<Output = (E, T)> + Send + 'static,
 {
+    open_sharded_on(vec![open], settings).await
+}
+
+/// [`open_on`] for a process of a cluster of `shards.len()` shards that
+/// reaches each directly (SPEC.md §19.4): one driver per shard, over the
+/// election and transport that the shard's future makes, in shard order,
+/// all on the current runtime and sharing the process's counters, as
+/// `start_thread`'s drivers share its thread.
+///
+/// # Panics
+///
+/// Outside a tokio runtime, or with no shard or more than `MAX_SHARDS`.
+#[cfg(feature = "_internal")]
+pub async fn open_sharded_on<E, T, O>(shards: Vec<O>, settings: Settings) -> super::SingleFlight
+where
+    E: crate::election::Election,
+    T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
+{
     // A direct process of the simulation relays to none: it is its own
     // host (SPEC.md §18.6).
-    open_serving_on(
-        open,
-        Serves::<crate::backend::local::Directory>::new(None),
-        settings,
-    )
-    .await
+    let shards = shards
+        .into_iter()
+        .map(|open| (open, Serves::<crate::backend::local::Directory>::new(None)))
+        .collect();
+    open_serving_on(shards, settings).await
 }
 
 /// What the simulation's host coordinators open to reach the cluster
@@ -350,15 +368,46 @@ where
     CE: crate::election::Election<Address = CT::Address>,
     CT: crate::transport::Transport,
 {
-    let above = SimulatedCluster {
-        open: cluster,
-        poll_interval: settings.poll_interval(),
-    };
-    let upper = crate::backend::Upper {
-        backend: above,
-        host,
-    };
-    open_serving_on(open, Serves::new(Some(upper)), settings).await
+    open_sharded_tiered_on(vec![(open, cluster)], host, settings).await
+}
+
+/// [`open_tiered_on`] for a process of a cluster of `shards.len()` shards
+/// (SPEC.md §19.4): per shard, in shard order, its host directory's
+/// election and transport and the shard's cluster, each shard's driver
+/// relaying for `host` when it becomes its host's coordinator of that
+/// shard; one host id for every shard, as `flight.host` keeps one.
+///
+/// # Panics
+///
+/// Outside a tokio runtime, or with no shard or more than `MAX_SHARDS`.
+#[cfg(feature = "_internal")]
+pub async fn open_sharded_tiered_on<E, T, O, CE, CT>(
+    shards: Vec<(O, OpenCluster<CE, CT>)>,
+    host: crate::protocol::HostId,
+    settings: Settings,
+) -> super::SingleFlight
+where
+    E: crate::election::Election,
+    T: crate::transport::Transport<Address = E::Address>,
+    O: std::future::Future<Output = (E, T)> + Send + 'static,
+    CE: crate::election::Election<Address = CT::Address>,
+    CT: crate::transport::Transport,
+{
+    let shards = shards
+        .into_iter()
+        .map(|(open, cluster)| {
+            let above = SimulatedCluster {
+                open: cluster,
+                poll_interval: settings.poll_interval(),
+            };
+            let upper = crate::backend::Upper {
+                backend: above,
+                host: host.clone(),
+            };
+            (open, Serves::new(Some(upper)))
+        })
+        .collect();
+    open_serving_on(shards, settings).await
 }
 
 /// The simulation's cluster as the place above a host (SPEC.md §18.1).
@@ -404,11 +453,11 @@ where
     }
 }
 
-/// [`open_on`] with `serves`: the process's driver on the current runtime.
+/// [`open_sharded_on`] with each shard's `serves`: one driver per shard on
+/// the current runtime, sharing one set of counters (SPEC.md §9.8, §19.4).
 #[cfg(feature = "_internal")]
 async fn open_serving_on<E, T, O, U>(
-    open: O,
-    serves: Serves<U>,
+    shards: Vec<(O, Serves<U>)>,
     settings: Settings,
 ) -> super::SingleFlight
 where
@@ -418,37 +467,43 @@ where
     U: super::upstream::Above,
 {
     use super::mutant::Mutant;
+    let count = crate::protocol::ShardCount::new(shards.len() as u64)
+        .expect("the simulation opens 1 to MAX_SHARDS shards");
     let options = Options {
         grace_window: settings.grace_window,
         poll_interval: settings.poll_interval(),
         seeded: settings.seeded,
         clock: Clock::Runtime,
     };
-    let on_caller = options
-        .seeded
-        .hook(Mutant::BackendOpenedByCaller, false, true);
-    let opened: std::pin::Pin<Box<dyn std::future::Future<Output = (E, T)> + Send>> = if on_caller {
-        let opened = open.await;
-        Box::pin(async move { opened })
-    } else {
-        Box::pin(open)
-    };
-    let (shared, _driver) = start(
-        None,
-        &tokio::runtime::Handle::current(),
-        options.seeded,
-        options.clock,
-        (
-            Arc::new(Counters::default()),
-            super::nested::new_place(),
-            crate::protocol::Shard::ONLY,
-        ),
-        move |inbox, hub, counters| async move {
-            let (election, transport) = opened.await;
-            Driver::new(election, transport, options, hub, counters, serves)
-                .run(inbox)
-                .await;
-        },
-    );
-    super::SingleFlight::from_shards(vec![shared], crate::protocol::ShardCount::ONE)
+    let counters = Arc::new(Counters::default());
+    let place = super::nested::new_place();
+    let mut clients = Vec::with_capacity(shards.len());
+    for (shard, (open, serves)) in count.shards().zip(shards) {
+        let on_caller = options
+            .seeded
+            .hook(Mutant::BackendOpenedByCaller, false, true);
+        let opened: std::pin::Pin<Box<dyn std::future::Future<Output = (E, T)> + Send>> =
+            if on_caller {
+                let opened = open.await;
+                Box::pin(async move { opened })
+            } else {
+                Box::pin(open)
+            };
+        let options = options.clone();
+        let (shared, _driver) = start(
+            None,
+            &tokio::runtime::Handle::current(),
+            options.seeded,
+            options.clock,
+            (counters.clone(), place, shard),
+            move |inbox, hub, counters| async move {
+                let (election, transport) = opened.await;
+                Driver::new(election, transport, options, hub, counters, serves)
+                    .run(inbox)
+                    .await;
+            },
+        );
+        clients.push(shared);
+    }
+    super::SingleFlight::from_shards(clients, count)
 }
