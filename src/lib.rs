@@ -125,7 +125,7 @@ pub use shell::{
 pub use single_flight_core::protocol::{
     CoordinatorStats, DecodeError, Epoch, Failure, FailureCode, FencingToken, FlightStatus,
     GroupStatus, HandshakeError, HostId, HostStatus, HostsStatus, Key, MAX_SHARDS, Shard,
-    ShardCount,
+    ShardCount, ShardCountError,
 };
 
 /// What the tests, benchmarks and chaos harness reach of the library's
