@@ -11,7 +11,7 @@
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, now-and-then, busy-host,
 //! fanout, contended, failover, memory, staggered, cluster-uncontended,
 //! cluster-contended, cluster-failover, cluster-host-failover,
-//! cluster-memory), `--contenders LIST` (the local contended run's
+//! cluster-memory, cluster-shards, cluster-shard-failover), `--contenders LIST` (the local contended run's
 //! systems, of single-flight, flock,
 //! redis, floor), `--clients N` (the memory per client's idle clients),
 //! `--figures DIR` (draw the latency picture there, `figures.rs`),
@@ -24,8 +24,9 @@
 //! and `--cluster-grace-ms N` (the cluster failover's lease and window).
 //!
 //! The cluster benchmarks (`cluster.rs`) run between two network
-//! namespaces with etcd in a third; they need root and etcd, and say why
-//! they are skipped without them.
+//! namespaces with etcd in a third, the shards' (`shards.rs`) on four with
+//! etcd in a fifth; they need root and etcd, and say why they are skipped
+//! without them.
 //!
 //! Every figure is the median over rounds with the range of the rounds in
 //! parentheses; ratios are taken within a round, then summarised, because
@@ -66,6 +67,8 @@ mod etcd_lock;
 mod hosts;
 #[cfg(feature = "cluster")]
 mod lab;
+#[cfg(feature = "cluster")]
+mod shards;
 #[cfg(feature = "cluster")]
 mod tls_floor;
 #[cfg(feature = "cluster")]
@@ -135,13 +138,19 @@ const LOCAL_ITEMS: [&str; 8] = [
 
 /// The cluster benchmarks' names, for `--only`, also where the build has
 /// no cluster mode to run them.
-const CLUSTER_ITEMS: [&str; 5] = [
+const CLUSTER_ITEMS: [&str; 7] = [
     "cluster-uncontended",
     "cluster-contended",
     "cluster-failover",
     "cluster-host-failover",
     "cluster-memory",
+    SHARD_ITEMS[0],
+    SHARD_ITEMS[1],
 ];
+
+/// The cluster benchmarks of shards (SPEC.md §19), on a lab of their own
+/// (`shards.rs`).
+const SHARD_ITEMS: [&str; 2] = ["cluster-shards", "cluster-shard-failover"];
 
 /// Idle clients of the memory per client in the full run: issue 30's N,
 /// many enough that what the coordinator allocates once (a grown table, a
@@ -166,6 +175,7 @@ impl Config {
                 keys: 16,
                 duration: Duration::from_secs(3),
                 work: Duration::from_millis(1),
+                distinct: false,
             },
             failover: failover::Shape {
                 processes: 4,
@@ -213,6 +223,7 @@ impl Config {
                 keys: 2,
                 duration: Duration::from_millis(300),
                 work: Duration::from_millis(1),
+                distinct: false,
             },
             failover: failover::Shape {
                 processes: 2,
@@ -382,6 +393,10 @@ fn worker(args: &[String]) {
         #[cfg(feature = "cluster")]
         ["cluster-idle"] => cluster_failover::idle(),
         #[cfg(feature = "cluster")]
+        ["cluster-coordinate", key] => shards::coordinate(key),
+        #[cfg(feature = "cluster")]
+        ["cluster-shard-load", threads, work, file] => shards::shard_load(threads, work, file),
+        #[cfg(feature = "cluster")]
         ["cluster-calls", count, peers] => cluster::calls(count, peers),
         #[cfg(feature = "cluster")]
         ["cluster-lead", key] => cluster_failover::lead(key),
@@ -550,6 +565,8 @@ fn run(config: &Config) {
         ),
         curves: cluster::run(config),
     };
+    #[cfg(feature = "cluster")]
+    shards::run(config);
     #[cfg(not(feature = "cluster"))]
     let cluster = figures::Panel {
         title: String::new(),
