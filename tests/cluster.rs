@@ -15,6 +15,8 @@ mod election;
 mod processes;
 #[path = "cluster/sharded.rs"]
 mod sharded;
+#[path = "cluster/shards.rs"]
+mod shards;
 #[path = "cluster/stampede.rs"]
 mod stampede;
 #[path = "cluster/tier.rs"]

@@ -14,7 +14,7 @@ use super::local::Directory;
 use super::tiered::Tiered;
 use super::{Backend, BackendError, Place, Upper};
 use crate::election::etcd::{self, EtcdElection, EtcdError, EtcdOptions, EtcdTls, EtcdUser};
-use crate::protocol::{Shard, ShardCount, ShardCountError};
+use crate::protocol::{HostId, Shard, ShardCount, ShardCountError};
 use crate::transport::tcp::{
     Security, TcpConfigError, TcpOptions, TcpTransport, certificate_expiry, rfc3339,
 };
@@ -468,6 +468,14 @@ impl Cluster {
     /// The etcd endpoints.
     pub fn endpoints(&self) -> &[String] {
         &self.etcd.endpoints
+    }
+
+    /// The cluster as the host coordinator of `host` opens it (SPEC.md
+    /// §18.1): a shard's host key names the host, not the process's
+    /// address (§19.3).
+    pub(crate) fn relaying_for(mut self, host: &HostId) -> Cluster {
+        self.etcd.host = Some(host.as_str().to_owned());
+        self
     }
 
     /// What this process advertises with `transport`'s real port.

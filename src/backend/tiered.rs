@@ -139,7 +139,7 @@ impl Backend for Tiered {
             .host_id(self.keeps_id.path())
             .map_err(BackendError::new)?;
         Ok(Some(Upper {
-            backend: self.cluster.clone(),
+            backend: self.cluster.clone().relaying_for(&host),
             host,
         }))
     }

@@ -89,6 +89,31 @@ pub enum EtcdError {
         Epoch::MAX
     )]
     EtcdEpochExhausted { key: String },
+    /// The cluster was first used with another number of shards than this
+    /// process's (§19.2): never tried again.
+    #[error(
+        "cluster {cluster:?} has {kept} {} ({whence}); this process was configured with {configured} (--shards, SINGLE_FLIGHT_SHARDS, Cluster::shards): give it {kept}. The number cannot change while the cluster has keys (SPEC.md §19.2)",
+        if *kept == 1 { "shard" } else { "shards" }
+    )]
+    EtcdShardCount {
+        cluster: String,
+        /// The number the cluster has.
+        kept: u32,
+        /// Where that number comes from.
+        whence: String,
+        /// This process's number.
+        configured: u32,
+    },
+    /// The cluster's count of shards holds no count; every process fails
+    /// closed (§19.2).
+    #[error(
+        "the etcd key {key} holds {value:?}, which is not a number of shards (the decimal digits of 1 to {max}): refusing to use the cluster, because a guess could send a key to two shards' coordinators. Put into it the number of shards this cluster's processes are configured with (--shards, SPEC.md §19.2)"
+    )]
+    EtcdShardsCorrupt {
+        key: String,
+        value: String,
+        max: u32,
+    },
     /// The term can no longer prove that its lease lives (§14.2).
     #[error(
         "the coordinator's lease on {key} can no longer be proven alive ({reason}); this term has ended"

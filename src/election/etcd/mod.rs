@@ -11,11 +11,15 @@ use std::time::{Duration, Instant};
 use tonic::Status;
 use tracing::{debug, info, warn};
 
-use client::{Client, ConnectError, Credentials, EventType, TxnRequest, describe, response_op};
+use client::{
+    Client, ConnectError, Credentials, EventType, TxnRequest, TxnResponse, describe, response_op,
+};
+use keys::Keys;
 use lease::Lease;
 use proto::etcdserverpb::KeyValue;
 use renew::{Proof, Reach, Renewals};
 use retry::{Backoff, Jitter, with_retries};
+use shards::Kept;
 
 pub use error::EtcdError;
 #[cfg(feature = "_internal")] // for the tests and harnesses only
@@ -27,10 +31,13 @@ use crate::protocol::{Epoch, Shard};
 #[doc(hidden)]
 pub mod client;
 mod error;
+mod keys;
 mod lease;
 mod proto;
 mod renew;
 mod retry;
+mod shards;
+mod spread;
 mod tls;
 
 /// The lease a coordinator holds unless told otherwise (SPEC.md §14.2). It
@@ -129,6 +136,11 @@ pub struct EtcdOptions {
     /// The shard whose term this election is for, and the cluster's number
     /// of shards (SPEC.md §19.2): [`Shard::ONLY`] for a cluster of one.
     pub shard: Shard,
+    /// The host this process campaigns for, which the host key of a shard
+    /// whose term it wins names (SPEC.md §19.3): the host id of a host
+    /// coordinator; `None` for a process that reaches the cluster directly,
+    /// whose host is the address it advertises.
+    pub host: Option<String>,
 }
 
 /// The files for etcd over TLS: the CA that signed the members'
@@ -163,38 +175,8 @@ impl EtcdOptions {
             tls: None,
             user: None,
             shard: Shard::ONLY,
+            host: None,
         }
-    }
-}
-
-/// The keys of one cluster (SPEC.md §14.1).
-#[derive(Clone, Debug)]
-struct Keys {
-    coordinator: String,
-    epoch: String,
-    clean: String,
-}
-
-impl Keys {
-    fn new(options: &EtcdOptions) -> Keys {
-        let base = format!(
-            "{}/{}",
-            options.prefix.trim_end_matches('/'),
-            options.cluster
-        );
-        Keys {
-            coordinator: format!("{base}/coordinator"),
-            epoch: format!("{base}/epoch"),
-            clean: format!("{base}/clean"),
-        }
-    }
-
-    /// `<prefix>/<cluster>/`: every key of the cluster starts so, and the
-    /// least-privilege role is granted this prefix (SPEC.md §14.9).
-    fn base(&self) -> &str {
-        self.coordinator
-            .strip_suffix("coordinator")
-            .expect("the key ends so")
     }
 }
 
@@ -294,6 +276,13 @@ pub struct EtcdElection {
     ttl: Duration,
     /// The address this process advertises when it coordinates.
     advertise: String,
+    /// The host a shard's host key names when this process holds its term
+    /// (SPEC.md §19.3).
+    host: String,
+    /// Whether a read found the cluster's count of shards this process's
+    /// own (or none yet), which it reads before its first discovery
+    /// (SPEC.md §19.2).
+    counted: bool,
     /// Who etcd knows this process as, for the errors of its access
     /// control (SPEC.md §14.9).
     user: Option<EtcdUser>,
@@ -409,21 +398,85 @@ pub async fn read_coordinator(options: &EtcdOptions) -> Result<Option<String>, E
         endpoints,
         ..
     } = Connected::new(options)?;
-    let key = keys.coordinator.clone();
-    let what = "reading the coordinator key";
-    let answer = with_retries(&client, &mut Jitter::from_os(), what, |client| {
-        let key = key.clone();
-        async move { client.get(key).await }
+    let reader = Reader {
+        client: &client,
+        keys: &keys,
+        user: &options.user,
+        endpoints: &endpoints,
+    };
+    let (found, _) = reader.coordinator_and_count(&mut Jitter::from_os()).await?;
+    Ok(found.map(|found| String::from_utf8_lossy(&found.value).into_owned()))
+}
+
+/// What the first read of a process is doing, for its messages.
+const COUNTING: &str = "reading the coordinator key and the cluster's count of shards";
+
+/// What a read of etcd needs: the client, the keys, and who etcd knows
+/// this process as, for the errors (SPEC.md §14.9).
+struct Reader<'a> {
+    client: &'a Client,
+    keys: &'a Keys,
+    user: &'a Option<EtcdUser>,
+    endpoints: &'a str,
+}
+
+impl Reader<'_> {
+    /// Reads the coordinator key with the cluster's count of shards, in
+    /// one read-only transaction, and checks the count (SPEC.md §19.2): the
+    /// read before a process's first discovery, and `status`'s. Writes
+    /// nothing. The key, if it exists, and the revision of the read.
+    async fn coordinator_and_count(
+        &self,
+        jitter: &mut Jitter,
+    ) -> Result<(Option<KeyValue>, i64), EtcdError> {
+        let keys = self.keys;
+        let txn = TxnRequest {
+            compare: Vec::new(),
+            success: vec![
+                client::range_op(keys.coordinator.clone()),
+                client::range_op(keys.shards.clone()),
+                client::range_op(keys.unsharded_epoch.clone()),
+            ],
+            failure: Vec::new(),
+        };
+        let answer = with_retries(self.client, jitter, COUNTING, |client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(|error| {
+            let access = (
+                Permission::Read,
+                format!(
+                    "the keys {}, {} and {}",
+                    keys.coordinator, keys.shards, keys.unsharded_epoch
+                ),
+            );
+            refused(self.user, self.endpoints, keys, COUNTING, access, error)
+        })?;
+        let [coordinator, shards, epoch] = ranges(&answer);
+        Kept::read(
+            keys,
+            shards.map(|kv| (&kv.value[..], kv.mod_revision)),
+            epoch.is_some(),
+        )?
+        .admits(keys, keys.shard.count())?;
+        let revision = answer.header.map_or(0, |header| header.revision);
+        Ok((coordinator.cloned(), revision))
+    }
+}
+
+/// The first key that each of a transaction's first `N` reads found.
+fn ranges<const N: usize>(answer: &TxnResponse) -> [Option<&KeyValue>; N] {
+    std::array::from_fn(|index| {
+        answer
+            .responses
+            .get(index)
+            .and_then(|answer| match &answer.response {
+                Some(response_op::Response::ResponseRange(range)) => range.kvs.first(),
+                _ => None,
+            })
     })
-    .await
-    .map_err(|error| {
-        let access = (Permission::Read, format!("the key {key}"));
-        refused(&options.user, &endpoints, &keys, what, access, error)
-    })?;
-    Ok(answer
-        .kvs
-        .first()
-        .map(|found| String::from_utf8_lossy(&found.value).into_owned()))
 }
 
 impl EtcdElection {
@@ -474,7 +527,9 @@ impl EtcdElection {
             user: options.user.clone(),
             endpoints,
             ttl: options.ttl.max(MIN_TTL),
+            host: options.host.clone().unwrap_or_else(|| advertise.clone()),
             advertise,
+            counted: false,
             seen: None,
             absent: None,
         })
@@ -563,13 +618,20 @@ fn parse_epoch(key: &str, value: &[u8]) -> Result<Epoch, EtcdError> {
 struct Found {
     coordinator: Option<KeyValue>,
     epoch: Option<KeyValue>,
+    /// The cluster's count of shards, this process's own (§19.2).
+    kept: Kept,
+    /// How many other shards this process's host coordinates (§19.3); 0
+    /// with one shard.
+    held: u32,
     /// The revision of the read.
     revision: i64,
 }
 
 impl EtcdElection {
     /// Reads every key of the cluster in one request: the coordinator key
-    /// and the epoch (and the clean key, unused here).
+    /// and the epoch of this election's shard (and its clean key, unused
+    /// here), the cluster's count of shards, which it checks (§19.2), and
+    /// with more than one shard the other shards' host keys (§19.3).
     async fn read_keys(&mut self, what: &'static str) -> Result<Found, EtcdError> {
         let base = self.keys.base().to_owned();
         let answer = with_retries(&self.client, &mut self.jitter, what, |client| {
@@ -588,11 +650,71 @@ impl EtcdElection {
                 .find(|kv| kv.key == key.as_bytes())
                 .cloned()
         };
+        let shards = find(&self.keys.shards);
+        let kept = Kept::read(
+            &self.keys,
+            shards.as_ref().map(|kv| (&kv.value[..], kv.mod_revision)),
+            find(&self.keys.unsharded_epoch).is_some(),
+        )?;
+        kept.admits(&self.keys, self.keys.shard.count())?;
+        let held = if self.keys.host.is_some() {
+            let found = answer.kvs.iter().map(|kv| (&kv.key[..], &kv.value[..]));
+            spread::held(&self.keys, found, &self.host)
+        } else {
+            0
+        };
         Ok(Found {
             coordinator: find(&self.keys.coordinator),
             epoch: find(&self.keys.epoch),
+            kept,
+            held,
             revision: answer.header.as_ref().map_or(0, |header| header.revision),
         })
+    }
+
+    /// Records this process's count of shards as the cluster's, unless
+    /// another process recorded one or a term was served meanwhile
+    /// (SPEC.md §19.2): a transaction that puts `P shards` only while
+    /// neither it nor `P epoch` exists, and otherwise reads both, whose
+    /// count is checked as every read's. The revision of `P shards`' last
+    /// modification, for the campaign's transaction to compare. An attempt
+    /// that was applied though its answer was lost is told by its failure
+    /// branch, which then finds this process's own count.
+    async fn record_count(&mut self) -> Result<i64, EtcdError> {
+        let what = "recording the cluster's count of shards";
+        let count = self.keys.shard.count().to_string();
+        let txn = TxnRequest {
+            compare: vec![
+                client::create_revision_is(self.keys.shards.clone(), 0),
+                client::create_revision_is(self.keys.unsharded_epoch.clone(), 0),
+            ],
+            success: vec![client::put_op(self.keys.shards.clone(), count.clone(), 0)],
+            failure: vec![
+                client::range_op(self.keys.shards.clone()),
+                client::range_op(self.keys.unsharded_epoch.clone()),
+            ],
+        };
+        let answer = with_retries(&self.client, &mut self.jitter, what, |client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+        .map_err(|error| {
+            let access = (Permission::Write, format!("the key {}", self.keys.shards));
+            self.request_failed(what, access, error)
+        })?;
+        if answer.succeeded {
+            info!(key = %self.keys.shards, %count, "recorded the cluster's count of shards (SPEC.md §19.2)");
+            return Ok(answer.header.map_or(0, |header| header.revision));
+        }
+        let [shards, epoch] = ranges(&answer);
+        let kept = Kept::read(
+            &self.keys,
+            shards.map(|kv| (&kv.value[..], kv.mod_revision)),
+            epoch.is_some(),
+        )?;
+        kept.admits(&self.keys, self.keys.shard.count())?;
+        Ok(kept.revision())
     }
 
     /// Whether the coordinator key is put within `pause`, by a watch from
@@ -632,23 +754,39 @@ impl Election for EtcdElection {
     async fn coordinator(&mut self) -> Result<Option<String>, EtcdError> {
         let started = Instant::now();
         self.absent = None;
-        let key = self.keys.coordinator.clone();
-        let answer = with_retries(
-            &self.client,
-            &mut self.jitter,
-            "reading the coordinator key",
-            |client| {
-                let key = key.clone();
-                async move { client.get(key).await }
-            },
-        )
-        .await
-        .map_err(|error| {
-            let access = (Permission::Read, format!("the key {key}"));
-            self.request_failed("reading the coordinator key", access, error)
-        })?;
-        let revision = answer.header.map_or(0, |header| header.revision);
-        let Some(found) = answer.kvs.first() else {
+        let (found, revision) = if self.counted {
+            let key = self.keys.coordinator.clone();
+            let answer = with_retries(
+                &self.client,
+                &mut self.jitter,
+                "reading the coordinator key",
+                |client| {
+                    let key = key.clone();
+                    async move { client.get(key).await }
+                },
+            )
+            .await
+            .map_err(|error| {
+                let access = (Permission::Read, format!("the key {key}"));
+                self.request_failed("reading the coordinator key", access, error)
+            })?;
+            let revision = answer.header.map_or(0, |header| header.revision);
+            (answer.kvs.into_iter().next(), revision)
+        } else {
+            // §19.2: the first read also reads the cluster's count of
+            // shards, in the same request, and a process of another count
+            // goes no further.
+            let reader = Reader {
+                client: &self.client,
+                keys: &self.keys,
+                user: &self.user,
+                endpoints: &self.endpoints,
+            };
+            let read = reader.coordinator_and_count(&mut self.jitter).await?;
+            self.counted = true;
+            read
+        };
+        let Some(found) = found else {
             self.seen = None;
             self.absent = Some((revision, started.elapsed()));
             return Ok(None);
@@ -661,31 +799,66 @@ impl Election for EtcdElection {
         // A campaign right after a read that found no coordinator key goes
         // on from that read. Others come from processes that could not
         // reach a coordinator whose key still lives: one read, no lease.
-        let (read_at, read_took) = match self.absent.take() {
-            Some(absent) => absent,
+        let sharded = self.keys.host.is_some();
+        let (mut read_at, read_took, held) = match self.absent.take() {
+            // §19.3: with shards, the pause depends on how many other
+            // shards this host coordinates, which the read of the
+            // coordinator key alone did not say.
+            Some((revision, took)) if sharded => {
+                let found = self.read_keys("reading the cluster's keys").await?;
+                if found.coordinator.is_some() {
+                    return Ok(None);
+                }
+                (revision, took, found.held)
+            }
+            Some((revision, took)) => (revision, took, 0),
             None => {
                 let started = Instant::now();
                 let found = self.read_keys("reading the coordinator key").await?;
                 if found.coordinator.is_some() {
                     return Ok(None);
                 }
-                (found.revision, started.elapsed())
+                (found.revision, started.elapsed(), found.held)
             }
         };
         // §14.3: a pause, so that one process of a stampede campaigns and
-        // the rest see its key put; then a read again.
-        let pause = campaign_window(read_took).mul_f64(self.jitter.fraction().sqrt());
-        if self.put_within(pause, read_at).await {
-            debug!(
-                ?pause,
-                "another process took the coordinator key during the pause"
-            );
-            return Ok(None);
-        }
-        let found = self.read_keys("reading the coordinator key").await?;
-        if found.coordinator.is_some() {
-            return Ok(None);
-        }
+        // the rest see its key put; then a read again. §19.3: a window
+        // more for each other shard this host coordinates, and again for
+        // each it won meanwhile.
+        let window = campaign_window(read_took);
+        let mut pause = spread::first_pause(window, held, self.jitter.fraction());
+        let mut paused_for = held;
+        let found = loop {
+            if self.put_within(pause, read_at).await {
+                debug!(
+                    ?pause,
+                    "another process took the coordinator key during the pause"
+                );
+                return Ok(None);
+            }
+            let found = self.read_keys("reading the coordinator key").await?;
+            if found.coordinator.is_some() {
+                return Ok(None);
+            }
+            // At most once per other shard: `held` only grows here.
+            match spread::further_pause(window, paused_for, found.held) {
+                Some(more) => {
+                    debug!(
+                        held = found.held,
+                        ?more,
+                        "this host won other shards during the pause; pausing again (SPEC.md §19.3)"
+                    );
+                    (pause, paused_for, read_at) = (more, found.held, found.revision);
+                }
+                None => break found,
+            }
+        };
+        // §19.2: the first campaign of a sharded cluster records its count;
+        // a cluster of one needs no record (its epoch key says it).
+        let shards_revision = match found.kept {
+            Kept::Unrecorded if sharded => self.record_count().await?,
+            kept => kept.revision(),
+        };
         let epoch_key = self.keys.epoch.clone();
         let (last, last_revision) = match &found.epoch {
             Some(kv) => (Some(parse_epoch(&epoch_key, &kv.value)?), kv.mod_revision),
@@ -724,16 +897,24 @@ impl Election for EtcdElection {
         // since it was read; so epochs strictly increase across terms. Its
         // failure branch reads the key: an attempt that etcd applied but
         // whose answer was lost shows the key under this lease (§14.6).
+        // §19.2: nor if the count of shards changed since it was read (a
+        // process of more shards recorded its count first).
+        let mut success = vec![
+            client::put_op(self.keys.coordinator.clone(), self.advertise.clone(), lease),
+            client::put_op(self.keys.epoch.clone(), epoch.to_string(), 0),
+            client::delete_op(self.keys.clean.clone()),
+        ];
+        // §19.3: the shard's host key goes with the term's lease.
+        if let Some(host_key) = &self.keys.host {
+            success.push(client::put_op(host_key.clone(), self.host.clone(), lease));
+        }
         let txn = TxnRequest {
             compare: vec![
                 client::create_revision_is(self.keys.coordinator.clone(), 0),
                 client::mod_revision_is(self.keys.epoch.clone(), last_revision),
+                client::mod_revision_is(self.keys.shards.clone(), shards_revision),
             ],
-            success: vec![
-                client::put_op(self.keys.coordinator.clone(), self.advertise.clone(), lease),
-                client::put_op(self.keys.epoch.clone(), epoch.to_string(), 0),
-                client::delete_op(self.keys.clean.clone()),
-            ],
+            success,
             failure: vec![client::range_op(self.keys.coordinator.clone())],
         };
         let won = with_retries(&self.client, &mut self.jitter, "campaigning", |client| {
@@ -747,10 +928,16 @@ impl Election for EtcdElection {
                 // Whether the transaction was applied is unknown: the lease
                 // is revoked, which removes the key if it was.
                 revoke_later(self.client.clone(), lease);
-                let keys = format!(
-                    "the keys {}, {} and {}",
-                    self.keys.coordinator, self.keys.epoch, self.keys.clean
-                );
+                let keys = match &self.keys.host {
+                    None => format!(
+                        "the keys {}, {} and {}",
+                        self.keys.coordinator, self.keys.epoch, self.keys.clean
+                    ),
+                    Some(host) => format!(
+                        "the keys {}, {}, {} and {host}",
+                        self.keys.coordinator, self.keys.epoch, self.keys.clean
+                    ),
+                };
                 return Err(self.request_failed("campaigning", (Permission::Write, keys), error));
             }
         };
