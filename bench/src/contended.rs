@@ -12,7 +12,7 @@ use single_flight::{Role, SingleFlight};
 
 use crate::contended_floor;
 use crate::fanout::{flock_call, value_of};
-use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines};
+use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines, thread_cpu_nanos};
 use crate::redis;
 use crate::stats::{Cdf, percentile};
 
@@ -209,10 +209,13 @@ pub fn measure_on(
     let go = format!("go {}", shape.duration.as_millis());
     let redis_cpu = redis_pid.map(|pid| cpu_nanos(Some(pid)));
     let services_cpu: u64 = services.iter().map(|&p| cpu_nanos(Some(p))).sum();
+    // To the nanosecond (the ticks of `cpu_nanos` are 10 ms, a few percent
+    // of a process's share in a run of seconds): a coordinator's threads
+    // live through the run.
     let watched_cpu: Vec<u64> = placement
         .watched
         .iter()
-        .map(|&p| cpu_nanos(Some(p)))
+        .map(|&p| thread_cpu_nanos(Some(p)))
         .collect();
     for worker in &mut workers {
         worker.send(&go);
@@ -254,7 +257,7 @@ pub fn measure_on(
         .watched
         .iter()
         .zip(&watched_cpu)
-        .map(|(&p, &before)| cpu_nanos(Some(p)).saturating_sub(before))
+        .map(|(&p, &before)| thread_cpu_nanos(Some(p)).saturating_sub(before))
         .collect();
     for worker in &mut workers {
         worker.send("quit");

@@ -139,14 +139,6 @@ static OPENED_ON: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::Once
 /// Opens the cluster this worker was started in, and makes one call, so
 /// that it is connected (or coordinates) before anything is timed.
 pub fn open_from_env() -> SingleFlight {
-    open_from_env_warming(&process::warm_up_key())
-}
-
-/// The same, its one call on `key`: in a cluster of several shards, the
-/// call that makes the process campaign for `key`'s shard when it has no
-/// coordinator yet (SPEC.md §19.3), so that the benchmark places each
-/// shard's term.
-pub fn open_from_env_warming(key: &str) -> SingleFlight {
     let place = Place::from_env();
     let certs = &place.certs;
     let mut cluster = Cluster::etcd(place.endpoints.iter(), place.cluster.as_str())
@@ -182,7 +174,7 @@ pub fn open_from_env_warming(key: &str) -> SingleFlight {
                 .open()
                 .await
                 .expect("open the cluster");
-            process::warm_up_on(&flights, key).await;
+            process::warm_up(&flights).await;
             flights
         })
 }

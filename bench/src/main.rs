@@ -393,8 +393,6 @@ fn worker(args: &[String]) {
         #[cfg(feature = "cluster")]
         ["cluster-idle"] => cluster_failover::idle(),
         #[cfg(feature = "cluster")]
-        ["cluster-coordinate", key] => shards::coordinate(key),
-        #[cfg(feature = "cluster")]
         ["cluster-shard-load", threads, work, file] => shards::shard_load(threads, work, file),
         #[cfg(feature = "cluster")]
         ["cluster-calls", count, peers] => cluster::calls(count, peers),

@@ -326,18 +326,9 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// One call on a key of this process's own, so that it is connected (or
 /// coordinates) before anything is timed.
 pub async fn warm_up(flights: &single_flight::SingleFlight) {
-    warm_up_on(flights, &warm_up_key()).await;
-}
-
-/// The key of [`warm_up`]'s call: this process's own.
-pub fn warm_up_key() -> String {
-    format!("warm-{}", std::process::id())
-}
-
-/// One call on `key`, as [`warm_up`] makes on its own.
-pub async fn warm_up_on(flights: &single_flight::SingleFlight, key: &str) {
+    let warm = format!("warm-{}", std::process::id());
     flights
-        .run(key, |_| async { Ok::<_, std::io::Error>(0) })
+        .run(&warm, |_| async { Ok::<_, std::io::Error>(0) })
         .await
         .expect("a warm-up call");
 }
