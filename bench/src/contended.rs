@@ -12,7 +12,9 @@ use single_flight::{Role, SingleFlight};
 
 use crate::contended_floor;
 use crate::fanout::{flock_call, value_of};
-use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines, thread_cpu_nanos};
+use crate::process::{
+    self, Scratch, Worker, cpu_nanos, say, stdin_lines, thread_cpu_nanos, thread_switches,
+};
 use crate::redis;
 use crate::stats::{Cdf, percentile};
 
@@ -33,6 +35,9 @@ pub struct Throughput {
     /// CPU time per call of each of the placement's watched processes
     /// ([`Placement::watched`]), in its order, in nanoseconds.
     pub watched_cpu_per_call: Vec<f64>,
+    /// The times a thread of each watched process was given a CPU, per
+    /// call ([`process::thread_switches`]).
+    pub watched_switches_per_call: Vec<f64>,
     /// The distribution of the call latencies, in nanoseconds, for the
     /// picture of BENCHMARKS.md (`crate::figures`).
     pub latency: Cdf,
@@ -217,6 +222,11 @@ pub fn measure_on(
         .iter()
         .map(|&p| thread_cpu_nanos(Some(p)))
         .collect();
+    let watched_switches: Vec<u64> = placement
+        .watched
+        .iter()
+        .map(|&p| thread_switches(Some(p)))
+        .collect();
     for worker in &mut workers {
         worker.send(&go);
     }
@@ -259,6 +269,12 @@ pub fn measure_on(
         .zip(&watched_cpu)
         .map(|(&p, &before)| thread_cpu_nanos(Some(p)).saturating_sub(before))
         .collect();
+    let watched_switched: Vec<u64> = placement
+        .watched
+        .iter()
+        .zip(&watched_switches)
+        .map(|(&p, &before)| thread_switches(Some(p)).saturating_sub(before))
+        .collect();
     for worker in &mut workers {
         worker.send("quit");
     }
@@ -281,6 +297,10 @@ pub fn measure_on(
         watched_cpu_per_call: watched_used
             .iter()
             .map(|&used| used as f64 / calls as f64)
+            .collect(),
+        watched_switches_per_call: watched_switched
+            .iter()
+            .map(|&switched| switched as f64 / calls as f64)
             .collect(),
         latency: Cdf::of(&latencies),
     }

@@ -20,8 +20,10 @@
 //! with a message), `--work-us N` (the contended work), `--duration-ms N`
 //! (each contended run), `--kills N` (per failover round), `--pings N` (of
 //! the floor), `--calls N` (uncontended calls per round, busy-host's too),
-//! `--cluster-kills N` (per cluster failover round), `--cluster-ttl-ms N`
-//! and `--cluster-grace-ms N` (the cluster failover's lease and window).
+//! `--cluster-kills N` (per cluster failover round, the shards' failover
+//! too), `--cluster-ttl-ms N` and `--cluster-grace-ms N` (the cluster
+//! failovers' lease and window), `--shard-threads N` (caller threads per
+//! process of `cluster-shards`; the contended shape's keys by default).
 //!
 //! The cluster benchmarks (`cluster.rs`) run between two network
 //! namespaces with etcd in a third, the shards' (`shards.rs`) on four with
@@ -103,6 +105,9 @@ struct Config {
     memory_clients: usize,
     /// The contended run's systems; all of them when empty.
     contenders: Vec<String>,
+    /// Caller threads per process of the shards' item (`--shard-threads`);
+    /// `None`: the contended shape's keys.
+    shard_threads: Option<usize>,
     /// Where the pictures are written (`--figures DIR`); none without it,
     /// so that only `bash bench/run`'s full run replaces the repository's.
     figures: Option<std::path::PathBuf>,
@@ -202,6 +207,7 @@ impl Config {
             },
             memory_clients: MEMORY_CLIENTS,
             contenders: Vec::new(),
+            shard_threads: None,
             figures: None,
         }
     }
@@ -248,6 +254,7 @@ impl Config {
             },
             memory_clients: 20,
             contenders: Vec::new(),
+            shard_threads: None,
             figures: None,
         }
     }
@@ -338,6 +345,7 @@ fn main() {
             "--pings" => config.floor_pings = number(value()) as usize,
             "--calls" => config.uncontended_calls = number(value()) as usize,
             "--cluster-kills" => config.cluster.kills = number(value()) as usize,
+            "--shard-threads" => config.shard_threads = Some(number(value()) as usize),
             "--cluster-ttl-ms" => {
                 config.cluster.ttl = Some(Duration::from_millis(number(value())));
             }

@@ -94,6 +94,17 @@ impl Sharded {
         self.coordinators.iter().copied().fold(0.0, f64::max)
     }
 
+    /// Every term holder's CPU per call together: the coordinating work of
+    /// a call, wherever it was done (ns).
+    fn together(&self) -> f64 {
+        self.coordinators.iter().sum()
+    }
+
+    /// The times a thread of any term holder was given a CPU, per call.
+    fn switches(&self) -> f64 {
+        self.result.watched_switches_per_call.iter().sum()
+    }
+
     /// The least busy term holder's CPU per call ÷ the busiest's: 1 when
     /// the coordinating work splits evenly.
     fn evenness(&self) -> f64 {
@@ -175,6 +186,7 @@ pub fn run(config: &crate::Config) {
     println!();
     let shape = contended::Shape {
         distinct: true,
+        keys: config.shard_threads.unwrap_or(config.contended.keys),
         ..config.contended
     };
     let mut figures = Figures {
@@ -458,7 +470,17 @@ fn report(shape: contended::Shape, ttl: Duration, grace: Duration, figures: &Fig
                 &format!("… S = {shards}: the least busy term holder's ÷ the busiest's"),
                 shown(&of(&|r| r.evenness()), 1.0, 2),
             );
+            row(
+                &format!("… S = {shards}: every term holder's CPU time together ÷ all calls (µs)"),
+                shown(&of(&|r| r.together()), MICROS, 1),
+            );
         }
+        row(
+            &format!(
+                "… S = {shards}: times a thread of a term holder was given a CPU, all of them together, per call"
+            ),
+            shown(&of(&|r| r.switches()), 1.0, 2),
+        );
         let failed: u64 = runs.iter().map(|r| r.result.failed).sum();
         if failed > 0 {
             row(
