@@ -206,10 +206,19 @@ pub fn run(config: &crate::Config) {
     for round in 1..=config.rounds {
         eprintln!("shards round {round} of {}", config.rounds);
         if config.runs("cluster-shards") {
-            let this_round: Vec<Sharded> = SHARD_COUNTS
-                .iter()
-                .map(|&shards| sharded(&lab, round, shards, shape))
-                .collect();
+            // Every other round in the opposite order, so that a drift of
+            // the machine's load within a round favours no S.
+            let mut this_round: Vec<(u32, Sharded)> = Vec::new();
+            for index in 0..SHARD_COUNTS.len() {
+                let index = match round % 2 {
+                    0 => SHARD_COUNTS.len() - 1 - index,
+                    _ => index,
+                };
+                let shards = SHARD_COUNTS[index];
+                this_round.push((shards, sharded(&lab, round, shards, shape)));
+            }
+            this_round.sort_by_key(|(shards, _)| *shards);
+            let this_round: Vec<Sharded> = this_round.into_iter().map(|(_, run)| run).collect();
             let one = &this_round[0];
             for (index, other) in this_round[1..].iter().enumerate() {
                 figures.busiest_over_one[index].push(other.busiest() / one.busiest());
