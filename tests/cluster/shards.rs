@@ -46,14 +46,8 @@ fn client(etcd: &Etcd) -> Client {
 /// Asserts that `error` is §19.2's refusal, not an outage, and that its
 /// message holds every one of `words`.
 fn assert_refused(error: &EtcdError, words: &[&str]) {
-    assert!(
-        matches!(error, EtcdError::EtcdShardCount { .. }),
-        "{error}"
-    );
-    assert!(
-        !EtcdElection::is_outage(error),
-        "not tried again: {error}"
-    );
+    assert!(matches!(error, EtcdError::EtcdShardCount { .. }), "{error}");
+    assert!(!EtcdElection::is_outage(error), "not tried again: {error}");
     let message = error.to_string();
     for word in words {
         assert!(message.contains(word), "{word:?} in {message}");
@@ -116,7 +110,11 @@ async fn s19_2_a_process_of_another_count_is_refused_naming_both() {
             if matches!(*unavailable, Unavailable::Backend(_)) =>
         {
             let message = unavailable.to_string();
-            for word in ["has 4 shards", "configured with 1", "single-flight/c/shards"] {
+            for word in [
+                "has 4 shards",
+                "configured with 1",
+                "single-flight/c/shards",
+            ] {
                 assert!(message.contains(word), "{word:?} in {message}");
             }
         }

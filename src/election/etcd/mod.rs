@@ -3,7 +3,11 @@
 //! address it advertises; each term's epoch is the counter
 //! `<prefix>/<cluster>/epoch`, raised in the same transaction that wins the
 //! key. The holder renews its lease and stops answering as soon as it can no
-//! longer prove the lease alive (§14.2).
+//! longer prove the lease alive (§14.2). In a cluster of several shards,
+//! each election is one shard's, under keys of its own (`keys.rs`, §19.2);
+//! every election checks the cluster's count of shards (`shards.rs`), and
+//! a shard's campaign pauses longer on a host that coordinates others
+//! (`spread.rs`, §19.3).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
