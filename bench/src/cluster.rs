@@ -28,9 +28,13 @@ use single_flight::DEFAULT_CLUSTER_GRACE_WINDOW;
 use crate::cluster_failover::{self, HostKill, Kill};
 use crate::contended::{self, Placement, RedisTarget, System, Throughput};
 use crate::floor::Timed;
-use crate::lab::{self, HOSTS, Lab, Settings};
+use crate::lab::{self, Lab, Settings};
 use crate::process::{Worker, say};
 use crate::stats::{Cdf, MICROS, MILLIS, percentile, shown};
+
+/// The hosts of these items: the cluster rows of BENCHMARKS.md were
+/// measured between two.
+pub const HOSTS: usize = 2;
 
 /// Joiners of the flight that runs through a kill: enough that "every
 /// waiter answered" means more than one process.
@@ -108,9 +112,11 @@ struct Figures {
 /// system, all rounds pooled, for the picture (`crate::figures`).
 pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
     let shapes = Shapes::of(config);
+    // The shards' items have a section and a lab of their own
+    // (`crate::shards`).
     let items: Vec<&str> = crate::CLUSTER_ITEMS
         .into_iter()
-        .filter(|i| config.runs(i))
+        .filter(|i| config.runs(i) && !crate::SHARD_ITEMS.contains(i))
         .collect();
     if items.is_empty() {
         return Vec::new();
@@ -118,7 +124,7 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
     println!();
     println!("## Cluster mode");
     println!();
-    let lab = match Lab::start() {
+    let lab = match Lab::start(HOSTS) {
         Ok(lab) => lab,
         Err(reason) => {
             println!("- {}: skipped: {reason}", items.join(", "));
@@ -306,6 +312,7 @@ fn contended_round(
         let placement = Placement {
             spawn: &spawn,
             services,
+            watched: Vec::new(),
         };
         let result = contended::measure_on(*system, shape, redis, &placement);
         this_round.push((*system, result.calls_per_second));

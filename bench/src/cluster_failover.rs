@@ -28,7 +28,8 @@ use single_flight::_internal::election::etcd::REQUEST_TIMEOUT;
 use single_flight::_internal::election::etcd::client::{Client, EventType};
 use single_flight::{Role, RunError};
 
-use crate::lab::{self, HOSTS, Lab, Settings};
+use crate::cluster::HOSTS;
+use crate::lab::{self, Lab, Settings};
 use crate::process::{self, WORKER_PATIENCE, Worker, say, stdin_lines, wall_nanos};
 
 /// How long the watcher waits for etcd before it looks whether it should
@@ -75,7 +76,7 @@ pub fn measure(lab: &Lab, round: usize, shape: Shape) -> Vec<Kill> {
     };
     let watch = Watch::start(lab, &settings.cluster);
     // The processes of each host: the first coordinates.
-    let mut on_host: [Vec<Worker>; HOSTS] = Default::default();
+    let mut on_host: Vec<Vec<Worker>> = (0..lab.hosts()).map(|_| Vec::new()).collect();
     on_host[0].push(lab.worker(0, &settings, &["cluster-idle"]).ready());
     let threads = shape.load_threads.to_string();
     let work = shape.work.as_micros().to_string();
@@ -83,7 +84,7 @@ pub fn measure(lab: &Lab, round: usize, shape: Shape) -> Vec<Kill> {
     for kill in 0..shape.kills {
         let before = lab.status(&settings.cluster);
         let dying = lab.host_of(&before);
-        let surviving = (dying + 1) % HOSTS;
+        let surviving = (dying + 1) % lab.hosts();
         let key = format!("through-kill-{kill}");
         let mut leader = lab
             .worker(surviving, &settings, &["cluster-lead", &key])
@@ -251,16 +252,28 @@ pub fn measure_host(lab: &Lab, round: usize, shape: Shape) -> Vec<HostKill> {
 
 /// The events of a cluster's coordinator key, as etcd's watch delivers
 /// them to a thread of the orchestrator, with the time each arrived.
-struct Watch {
+pub struct Watch {
     events: mpsc::Receiver<(EventType, u64)>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watch {
+    /// The coordinator key of a cluster of one shard (SPEC.md §14.1).
     fn start(lab: &Lab, cluster: &str) -> Watch {
+        Watch::key(lab, format!("{cluster}/coordinator"))
+    }
+
+    /// The coordinator key of shard `shard` of a cluster of several
+    /// (SPEC.md §19.2).
+    pub fn shard(lab: &Lab, cluster: &str, shard: usize) -> Watch {
+        Watch::key(lab, format!("{cluster}/shard-{shard}/coordinator"))
+    }
+
+    /// The key `key` under the library's prefix.
+    fn key(lab: &Lab, key: String) -> Watch {
         let key = format!(
-            "{}/{cluster}/coordinator",
+            "{}/{key}",
             single_flight::_internal::election::etcd::DEFAULT_PREFIX
         );
         let endpoints = lab.endpoints();
@@ -300,13 +313,13 @@ impl Watch {
     }
 
     /// Drops the events seen so far.
-    fn forget(&self) {
+    pub fn forget(&self) {
         while self.events.try_recv().is_ok() {}
     }
 
     /// The first deletion of the key after `since`, and the first put
     /// after that.
-    fn expiry_and_election(&self, since: u64) -> (u64, u64) {
+    pub fn expiry_and_election(&self, since: u64) -> (u64, u64) {
         let start = Instant::now();
         let mut expired = None;
         loop {

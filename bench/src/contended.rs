@@ -3,6 +3,7 @@
 //! work (a blocking sleep, then a 64-byte value) and the same threads for
 //! single-flight, the flock baseline and the Redis baseline.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -11,7 +12,9 @@ use single_flight::{Role, SingleFlight};
 
 use crate::contended_floor;
 use crate::fanout::{flock_call, value_of};
-use crate::process::{self, Scratch, Worker, cpu_nanos, say, stdin_lines};
+use crate::process::{
+    self, Scratch, Worker, cpu_nanos, say, stdin_lines, thread_cpu_nanos, thread_switches,
+};
 use crate::redis;
 use crate::stats::{Cdf, percentile};
 
@@ -29,6 +32,12 @@ pub struct Throughput {
     pub cpu_per_call: f64,
     /// Calls that ended with an error (none are expected).
     pub failed: u64,
+    /// CPU time per call of each of the placement's watched processes
+    /// ([`Placement::watched`]), in its order, in nanoseconds.
+    pub watched_cpu_per_call: Vec<f64>,
+    /// The times a thread of each watched process was given a CPU, per
+    /// call ([`process::thread_switches`]).
+    pub watched_switches_per_call: Vec<f64>,
     /// The distribution of the call latencies, in nanoseconds, for the
     /// picture of BENCHMARKS.md (`crate::figures`).
     pub latency: Cdf,
@@ -70,6 +79,16 @@ impl System {
         }
     }
 
+    /// Whether this is single-flight (locally, or in cluster mode).
+    fn is_single_flight(self) -> bool {
+        match self {
+            System::SingleFlight => true,
+            #[cfg(feature = "cluster")]
+            System::Cluster | System::ClusterTier => true,
+            _ => false,
+        }
+    }
+
     fn parse(text: &str) -> System {
         match text {
             "single-flight" => System::SingleFlight,
@@ -91,9 +110,15 @@ impl System {
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
     pub processes: usize,
+    /// The keys shared by all processes, one caller thread of each process
+    /// per key; with `distinct`, each process's caller threads.
     pub keys: usize,
     pub duration: Duration,
     pub work: Duration,
+    /// Each call on a key of its own, so that every call leads and lands
+    /// (the shards' item, `crate::shards`), instead of `keys` keys shared
+    /// by all.
+    pub distinct: bool,
 }
 
 /// Where the Redis baseline's server is: its address, and its process when
@@ -124,6 +149,9 @@ pub struct Placement<'a> {
     /// Processes besides the workers and Redis whose CPU time the run
     /// counts (etcd, for the systems that use it).
     pub services: Vec<u32>,
+    /// Processes whose CPU time the run also reports one by one
+    /// ([`Throughput::watched_cpu_per_call`]): the shards' coordinators.
+    pub watched: Vec<u32>,
 }
 
 /// Runs `system` with `shape`, every process on this machine as it is.
@@ -132,6 +160,7 @@ pub fn measure(system: System, shape: Shape, redis: Option<&RedisTarget>) -> Thr
     let placement = Placement {
         spawn: &local,
         services: Vec::new(),
+        watched: Vec::new(),
     };
     measure_on(system, shape, redis, &placement)
 }
@@ -162,19 +191,42 @@ pub fn measure_on(
         .copied()
         .chain(floor.as_ref().map(Worker::pid))
         .collect();
-    let args = ["contend", system.name(), &dir_text, &keys, &work, redis, ""];
+    let keys_of = if shape.distinct { DISTINCT } else { SHARED };
+    let args = [
+        "contend",
+        system.name(),
+        &dir_text,
+        &keys,
+        keys_of,
+        &work,
+        redis,
+        "",
+    ];
     // The first process opens the directory first and so coordinates, as
     // the first of a group of real processes would.
     let mut workers = Vec::with_capacity(shape.processes);
     for index in 0..shape.processes {
         let index = index.to_string();
         let mut args = args;
-        args[6] = &index;
+        args[7] = &index;
         workers.push((placement.spawn)(workers.len(), &args).ready());
     }
     let go = format!("go {}", shape.duration.as_millis());
     let redis_cpu = redis_pid.map(|pid| cpu_nanos(Some(pid)));
     let services_cpu: u64 = services.iter().map(|&p| cpu_nanos(Some(p))).sum();
+    // To the nanosecond (the ticks of `cpu_nanos` are 10 ms, a few percent
+    // of a process's share in a run of seconds): a coordinator's threads
+    // live through the run.
+    let watched_cpu: Vec<u64> = placement
+        .watched
+        .iter()
+        .map(|&p| thread_cpu_nanos(Some(p)))
+        .collect();
+    let watched_switches: Vec<u64> = placement
+        .watched
+        .iter()
+        .map(|&p| thread_switches(Some(p)))
+        .collect();
     for worker in &mut workers {
         worker.send(&go);
     }
@@ -210,6 +262,19 @@ pub fn measure_on(
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as f64),
         );
     }
+    // Read before the workers close, which their coordinators would count.
+    let watched_used: Vec<u64> = placement
+        .watched
+        .iter()
+        .zip(&watched_cpu)
+        .map(|(&p, &before)| thread_cpu_nanos(Some(p)).saturating_sub(before))
+        .collect();
+    let watched_switched: Vec<u64> = placement
+        .watched
+        .iter()
+        .zip(&watched_switches)
+        .map(|(&p, &before)| thread_switches(Some(p)).saturating_sub(before))
+        .collect();
     for worker in &mut workers {
         worker.send("quit");
     }
@@ -229,17 +294,36 @@ pub fn measure_on(
         led_share: led as f64 / calls as f64,
         cpu_per_call: cpu as f64 / calls as f64,
         failed,
+        watched_cpu_per_call: watched_used
+            .iter()
+            .map(|&used| used as f64 / calls as f64)
+            .collect(),
+        watched_switches_per_call: watched_switched
+            .iter()
+            .map(|&switched| switched as f64 / calls as f64)
+            .collect(),
         latency: Cdf::of(&latencies),
     }
 }
 
-/// `worker contend SYSTEM DIR KEYS WORK_US REDIS INDEX`: one thread per key;
-/// on `go MS`, every thread calls its key in a loop for MS milliseconds.
-/// Prints `result CALLS LED FAILED ELAPSED_NS CPU_NS LATENCY_FILE`, then
-/// waits for `quit`.
+/// The contend worker's KEYS_OF: KEYS keys shared by all processes, or
+/// KEYS threads each calling a key of its own every time.
+const SHARED: &str = "shared";
+const DISTINCT: &str = "distinct";
+
+/// `worker contend SYSTEM DIR KEYS KEYS_OF WORK_US REDIS INDEX`: one thread
+/// per key; on `go MS`, every thread calls its key in a loop for MS
+/// milliseconds (KEYS_OF `shared`), or a fresh key of its own every time
+/// (`distinct`). Prints `result CALLS LED FAILED ELAPSED_NS CPU_NS
+/// LATENCY_FILE`, then waits for `quit`.
 pub fn worker(args: &[String]) {
-    let [system, dir, keys, work, redis_address, index] = args else {
-        panic!("contend takes SYSTEM DIR KEYS WORK_US REDIS INDEX, not {args:?}");
+    let [system, dir, keys, keys_of, work, redis_address, index] = args else {
+        panic!("contend takes SYSTEM DIR KEYS KEYS_OF WORK_US REDIS INDEX, not {args:?}");
+    };
+    let distinct = match keys_of.as_str() {
+        SHARED => false,
+        DISTINCT => true,
+        other => panic!("KEYS_OF is {SHARED} or {DISTINCT}, not {other:?}"),
     };
     let system = System::parse(system);
     let dir = PathBuf::from(dir);
@@ -250,6 +334,12 @@ pub fn worker(args: &[String]) {
     let keys: usize = keys.parse().expect("a number of keys");
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
     let flights = match system {
+        _ if distinct && !system.is_single_flight() => {
+            panic!(
+                "{} has a client per key: distinct keys are for single-flight's systems",
+                system.name()
+            )
+        }
         System::SingleFlight => Some(open(&dir)),
         #[cfg(feature = "cluster")]
         // The worker's environment says how it reaches the cluster.
@@ -300,8 +390,16 @@ pub fn worker(args: &[String]) {
                 let mut led = 0u64;
                 let mut failed = 0u64;
                 let start = Instant::now();
-                while start.elapsed() < duration {
+                for call in 0u64.. {
+                    if start.elapsed() >= duration {
+                        break;
+                    }
                     let begin = Instant::now();
+                    let key: Cow<'_, str> = if distinct {
+                        Cow::Owned(format!("{}-{k}-{call}", std::process::id()))
+                    } else {
+                        Cow::Borrowed(&key)
+                    };
                     let work = || {
                         std::thread::sleep(work);
                         value_of(&key)

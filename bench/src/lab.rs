@@ -1,8 +1,9 @@
-//! The world of the cluster benchmarks: two hosts (network namespaces
-//! joined by a bridge, tests/support/hosts.rs) where the benchmark's
-//! processes run, a third namespace for the services they use (etcd, and
-//! the Redis baseline's server), the cluster's certificates, and how a
-//! worker process learns which cluster it belongs to.
+//! The world of the cluster benchmarks: hosts (network namespaces joined
+//! by a bridge, tests/support/hosts.rs; two for the items of
+//! `crate::cluster`, four for the shards' of `crate::shards`) where the
+//! benchmark's processes run, one more namespace for the services they use
+//! (etcd, and the Redis baseline's server), the cluster's certificates,
+//! and how a worker process learns which cluster it belongs to.
 //!
 //! Everything is the tests' own harness (tests/support), so that the
 //! benchmarks measure the setup the multi-host tests check. The lab is torn
@@ -21,14 +22,6 @@ use crate::etcd::{self, Etcd};
 use crate::hosts::Hosts;
 use crate::process::{self, Scratch, WORKER_PATIENCE, Worker};
 use crate::redis;
-
-/// The hosts the benchmarks' processes run on.
-pub const HOSTS: usize = 2;
-
-/// The namespace of the services (etcd, redis-server): a third one, so
-/// that killing a host's processes leaves them alone, and every caller
-/// reaches them across the bridge, as a cluster reaches its etcd.
-const SERVICES: usize = HOSTS;
 
 /// The names of the lab's namespaces and links start with this, apart from
 /// the tests' (`sf…`) that other programs may be running at the same time.
@@ -49,6 +42,8 @@ const ENV_LISTEN: &str = "SF_BENCH_LISTEN";
 const ENV_CERTS: &str = "SF_BENCH_CERTS";
 const ENV_TTL_MS: &str = "SF_BENCH_TTL_MS";
 const ENV_GRACE_MS: &str = "SF_BENCH_GRACE_MS";
+/// The cluster's number of shards (SPEC.md §19.1).
+const ENV_SHARDS: &str = "SF_BENCH_SHARDS";
 /// Set when the worker reaches the cluster through its host's coordinator
 /// (SPEC.md §18): the flight directory its host directory is made in, one
 /// per host of the lab.
@@ -61,15 +56,16 @@ const STATUS_POLL: Duration = Duration::from_millis(20);
 /// One cluster of a benchmark: its name (each run of a benchmark has its
 /// own, so that no run meets a coordinator key that an earlier run's
 /// killed processes left in etcd until their lease ends), its lease TTL
-/// (`None`: the library's default), its grace window, and whether its
+/// (`None`: the library's default), its grace window, whether its
 /// processes reach it through their host's coordinator (SPEC.md §18) or
-/// each on its own.
+/// each on its own, and its number of shards (§19).
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub cluster: String,
     pub ttl: Option<Duration>,
     pub grace: Duration,
     pub tier: bool,
+    pub shards: u32,
 }
 
 impl Settings {
@@ -81,6 +77,7 @@ impl Settings {
             ttl: None,
             grace: single_flight::DEFAULT_CLUSTER_GRACE_WINDOW,
             tier: false,
+            shards: 1,
         }
     }
 
@@ -103,6 +100,7 @@ pub struct Place {
     ttl: Option<Duration>,
     grace: Duration,
     host_directory: Option<PathBuf>,
+    pub shards: u32,
 }
 
 impl Place {
@@ -124,6 +122,7 @@ impl Place {
             ttl: millis(ENV_TTL_MS),
             grace: millis(ENV_GRACE_MS).expect("a grace window"),
             host_directory: std::env::var_os(ENV_HOST_DIR).map(PathBuf::from),
+            shards: var(ENV_SHARDS).parse().expect("a number of shards"),
         }
     }
 }
@@ -143,6 +142,7 @@ pub fn open_from_env() -> SingleFlight {
     let place = Place::from_env();
     let certs = &place.certs;
     let mut cluster = Cluster::etcd(place.endpoints.iter(), place.cluster.as_str())
+        .shards(place.shards)
         .listen(place.listen.parse().expect("a listen address"))
         .tls(
             certs.join("ca.pem"),
@@ -185,6 +185,12 @@ pub struct Lab {
     // namespaces and the namespaces themselves, then the certificates.
     etcd: Etcd,
     hosts: Hosts,
+    /// How many hosts run the benchmark's processes: namespaces 0 to
+    /// `count` − 1; namespace `count` is the services' (etcd,
+    /// redis-server), so that killing a host's processes leaves them alone,
+    /// and every caller reaches them across the bridge, as a cluster
+    /// reaches its etcd.
+    count: usize,
     certs: Scratch,
     /// The hosts' flight directories, for the host tier: the namespaces
     /// share one file system, and each host meets its own processes only.
@@ -192,27 +198,28 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Sets the lab up, or says why it cannot be here.
-    pub fn start() -> Result<Lab, String> {
+    /// Sets a lab of `count` hosts up, or says why it cannot be here.
+    pub fn start(count: usize) -> Result<Lab, String> {
         if !Hosts::available() {
-            return Err(
-                "needs root and iproute2's ip for the network namespaces of two hosts".into(),
-            );
+            return Err(format!(
+                "needs root and iproute2's ip for the network namespaces of {count} hosts"
+            ));
         }
         if !etcd::available() {
             return Err("etcd is not installed (Debian: apt-get install etcd-server)".into());
         }
         let octet = NETWORK_OCTET_BASE + (std::process::id() % 50) as u8;
-        let hosts = Hosts::named(NAME_PREFIX, octet, HOSTS + 1);
+        let hosts = Hosts::named(NAME_PREFIX, octet, count + 1);
         let certs = Scratch::new("cluster-certs");
-        let names: Vec<String> = (0..HOSTS)
+        let names: Vec<String> = (0..count)
             .map(|host| format!("IP:{}", hosts.address(host)))
             .collect();
         crate::certs::make(certs.path(), &names.join(","))?;
-        let etcd = Etcd::start(&[(hosts.address(SERVICES), hosts.prefix(SERVICES))]);
+        let etcd = Etcd::start(&[(hosts.address(count), hosts.prefix(count))]);
         Ok(Lab {
             etcd,
             hosts,
+            count,
             certs,
             directories: Scratch::new("hosts"),
         })
@@ -225,6 +232,17 @@ impl Lab {
             word.starts_with(|c: char| c.is_ascii_digit())
                 .then_some(word)
         })
+    }
+
+    /// How many hosts run the benchmark's processes.
+    pub fn hosts(&self) -> usize {
+        self.count
+    }
+
+    /// The namespace of the services (etcd, redis-server): the one after
+    /// the hosts'.
+    fn services(&self) -> usize {
+        self.count
     }
 
     pub fn endpoints(&self) -> Vec<String> {
@@ -258,7 +276,8 @@ impl Lab {
             .env(ENV_CLUSTER, &settings.cluster)
             .env(ENV_LISTEN, format!("{}:0", self.address(host)))
             .env(ENV_CERTS, self.certs())
-            .env(ENV_GRACE_MS, settings.grace.as_millis().to_string());
+            .env(ENV_GRACE_MS, settings.grace.as_millis().to_string())
+            .env(ENV_SHARDS, settings.shards.to_string());
         if let Some(ttl) = settings.ttl {
             command.env(ENV_TTL_MS, ttl.as_millis().to_string());
         }
@@ -288,14 +307,14 @@ impl Lab {
             );
         }
         redis::Server::start_with(
-            self.hosts.command(SERVICES, "redis-server"),
-            self.address(SERVICES),
+            self.hosts.command(self.services(), "redis-server"),
+            self.address(self.services()),
             REDIS_PORT,
         )
     }
 
-    /// The orchestrator's view of a cluster: a client certificate only,
-    /// from outside the hosts (through the bridge).
+    /// The orchestrator's view of a cluster of one shard: a client
+    /// certificate only, from outside the hosts (through the bridge).
     fn observer(&self, cluster: &str) -> Cluster {
         let certs = self.certs();
         Cluster::etcd(self.endpoints(), cluster)
@@ -333,6 +352,41 @@ impl Lab {
         }
     }
 
+    /// The status of each shard's coordinator of `settings`'s cluster, in
+    /// shard order (SPEC.md §19.6), once every shard has one that answers
+    /// and `ready` holds for each.
+    pub fn shard_statuses_when(
+        &self,
+        settings: &Settings,
+        ready: impl Fn(usize, &Status) -> bool,
+    ) -> Vec<Status> {
+        let observer = self.observer(&settings.cluster).shards(settings.shards);
+        let runtime = process::runtime();
+        let start = Instant::now();
+        loop {
+            let answers = runtime
+                .block_on(single_flight::SingleFlight::cluster(observer.clone()).shard_statuses());
+            let statuses: Vec<Status> = answers
+                .iter()
+                .filter_map(|answer| answer.as_ref().ok().cloned())
+                .collect();
+            if statuses.len() == answers.len()
+                && statuses
+                    .iter()
+                    .enumerate()
+                    .all(|(shard, status)| ready(shard, status))
+            {
+                return statuses;
+            }
+            assert!(
+                start.elapsed() < WORKER_PATIENCE,
+                "the shards' coordinators of {} did not report what was awaited: {answers:?}",
+                settings.cluster
+            );
+            std::thread::sleep(STATUS_POLL);
+        }
+    }
+
     /// The host whose address a coordinator advertises.
     pub fn host_of(&self, status: &Status) -> usize {
         let address = status.address.as_deref().unwrap_or_default();
@@ -340,7 +394,7 @@ impl Lab {
             .rsplit_once(':')
             .and_then(|(ip, _)| ip.parse().ok())
             .unwrap_or_else(|| panic!("the coordinator advertises {address:?}"));
-        (0..HOSTS)
+        (0..self.count)
             .find(|&host| self.address(host) == ip)
             .unwrap_or_else(|| panic!("the coordinator at {address} is on no host of the lab"))
     }

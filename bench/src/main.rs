@@ -11,7 +11,7 @@
 //! Options: `--rounds N`, `--only LIST` (of floor, uncontended, now-and-then, busy-host,
 //! fanout, contended, failover, memory, staggered, cluster-uncontended,
 //! cluster-contended, cluster-failover, cluster-host-failover,
-//! cluster-memory), `--contenders LIST` (the local contended run's
+//! cluster-memory, cluster-shards, cluster-shard-failover), `--contenders LIST` (the local contended run's
 //! systems, of single-flight, flock,
 //! redis, floor), `--clients N` (the memory per client's idle clients),
 //! `--figures DIR` (draw the latency picture there, `figures.rs`),
@@ -20,12 +20,15 @@
 //! with a message), `--work-us N` (the contended work), `--duration-ms N`
 //! (each contended run), `--kills N` (per failover round), `--pings N` (of
 //! the floor), `--calls N` (uncontended calls per round, busy-host's too),
-//! `--cluster-kills N` (per cluster failover round), `--cluster-ttl-ms N`
-//! and `--cluster-grace-ms N` (the cluster failover's lease and window).
+//! `--cluster-kills N` (per cluster failover round, the shards' failover
+//! too), `--cluster-ttl-ms N` and `--cluster-grace-ms N` (the cluster
+//! failovers' lease and window), `--shard-threads N` (caller threads per
+//! process of `cluster-shards`; the contended shape's keys by default).
 //!
 //! The cluster benchmarks (`cluster.rs`) run between two network
-//! namespaces with etcd in a third; they need root and etcd, and say why
-//! they are skipped without them.
+//! namespaces with etcd in a third, the shards' (`shards.rs`) on four with
+//! etcd in a fifth; they need root and etcd, and say why they are skipped
+//! without them.
 //!
 //! Every figure is the median over rounds with the range of the rounds in
 //! parentheses; ratios are taken within a round, then summarised, because
@@ -67,6 +70,8 @@ mod hosts;
 #[cfg(feature = "cluster")]
 mod lab;
 #[cfg(feature = "cluster")]
+mod shards;
+#[cfg(feature = "cluster")]
 mod tls_floor;
 #[cfg(feature = "cluster")]
 #[path = "../../tests/support/tools.rs"]
@@ -100,6 +105,9 @@ struct Config {
     memory_clients: usize,
     /// The contended run's systems; all of them when empty.
     contenders: Vec<String>,
+    /// Caller threads per process of the shards' item (`--shard-threads`);
+    /// `None`: the contended shape's keys.
+    shard_threads: Option<usize>,
     /// Where the pictures are written (`--figures DIR`); none without it,
     /// so that only `bash bench/run`'s full run replaces the repository's.
     figures: Option<std::path::PathBuf>,
@@ -135,13 +143,19 @@ const LOCAL_ITEMS: [&str; 8] = [
 
 /// The cluster benchmarks' names, for `--only`, also where the build has
 /// no cluster mode to run them.
-const CLUSTER_ITEMS: [&str; 5] = [
+const CLUSTER_ITEMS: [&str; 7] = [
     "cluster-uncontended",
     "cluster-contended",
     "cluster-failover",
     "cluster-host-failover",
     "cluster-memory",
+    SHARD_ITEMS[0],
+    SHARD_ITEMS[1],
 ];
+
+/// The cluster benchmarks of shards (SPEC.md §19), on a lab of their own
+/// (`shards.rs`).
+const SHARD_ITEMS: [&str; 2] = ["cluster-shards", "cluster-shard-failover"];
 
 /// Idle clients of the memory per client in the full run: issue 30's N,
 /// many enough that what the coordinator allocates once (a grown table, a
@@ -166,6 +180,7 @@ impl Config {
                 keys: 16,
                 duration: Duration::from_secs(3),
                 work: Duration::from_millis(1),
+                distinct: false,
             },
             failover: failover::Shape {
                 processes: 4,
@@ -192,6 +207,7 @@ impl Config {
             },
             memory_clients: MEMORY_CLIENTS,
             contenders: Vec::new(),
+            shard_threads: None,
             figures: None,
         }
     }
@@ -213,6 +229,7 @@ impl Config {
                 keys: 2,
                 duration: Duration::from_millis(300),
                 work: Duration::from_millis(1),
+                distinct: false,
             },
             failover: failover::Shape {
                 processes: 2,
@@ -237,6 +254,7 @@ impl Config {
             },
             memory_clients: 20,
             contenders: Vec::new(),
+            shard_threads: None,
             figures: None,
         }
     }
@@ -327,6 +345,7 @@ fn main() {
             "--pings" => config.floor_pings = number(value()) as usize,
             "--calls" => config.uncontended_calls = number(value()) as usize,
             "--cluster-kills" => config.cluster.kills = number(value()) as usize,
+            "--shard-threads" => config.shard_threads = Some(number(value()) as usize),
             "--cluster-ttl-ms" => {
                 config.cluster.ttl = Some(Duration::from_millis(number(value())));
             }
@@ -381,6 +400,8 @@ fn worker(args: &[String]) {
         ["tls-clients", address, certs, count] => tls_floor::clients(address, certs, count),
         #[cfg(feature = "cluster")]
         ["cluster-idle"] => cluster_failover::idle(),
+        #[cfg(feature = "cluster")]
+        ["cluster-shard-load", threads, work, file] => shards::shard_load(threads, work, file),
         #[cfg(feature = "cluster")]
         ["cluster-calls", count, peers] => cluster::calls(count, peers),
         #[cfg(feature = "cluster")]
@@ -550,6 +571,8 @@ fn run(config: &Config) {
         ),
         curves: cluster::run(config),
     };
+    #[cfg(feature = "cluster")]
+    shards::run(config);
     #[cfg(not(feature = "cluster"))]
     let cluster = figures::Panel {
         title: String::new(),
