@@ -398,4 +398,31 @@ mod tests {
              # EOF\n"
         );
     }
+
+    /// §19.6: a cluster of shards writes each family once, each shard's
+    /// samples labelled with its shard; a shard with no coordinator has only
+    /// its `coordinator_up` at 0, and the whole parses as OpenMetrics.
+    #[test]
+    fn every_shard_is_labelled_and_every_family_written_once() {
+        let answered = status(None);
+        let text = exposition_of_shards("cluster", "ci", &[Some(&answered), None]);
+        let samples = read::read(&text);
+        let at = |name: &str, shard: &str| {
+            read::value(
+                &samples,
+                &format!("single_flight_{name}"),
+                &[("cluster", "ci"), ("shard", shard)],
+            )
+        };
+        assert_eq!(at("coordinator_up", "0"), 1.0);
+        assert_eq!(at("coordinator_up", "1"), 0.0);
+        assert_eq!(at("coordinator_epoch", "0"), 7.0);
+        assert_eq!(
+            text.matches("# TYPE single_flight_coordinator_up ").count(),
+            1,
+            "{text}"
+        );
+        assert!(!text.contains("coordinator_epoch{cluster=\"ci\",shard=\"1\"}"));
+        assert!(text.ends_with("# EOF\n"));
+    }
 }
