@@ -116,6 +116,27 @@ mod tests {
         std::iter::from_fn(|| reader.next_line()).collect()
     }
 
+    /// A long-lived connection's buffer holds what is not yet taken, not
+    /// every line it ever carried: after a thousand lines pushed and taken
+    /// one by one, it holds at most about two lines.
+    #[test]
+    fn lines_taken_leave_the_buffer() {
+        let mut reader = LineReader::new(16);
+        for n in 0..1_000 {
+            reader.push(format!("line {n:04}\n").as_bytes()).unwrap();
+            assert_eq!(
+                lines(&mut reader),
+                vec![format!("line {n:04}").into_bytes()]
+            );
+        }
+        assert!(
+            reader.buffer.len() <= 2 * b"line 0000\n".len(),
+            "{}",
+            reader.buffer.len()
+        );
+        assert_eq!(reader.partial_len(), 0);
+    }
+
     /// §4.1: lines split at any point come out whole.
     #[test]
     fn joins_split_lines() {
