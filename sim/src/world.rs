@@ -39,6 +39,11 @@ pub const SETTLE: Duration = Duration::from_secs(15);
 /// failover's pause.
 const MIN_CALLS_FOR_LIVENESS: u32 = 4;
 
+/// How many new terms of its shard a call through the host tier must
+/// outlast without fault of its own host (SPEC.md §18.4): one failover's
+/// pause fits in a deadline, two back to back may not.
+const FAILOVERS_A_CALL_OUTLASTS: usize = 2;
+
 /// How much later than its deadline a call may end: none, in simulated
 /// time, but for the latency of the last message.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
@@ -1337,12 +1342,19 @@ fn check(
         // took out is answered, or told that its flight was interrupted
         // (judged above): a host coordinator's death on its host costs it
         // a failover, not its call (SPEC.md §18.4).
+        //
+        // One failover, not failovers back to back: when the call's shard
+        // had two or more new terms while the call waited, their pauses
+        // together (a lease's TTL, the spread and a grace window each) may
+        // outlast its deadline, as they may for a direct call (§9.5).
         if scenario.tier
             && !crashed_or_out(call.process)
             && matches!(
                 call.outcome,
                 Ended::DeadlineExceeded | Ended::Unavailable | Ended::Other(_)
             )
+            && terms_began_within(&log, shard_of(&call.key), call.started, call.ended)
+                < FAILOVERS_A_CALL_OUTLASTS
         {
             violations.push(format!(
                 "p{} {} on h{}, which no fault took out{}, ended {:?} at {}",
@@ -1587,6 +1599,16 @@ fn check(
         stalled_shard_calls: stalled_shards,
         replay: scenario.replay(),
     }
+}
+
+/// How many terms of `shard` first said they may answer while a call
+/// waited, from `started` to `ended`: the failovers it sat through.
+fn terms_began_within(log: &Log, shard: u32, started: Instant, ended: Instant) -> usize {
+    log.serving
+        .range((shard, Epoch::FIRST)..)
+        .take_while(|((of, _), _)| *of == shard)
+        .filter(|(_, (first, _, _))| (started..=ended).contains(first))
+        .count()
 }
 
 /// A call's latency: its time not covered by the work that made its
