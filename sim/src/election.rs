@@ -591,6 +591,9 @@ impl Election for SimElection {
         }))
     }
 
+    // The coordinator key is watched (§14.3).
+    const TELLS_GONE: bool = true;
+
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let store = self.store.clone();
         let (host, shard) = (self.host, self.shard as usize);

@@ -87,6 +87,13 @@ pub trait Election: Send + 'static {
         std::future::pending()
     }
 
+    /// Whether [`coordinator_gone`](Self::coordinator_gone) tells when the
+    /// key goes, so that a process whose coordinator does not answer waits
+    /// for it rather than looking again every poll interval (SPEC.md
+    /// §14.3). Local elections free a dead holder's claim at once and
+    /// never tell: they keep the poll interval.
+    const TELLS_GONE: bool = false;
+
     /// Whether `error` is an outage of what the election asks (no etcd
     /// member answers, quorum lost), which ends by itself, rather than a
     /// fault of the configuration or of stored data that someone must fix:

@@ -18,6 +18,7 @@ use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{Lifetime, Serving};
 use super::stats::Counters;
+use super::unanswered::Unanswered;
 use super::upstream::{Above, Greeted, Serves, greet};
 use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
@@ -96,6 +97,9 @@ type Attempting<E, T> = Pin<Box<dyn Future<Output = (Finder<E, T>, Attempt<E, T>
 struct Finder<E, T> {
     election: E,
     transport: T,
+    /// The waits while the coordinator the election names does not answer
+    /// (§14.3).
+    unanswered: Unanswered,
 }
 
 /// What one attempt to reach or become the coordinator came to (§10.1).
@@ -141,6 +145,7 @@ where
             finder: Some(Finder {
                 election,
                 transport,
+                unanswered: Unanswered::new(options.poll_interval),
             }),
             options,
             hub,
@@ -360,6 +365,9 @@ where
         poll: Duration,
         seeded: Seeded,
     ) -> Attempt<E, T> {
+        // The watch of a key whose coordinator did not answer, kept for
+        // the wait below.
+        let mut silent: Option<Gone> = None;
         match self.election.coordinator().await {
             Ok(Some(address)) => {
                 // §14.3: the key is watched from the revision read while
@@ -382,6 +390,7 @@ where
                 };
                 match reached {
                     Ok(Some((lines, writer, epoch))) => {
+                        self.unanswered.reset();
                         return Attempt::Connected {
                             lines,
                             writer,
@@ -389,11 +398,14 @@ where
                             gone,
                         };
                     }
-                    Ok(None) => {}
+                    Ok(None) => silent = Some(gone),
                     Err(failed) => return failed,
                 }
             }
-            Ok(None) => debug!("no coordinator serves"),
+            Ok(None) => {
+                self.unanswered.reset();
+                debug!("no coordinator serves");
+            }
             Err(error) => {
                 warn!(%error, "cannot find the coordinator");
                 return Attempt::Failed {
@@ -407,6 +419,7 @@ where
         }
         match self.election.campaign().await {
             Ok(Some(term)) => {
+                self.unanswered.reset();
                 let epoch = term.epoch();
                 match self.transport.listen() {
                     Ok(listener) => Attempt::Won(term, listener),
@@ -417,7 +430,19 @@ where
                     }
                 }
             }
-            Ok(None) => Attempt::Missed { pause: poll },
+            Ok(None) => match silent {
+                // §14.3: the key holds but its coordinator is silent (killed,
+                // or not yet listening): wait for the key to go, at most a
+                // pause that grows, instead of asking etcd every poll.
+                Some(gone) if E::TELLS_GONE => {
+                    let wait = self.unanswered.missed();
+                    let _ = tokio::time::timeout(wait, gone).await;
+                    Attempt::Missed {
+                        pause: Duration::ZERO,
+                    }
+                }
+                _ => Attempt::Missed { pause: poll },
+            },
             Err(error) => {
                 warn!(%error, "cannot elect a coordinator");
                 Attempt::Failed {

@@ -31,6 +31,7 @@ mod server;
 mod stats;
 mod status;
 mod thread;
+mod unanswered;
 mod upstream;
 
 pub use api::{Call, Detached, SingleFlight};

@@ -15,6 +15,7 @@ use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::outage::Outage;
 use super::server::{self, Lifetime, RELAY_LOG_TARGET, Serving};
+use super::unanswered::Unanswered;
 use crate::backend::{Backend, BackendError, Upper};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
@@ -261,6 +262,9 @@ pub(super) struct Reaching<E, T> {
     /// The refusals between this host coordinator and the cluster's
     /// coordinator since one last accepted the other (§14.5).
     refusals: Outage,
+    /// The waits while the cluster's coordinator that the election names
+    /// does not answer (§14.3).
+    unanswered: Unanswered,
 }
 
 impl<E, T> Reaching<E, T>
@@ -272,6 +276,7 @@ where
         Reaching {
             outage: Outage::new(options.poll_interval),
             refusals: Outage::new(options.poll_interval),
+            unanswered: Unanswered::new(options.poll_interval),
             election,
             transport,
             hello,
@@ -316,11 +321,12 @@ where
     }
 
     /// Connects to the coordinator the election names and greets it with the
-    /// relay hello: `Ok(None)` when nobody answers there (§10.1).
+    /// relay hello: `Ok(Err(gone))` when nobody answers there (§10.1), with
+    /// the watch of its key.
     async fn connect(
         &mut self,
         address: E::Address,
-    ) -> Result<Option<Reached<T::Reader, T::Writer>>, Unreached> {
+    ) -> Result<Result<Reached<T::Reader, T::Writer>, Gone>, Unreached> {
         // §14.3: a coordinator whose key goes while the connection is made
         // is no longer the one to reach; look again at once.
         let mut gone: Gone = Box::pin(self.election.coordinator_gone());
@@ -332,7 +338,7 @@ where
             Ok(connection) => connection,
             Err(ConnectError::Unreachable(error)) => {
                 debug!(target: RELAY_LOG_TARGET, %error, "no coordinator of the cluster answers");
-                return Ok(None);
+                return Ok(Err(gone));
             }
             Err(error) => {
                 return Err(self.refused(format_args!(
@@ -349,14 +355,14 @@ where
                 if let Some(after) = self.refusals.answered(Instant::now()) {
                     info!(target: RELAY_LOG_TARGET, ?after, "the cluster's coordinator and this host coordinator accept each other again");
                 }
-                Ok(Some(Reached {
+                Ok(Ok(Reached {
                     lines,
                     writer,
                     hello,
                     gone,
                 }))
             }
-            Greeted::Nobody => Ok(None),
+            Greeted::Nobody => Ok(Err(gone)),
             // Said by `greet`; a coordinator of another version or one that
             // refuses this process is asked again after a pause.
             Greeted::Rejected(error) => Err(self.refused(error)),
@@ -383,15 +389,23 @@ where
             info!(target: RELAY_LOG_TARGET, "this host's term of the cluster is over; campaigning again");
             self.serving = None;
         }
+        // The watch of a key whose coordinator did not answer, kept for
+        // the wait below.
+        let mut silent: Option<Gone> = None;
         match self.election.coordinator().await {
             Ok(Some(address)) => {
                 self.answered();
-                if let Some(reached) = self.connect(address).await? {
-                    return Ok(reached);
+                match self.connect(address).await? {
+                    Ok(reached) => {
+                        self.unanswered.reset();
+                        return Ok(reached);
+                    }
+                    Err(gone) => silent = Some(gone),
                 }
             }
             Ok(None) => {
                 self.answered();
+                self.unanswered.reset();
                 debug!(target: RELAY_LOG_TARGET, "no coordinator of the cluster serves");
             }
             Err(error) if E::is_outage(&error) => {
@@ -412,6 +426,9 @@ where
         if campaign.is_ok() {
             self.answered();
         }
+        if matches!(campaign, Ok(Some(_))) {
+            self.unanswered.reset();
+        }
         match campaign {
             Ok(Some(term)) => match self.transport.listen() {
                 Ok(listener) => {
@@ -425,7 +442,17 @@ where
                     Err(Unreached::missed(poll))
                 }
             },
-            Ok(None) => Err(Unreached::missed(poll)),
+            Ok(None) => match silent {
+                // §14.3: the key holds but its coordinator is silent (killed,
+                // or not yet listening): wait for the key to go, at most a
+                // pause that grows, instead of asking etcd every poll.
+                Some(gone) if E::TELLS_GONE => {
+                    let wait = self.unanswered.missed();
+                    let _ = tokio::time::timeout(wait, gone).await;
+                    Err(Unreached::missed(Duration::ZERO))
+                }
+                _ => Err(Unreached::missed(poll)),
+            },
             Err(error) if E::is_outage(&error) => {
                 let pause = self.out("cannot elect the cluster's coordinator", &error);
                 Err(Unreached::failed(pause, &error))

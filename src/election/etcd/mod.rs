@@ -1028,6 +1028,9 @@ impl Election for EtcdElection {
         matches!(error, EtcdError::EtcdRequest { .. })
     }
 
+    // The coordinator key is watched (§14.3).
+    const TELLS_GONE: bool = true;
+
     fn coordinator_gone(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let client = self.client.clone();
         let key = self.keys.coordinator.clone();
