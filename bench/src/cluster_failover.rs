@@ -30,7 +30,7 @@ use single_flight::{Role, RunError};
 
 use crate::cluster::HOSTS;
 use crate::lab::{self, Lab, Settings};
-use crate::process::{self, WORKER_PATIENCE, Worker, say, stdin_lines, wall_nanos};
+use crate::process::{self, WORKER_PATIENCE, Worker, ready_then_go, say, stdin_lines, wall_nanos};
 
 /// How long the watcher waits for etcd before it looks whether it should
 /// stop: its stop is then this late at most.
@@ -395,12 +395,7 @@ pub fn lead(key: &str) {
 pub fn join(key: &str) {
     let flights = lab::open_from_env();
     let lines = stdin_lines();
-    say("READY");
-    assert_eq!(
-        lines.recv().as_deref(),
-        Ok("go"),
-        "the orchestrator says go"
-    );
+    ready_then_go(&lines);
     let result = process::runtime().block_on(
         flights
             .call(key)

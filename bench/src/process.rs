@@ -190,6 +190,17 @@ pub fn stdin_lines() -> mpsc::Receiver<String> {
     receiver
 }
 
+/// A worker's opening: says `READY` and waits for the orchestrator's `go`
+/// on `lines`, so that every worker starts its calls at once.
+pub fn ready_then_go(lines: &mpsc::Receiver<String>) {
+    say("READY");
+    assert_eq!(
+        lines.recv().as_deref(),
+        Ok("go"),
+        "the orchestrator says go"
+    );
+}
+
 /// CPU time a process has used (all its threads, user and system), in
 /// nanoseconds, from `/proc/<pid>/stat` (`None`: this process). The kernel
 /// counts it in ticks of 1/100 s (`USER_HZ` on Linux), which is fine over

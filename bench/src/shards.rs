@@ -36,7 +36,9 @@ use single_flight::{ShardCount, Status};
 use crate::cluster_failover::Watch;
 use crate::contended::{self, Placement, System, Throughput};
 use crate::lab::{self, Lab, Settings};
-use crate::process::{self, Scratch, WORKER_PATIENCE, Worker, say, stdin_lines, wall_nanos};
+use crate::process::{
+    self, Scratch, WORKER_PATIENCE, Worker, ready_then_go, say, stdin_lines, wall_nanos,
+};
 use crate::stats::{MICROS, MILLIS, percentile, shown};
 
 /// The hosts of the shards' items: as many as the most shards measured,
@@ -640,12 +642,7 @@ pub fn shard_load(threads: &str, work: &str, file: &str) {
     let work = Duration::from_micros(work.parse().expect("work in microseconds"));
     let shards = place.shards;
     let lines = stdin_lines();
-    say("READY");
-    assert_eq!(
-        lines.recv().as_deref(),
-        Ok("go"),
-        "the orchestrator says go"
-    );
+    ready_then_go(&lines);
     let stop = Arc::new(AtomicBool::new(false));
     let started = Arc::new(Barrier::new(shards as usize * threads));
     let callers: Vec<_> = (0..shards)

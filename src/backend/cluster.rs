@@ -166,8 +166,8 @@ impl Cluster {
 
     /// The cluster's number of shards, as [`shards`](Self::shards) gave
     /// it; `None` when it is outside the range.
-    pub fn shard_count(&self) -> Option<u32> {
-        self.shards.ok().map(ShardCount::get)
+    pub fn shard_count(&self) -> Option<ShardCount> {
+        self.shards.ok()
     }
 
     /// The flight directory in which this host's processes meet before

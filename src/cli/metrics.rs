@@ -26,6 +26,13 @@ struct Family {
     samples: Vec<(Option<(&'static str, &'static str)>, Value)>,
 }
 
+impl Family {
+    /// The name it is exposed under, with the project's prefix.
+    fn exposed_name(&self) -> String {
+        format!("{PREFIX}{}", self.name)
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Counter,
@@ -95,7 +102,7 @@ fn write(label: &str, place: &str, statuses: &[(Option<usize>, Option<&Status>)]
                 Kind::Counter => "_total",
                 Kind::Gauge => "",
             };
-            let name = format!("{PREFIX}{}", family.name);
+            let name = family.exposed_name();
             let lines: Vec<String> = samples
                 .map(|(labels, value)| format!("{name}{suffix}{{{labels}}} {}", number(value)))
                 .collect();
@@ -110,7 +117,7 @@ fn write(label: &str, place: &str, statuses: &[(Option<usize>, Option<&Status>)]
     }
     let mut text = String::new();
     for (family, lines) in merged {
-        let name = format!("{PREFIX}{}", family.name);
+        let name = family.exposed_name();
         let kind = match family.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",

@@ -29,10 +29,8 @@ pub fn identity(place: &Place, key: &str) -> String {
         let mut endpoints = endpoints.to_vec();
         endpoints.sort();
         let count = place.shard_count();
-        if count > 1 {
-            let shard = single_flight::ShardCount::new(u64::from(count))
-                .expect("a place's count is in range")
-                .of_bytes(key.as_bytes());
+        if count.get() > 1 {
+            let shard = count.of_bytes(key.as_bytes());
             return format!("cluster {name} {shard} at {}", endpoints.join(","));
         }
         return format!("cluster {name} at {}", endpoints.join(","));

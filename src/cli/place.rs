@@ -405,13 +405,16 @@ impl Place {
         None
     }
 
-    /// The cluster's number of shards (SPEC.md §19.1); 1 for a directory.
-    pub fn shard_count(&self) -> u32 {
+    /// The cluster's number of shards (SPEC.md §19.1); one for a
+    /// directory, and for a count out of range, which opening refuses.
+    pub fn shard_count(&self) -> single_flight::ShardCount {
         #[cfg(feature = "cluster")]
         if let Some(cluster) = self.builder.cluster() {
-            return cluster.shard_count().unwrap_or(1);
+            return cluster
+                .shard_count()
+                .unwrap_or(single_flight::ShardCount::ONE);
         }
-        1
+        single_flight::ShardCount::ONE
     }
 
     /// What to call it in messages.

@@ -25,7 +25,7 @@ pub async fn status(args: StatusArgs) -> u8 {
     };
     // `--json` is short for `--format json`; clap refuses both at once.
     let format = if args.json { Format::Json } else { args.format };
-    if place.shard_count() > 1 {
+    if place.shard_count().get() > 1 {
         return shards(&place, format).await;
     }
     // A directory that does not exist has no coordinator; `status` creates

@@ -342,10 +342,21 @@ impl World {
     /// Waits until the coordinator reports a flight of `key` with
     /// `joiners` joiners.
     fn wait_for_joiners(&self, key: &str, joiners: u64) {
+        self.wait_for_joiners_where(key, joiners, || Some(self.status()));
+    }
+
+    /// Waits until the status that `look` takes shows a flight of `key`
+    /// with at least `joiners` joiners.
+    fn wait_for_joiners_where<E: std::fmt::Debug>(
+        &self,
+        key: &str,
+        joiners: u64,
+        look: impl Fn() -> Option<Result<single_flight::Status, E>>,
+    ) {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let status = self.status();
-            if let Ok(status) = &status
+            let status = look();
+            if let Some(Ok(status)) = &status
                 && status
                     .flights
                     .iter()
@@ -394,23 +405,9 @@ impl World {
     /// Waits until shard `shard`'s coordinator of a cluster of `shards`
     /// reports a flight of `key` with `joiners` joiners.
     fn wait_for_joiners_of_shard(&self, shards: u32, shard: usize, key: &str, joiners: u64) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let statuses = self.shard_statuses(shards);
-            if let Some(Ok(status)) = statuses.get(shard)
-                && status
-                    .flights
-                    .iter()
-                    .any(|flight| flight.key.as_str() == key && flight.joiners >= joiners)
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no flight of {key} with {joiners} joiners at shard {shard}: {statuses:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_for_joiners_where(key, joiners, || {
+            self.shard_statuses(shards).into_iter().nth(shard)
+        });
     }
 }
 

@@ -54,6 +54,25 @@ fn assert_refused(error: &EtcdError, words: &[&str]) {
     }
 }
 
+/// Asserts that a process of `options` is refused, naming every one of
+/// `named`, both when it looks for the coordinator and when it campaigns
+/// (as `serve` does).
+async fn assert_every_way_refused(options: &EtcdOptions, named: &[&str]) {
+    let error = election(options, "10.0.0.2:1")
+        .await
+        .coordinator()
+        .await
+        .unwrap_err();
+    assert_refused(&error, named);
+    let error = election(options, "10.0.0.2:1")
+        .await
+        .campaign()
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_refused(&error, named);
+}
+
 /// §19.2: a cluster first used with 4 shards keeps the count in etcd; a
 /// process configured with 2 is refused at its first discovery, at a
 /// campaign (as `serve` makes it) and by `status`, and a process of one
@@ -80,19 +99,7 @@ async fn s19_2_a_process_of_another_count_is_refused_naming_both() {
         "configured with 2",
         "give it 4",
     ];
-    let error = election(&two, "10.0.0.2:1")
-        .await
-        .coordinator()
-        .await
-        .unwrap_err();
-    assert_refused(&error, &named);
-    let error = election(&two, "10.0.0.2:1")
-        .await
-        .campaign()
-        .await
-        .map(|_| ())
-        .unwrap_err();
-    assert_refused(&error, &named);
+    assert_every_way_refused(&two, &named).await;
     let error = etcd_election::read_coordinator(&two).await.unwrap_err();
     assert_refused(&error, &named);
     // The library, with one shard: its call is refused, not retried until
@@ -149,19 +156,7 @@ async fn s19_2_a_cluster_used_before_shards_has_one() {
         "configured with 4",
         "give it 1",
     ];
-    let error = election(&four, "10.0.0.2:1")
-        .await
-        .coordinator()
-        .await
-        .unwrap_err();
-    assert_refused(&error, &named);
-    let error = election(&four, "10.0.0.2:1")
-        .await
-        .campaign()
-        .await
-        .map(|_| ())
-        .unwrap_err();
-    assert_refused(&error, &named);
+    assert_every_way_refused(&four, &named).await;
     assert_eq!(value(&client, "single-flight/old/shards").await, None);
     let mut again = election(&one, "10.0.0.3:1").await;
     assert_eq!(again.coordinator().await.unwrap(), None);
