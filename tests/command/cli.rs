@@ -1345,7 +1345,9 @@ fn a_flight_lost_in_a_failover_is_not_called_a_killed_leader() {
     scene.until_joiners("k", 1);
     let leader = scene.index_of_pid_in("leader");
     let joiner = indexes.into_iter().find(|&index| index != leader).unwrap();
-    scene.signal(leader, Signal::STOP);
+    // Stopped for certain before its coordinator dies, or it could see the
+    // death and campaign first, then stop holding the claim.
+    child::stop(scene.pid(leader));
     scene.signal(server, Signal::KILL);
     let ended = scene.end(joiner);
     assert_eq!(ended.code, Some(75), "{}", ended.stderr_text());

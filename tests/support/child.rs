@@ -120,6 +120,40 @@ pub fn wait(child: &mut Child) -> Option<ExitStatus> {
     }
 }
 
+/// Stops process `pid` (SIGSTOP) and waits, for [`PATIENCE`] at most, until
+/// the kernel shows it stopped. The signal only marks the process: its
+/// threads stop when they next run, and on a loaded machine one of them
+/// may run on long enough to see a fault the test makes next (a
+/// coordinator killed right after) and act on it, as a test that stops a
+/// process "before" the fault must not let it.
+pub fn stop(pid: u32) {
+    let id = rustix::process::Pid::from_raw(pid as i32).expect("a process id");
+    rustix::process::kill_process(id, rustix::process::Signal::STOP).expect("SIGSTOP");
+    let start = Instant::now();
+    // Every thread: a process's state in /proc is its first thread's, and
+    // the one that would act may be another.
+    while let Some(running) = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|task| std::fs::read_to_string(task.path().join("stat")).unwrap_or_default())
+        .find(|stat| {
+            // The state is the field after the command's name, which is in
+            // parentheses and may hold spaces.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            !matches!(state, Some('T' | 't') | None)
+        })
+    {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "process {pid} did not stop: {running}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// One fact a child reported, and when its reader read it.
 #[derive(Debug)]
 pub struct Report {
