@@ -1445,7 +1445,9 @@ impl Coordinator {
                     .is_some_and(|f| f.token == token)
             };
             match party.role {
-                Role::Leading { token } if in_progress(token) => {
+                // A leader's party goes when its flight ends (`end_flight`),
+                // so a party still leading leads a flight in progress.
+                Role::Leading { token } => {
                     // Its ending is remembered for the host too: the host's
                     // own joiners of it were the relay's, not parties here
                     // (§18.3), and rejoin after the host's failover.

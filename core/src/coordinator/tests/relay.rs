@@ -535,6 +535,25 @@ fn s18_2_an_orphan_is_not_stopped_and_its_detached_mark_goes_with_its_leader() {
     assert_eq!(co.flights().count(), 0);
 }
 
+/// §18.2, §15.2: a relay's leader told to stop still leads until it
+/// answers; when its connection closes first, its ended flight is not
+/// orphaned, and the key's next flight, led elsewhere, keeps its leader.
+#[test]
+fn s18_2_a_stopped_flights_leader_closing_orphans_nothing() {
+    let mut co = relaying(1, Term::First, 1);
+    open_relay(&mut co, 10, "build-7");
+    assert_eq!(
+        co.step(run(10, "r1", "k")),
+        vec![lead(10, "r1", token(1, 1))]
+    );
+    assert_eq!(co.step(detach(10, "r1")), vec![stop(10, "r1")]);
+    assert_eq!(co.step(run(1, "1", "k")), vec![lead(1, "1", token(1, 2))]);
+    assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
+    // The next flight still has its leader to tell (§15.2).
+    assert_eq!(co.step(detach(1, "1")), vec![stop(1, "1")]);
+    assert_eq!(co.flights().count(), 0);
+}
+
 /// §18.2, §17.2: an orphan's leader party is gone, and its edge with it:
 /// a call that would have closed a cycle through it now waits; the
 /// adopting reassert brings the edge back with its parent.
