@@ -118,18 +118,8 @@ pub fn run(config: &crate::Config) -> Vec<(System, Cdf)> {
         .into_iter()
         .filter(|i| config.runs(i) && !crate::SHARD_ITEMS.contains(i))
         .collect();
-    if items.is_empty() {
+    let Some(lab) = Lab::section("Cluster mode", &items, HOSTS) else {
         return Vec::new();
-    }
-    println!();
-    println!("## Cluster mode");
-    println!();
-    let lab = match Lab::start(HOSTS) {
-        Ok(lab) => lab,
-        Err(reason) => {
-            println!("- {}: skipped: {reason}", items.join(", "));
-            return Vec::new();
-        }
     };
     println!(
         "- hosts: {} network namespaces on one bridge ({}, {}); etcd and Redis in a third ({}), {}, one member, data in the temp dir",

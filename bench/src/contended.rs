@@ -217,16 +217,8 @@ pub fn measure_on(
     // To the nanosecond (the ticks of `cpu_nanos` are 10 ms, a few percent
     // of a process's share in a run of seconds): a coordinator's threads
     // live through the run.
-    let watched_cpu: Vec<u64> = placement
-        .watched
-        .iter()
-        .map(|&p| thread_cpu_nanos(Some(p)))
-        .collect();
-    let watched_switches: Vec<u64> = placement
-        .watched
-        .iter()
-        .map(|&p| thread_switches(Some(p)))
-        .collect();
+    let watched_cpu = each(&placement.watched, thread_cpu_nanos);
+    let watched_switches = each(&placement.watched, thread_switches);
     for worker in &mut workers {
         worker.send(&go);
     }
@@ -263,18 +255,8 @@ pub fn measure_on(
         );
     }
     // Read before the workers close, which their coordinators would count.
-    let watched_used: Vec<u64> = placement
-        .watched
-        .iter()
-        .zip(&watched_cpu)
-        .map(|(&p, &before)| thread_cpu_nanos(Some(p)).saturating_sub(before))
-        .collect();
-    let watched_switched: Vec<u64> = placement
-        .watched
-        .iter()
-        .zip(&watched_switches)
-        .map(|(&p, &before)| thread_switches(Some(p)).saturating_sub(before))
-        .collect();
+    let watched_used = since(&placement.watched, &watched_cpu, thread_cpu_nanos);
+    let watched_switched = since(&placement.watched, &watched_switches, thread_switches);
     for worker in &mut workers {
         worker.send("quit");
     }
@@ -516,4 +498,18 @@ fn open(dir: &Path) -> SingleFlight {
         process::warm_up(&flights).await;
         flights
     })
+}
+
+/// `read` of each process of `pids`.
+fn each(pids: &[u32], read: fn(Option<u32>) -> u64) -> Vec<u64> {
+    pids.iter().map(|&pid| read(Some(pid))).collect()
+}
+
+/// How much `read` of each process of `pids` grew since `before` (taken by
+/// [`each`] in the same order).
+fn since(pids: &[u32], before: &[u64], read: fn(Option<u32>) -> u64) -> Vec<u64> {
+    pids.iter()
+        .zip(before)
+        .map(|(&pid, &before)| read(Some(pid)).saturating_sub(before))
+        .collect()
 }

@@ -198,8 +198,23 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// Opens the report's section `title` for `items` and sets their lab of
+    /// `count` hosts up; `None` when there is nothing to run, or when the
+    /// lab cannot be here, which the section then says.
+    pub fn section(title: &str, items: &[&str], count: usize) -> Option<Lab> {
+        if items.is_empty() {
+            return None;
+        }
+        println!();
+        println!("## {title}");
+        println!();
+        Lab::start(count)
+            .inspect_err(|reason| println!("- {}: skipped: {reason}", items.join(", ")))
+            .ok()
+    }
+
     /// Sets a lab of `count` hosts up, or says why it cannot be here.
-    pub fn start(count: usize) -> Result<Lab, String> {
+    fn start(count: usize) -> Result<Lab, String> {
         if !Hosts::available() {
             return Err(format!(
                 "needs root and iproute2's ip for the network namespaces of {count} hosts"

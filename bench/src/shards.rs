@@ -161,18 +161,8 @@ pub fn run(config: &crate::Config) {
         .into_iter()
         .filter(|i| config.runs(i))
         .collect();
-    if items.is_empty() {
+    let Some(lab) = Lab::section("Shards", &items, HOSTS) else {
         return;
-    }
-    println!();
-    println!("## Shards");
-    println!();
-    let lab = match Lab::start(HOSTS) {
-        Ok(lab) => lab,
-        Err(reason) => {
-            println!("- {}: skipped: {reason}", items.join(", "));
-            return;
-        }
     };
     let addresses: Vec<String> = (0..HOSTS).map(|h| lab.address(h).to_string()).collect();
     println!(

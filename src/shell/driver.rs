@@ -18,7 +18,7 @@ use super::mutant::{Mutant, Seeded};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::server::{Lifetime, Serving};
 use super::stats::Counters;
-use super::unanswered::Unanswered;
+use super::unanswered::{Gone, Unanswered};
 use super::upstream::{Above, Greeted, Serves, greet};
 use crate::backend::BackendError;
 use crate::client::connector::{self, Attempted, CLOSE_TIMEOUT};
@@ -83,9 +83,6 @@ enum Wake<E: Election, T: Transport> {
     /// The time the connector asked to be woken at has come.
     Timer,
 }
-
-/// A future that resolves when the connected coordinator's term is over.
-type Gone = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// An attempt in progress, which gives the election and transport back.
 type Attempting<E, T> = Pin<Box<dyn Future<Output = (Finder<E, T>, Attempt<E, T>)> + Send>>;
@@ -430,18 +427,10 @@ where
                     }
                 }
             }
-            Ok(None) => match silent {
-                // §14.3: the key holds but its coordinator is silent (killed,
-                // or not yet listening): wait for the key to go, at most a
-                // pause that grows, instead of asking etcd every poll.
-                Some(gone) if E::TELLS_GONE => {
-                    let wait = self.unanswered.missed();
-                    let _ = tokio::time::timeout(wait, gone).await;
-                    Attempt::Missed {
-                        pause: Duration::ZERO,
-                    }
-                }
-                _ => Attempt::Missed { pause: poll },
+            // §14.3: a key whose coordinator is silent (killed, or not yet
+            // listening) is waited out, not asked of etcd every poll.
+            Ok(None) => Attempt::Missed {
+                pause: self.unanswered.wait_out(silent, E::TELLS_GONE, poll).await,
             },
             Err(error) => {
                 warn!(%error, "cannot elect a coordinator");

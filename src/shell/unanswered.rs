@@ -3,7 +3,14 @@
 //! still holds (SPEC.md §14.3, "A key whose coordinator does not answer"):
 //! the decision of the client's finder and of a host coordinator's reach of
 //! the cluster, with nothing but the attempts passed in.
+use std::pin::Pin;
 use std::time::Duration;
+
+/// A future that resolves when the coordinator the election named is no
+/// longer the one (SPEC.md §14.3): its key went, or another term began;
+/// one that never resolves where the connection's close says it (a local
+/// coordinator).
+pub(super) type Gone = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The longest wait between two looks at a key whose coordinator does not
 /// answer (SPEC.md §14.3). The wait ends earlier when the key goes (the
@@ -48,6 +55,26 @@ impl Unanswered {
     /// from the poll interval.
     pub(super) fn reset(&mut self) {
         self.next = self.first;
+    }
+
+    /// An attempt found the key held and did not win: when its coordinator
+    /// was `silent` and the election `tells_gone`, waits for `silent`
+    /// (the key's going) at most [`missed`](Unanswered::missed), and the
+    /// next look may come at once; else the next look comes after `poll`.
+    /// Returns the pause before the next look.
+    pub(super) async fn wait_out(
+        &mut self,
+        silent: Option<impl Future<Output = ()>>,
+        tells_gone: bool,
+        poll: Duration,
+    ) -> Duration {
+        match silent {
+            Some(gone) if tells_gone => {
+                let _ = tokio::time::timeout(self.missed(), gone).await;
+                Duration::ZERO
+            }
+            _ => poll,
+        }
     }
 }
 

@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -15,7 +14,7 @@ use super::lines::{LineError, Lines};
 use super::options::{HANDSHAKE_TIMEOUT, Options};
 use super::outage::Outage;
 use super::server::{self, Lifetime, RELAY_LOG_TARGET, Serving};
-use super::unanswered::Unanswered;
+use super::unanswered::{Gone, Unanswered};
 use crate::backend::{Backend, BackendError, Upper};
 use crate::election::{Election, Term};
 use crate::protocol::{ClientHello, CoordinatorHello, HandshakeError, decode_coordinator_hello};
@@ -162,11 +161,6 @@ impl<B: Above> Upstream for Opening<B> {
         }
     }
 }
-
-/// A future that resolves when the coordinator reached is no longer the
-/// cluster's (SPEC.md §14.3); one that never resolves where the connection's
-/// close says it (a local coordinator).
-pub(super) type Gone = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A connection to the cluster's coordinator whose relay hello was answered.
 pub(super) struct Reached<R, W> {
@@ -442,17 +436,11 @@ where
                     Err(Unreached::missed(poll))
                 }
             },
-            Ok(None) => match silent {
-                // §14.3: the key holds but its coordinator is silent (killed,
-                // or not yet listening): wait for the key to go, at most a
-                // pause that grows, instead of asking etcd every poll.
-                Some(gone) if E::TELLS_GONE => {
-                    let wait = self.unanswered.missed();
-                    let _ = tokio::time::timeout(wait, gone).await;
-                    Err(Unreached::missed(Duration::ZERO))
-                }
-                _ => Err(Unreached::missed(poll)),
-            },
+            // §14.3: a key whose coordinator is silent (killed, or not yet
+            // listening) is waited out, not asked of etcd every poll.
+            Ok(None) => Err(Unreached::missed(
+                self.unanswered.wait_out(silent, E::TELLS_GONE, poll).await,
+            )),
             Err(error) if E::is_outage(&error) => {
                 let pause = self.out("cannot elect the cluster's coordinator", &error);
                 Err(Unreached::failed(pause, &error))

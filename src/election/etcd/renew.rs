@@ -6,7 +6,7 @@
 //! until the term could no longer prove its lease and ended mid-stampede.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
@@ -28,20 +28,23 @@ const RENEW_RETRY: Duration = Duration::from_millis(200);
 #[derive(Clone, Debug)]
 pub(super) struct Proof {
     lease: Arc<Mutex<Lease>>,
-    lost: Arc<Mutex<Option<String>>>,
+    /// Set once, by the first word from etcd that the lease is gone (what
+    /// came after only follows from it); read without a lock, since
+    /// [`Proof::holds`] is asked before every batch a coordinator writes.
+    lost: Arc<OnceLock<String>>,
 }
 
 impl Proof {
     pub(super) fn new(lease: Lease) -> Proof {
         Proof {
             lease: Arc::new(Mutex::new(lease)),
-            lost: Arc::new(Mutex::new(None)),
+            lost: Arc::new(OnceLock::new()),
         }
     }
 
     /// Why the lease is gone, once etcd said so.
     pub(super) fn lost(&self) -> Option<String> {
-        self.lost.lock().expect("never poisoned").clone()
+        self.lost.get().cloned()
     }
 
     /// How much longer the lease is proven alive at `now`, or `None` once
@@ -53,7 +56,7 @@ impl Proof {
     /// Whether the term may still answer at `now` (§14.2): its lease is
     /// proven, and etcd has not said it is gone.
     pub(super) fn holds(&self, now: Instant) -> bool {
-        self.lease.lock().expect("never poisoned").holds(now) && self.lost().is_none()
+        self.lost.get().is_none() && self.lease.lock().expect("never poisoned").holds(now)
     }
 
     /// A renewal sent at `sent` was answered with `ttl`.
@@ -65,7 +68,7 @@ impl Proof {
     }
 
     fn lose(&self, reason: String) {
-        *self.lost.lock().expect("never poisoned") = Some(reason);
+        let _ = self.lost.set(reason);
     }
 }
 
