@@ -98,9 +98,11 @@ impl LineReader {
     }
 
     /// Drops the lines already taken once they are most of the buffer, so
-    /// that a long-lived connection does not grow its buffer forever.
+    /// that a long-lived connection does not grow its buffer forever. With
+    /// nothing taken (`start` 0) only an empty buffer passes, whose drain is
+    /// of nothing.
     fn compact(&mut self) {
-        if self.start > 0 && self.start * 2 >= self.buffer.len() {
+        if self.start * 2 >= self.buffer.len() {
             self.buffer.drain(..self.start);
             self.scanned -= self.start;
             self.start = 0;
