@@ -139,6 +139,25 @@ mod tests {
         assert_eq!(reader.partial_len(), 0);
     }
 
+    /// A line's start left unread between reads does not keep the lines
+    /// taken before it: reads that each end inside the next line leave the
+    /// buffer at about two lines, as reads that end at a newline do.
+    #[test]
+    fn a_partial_line_does_not_keep_the_lines_taken_before_it() {
+        let mut reader = LineReader::new(16);
+        reader.push(b"line 000").unwrap();
+        for _ in 0..1_000 {
+            reader.push(b"0\nline 000").unwrap();
+            assert_eq!(lines(&mut reader), vec![b"line 0000".to_vec()]);
+        }
+        assert!(
+            reader.buffer.len() <= 2 * b"line 0000\n".len(),
+            "{}",
+            reader.buffer.len()
+        );
+        assert_eq!(reader.partial_len(), b"line 000".len());
+    }
+
     /// §4.1: lines split at any point come out whole.
     #[test]
     fn joins_split_lines() {

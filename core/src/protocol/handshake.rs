@@ -309,6 +309,32 @@ mod tests {
         );
     }
 
+    /// §4.2, §6: a coordinator's epoch is written as a token's is: a
+    /// leading zero, a sign or anything but digits makes the line no hello.
+    #[test]
+    fn an_epoch_is_written_as_a_tokens_is() {
+        for epoch in ["03", "0", "+3", "-3", "3a", ""] {
+            let line =
+                format!(r#"{{"protocol":"single-flight","version":1,"epoch":"{epoch}","pid":42}}"#);
+            assert!(
+                matches!(
+                    decode_coordinator_hello(line.as_bytes()),
+                    Err(HandshakeError::NotAHello { .. })
+                ),
+                "{epoch:?}"
+            );
+        }
+    }
+
+    /// §18.1: a host id is shown as it is on the wire, and quoted when
+    /// debugged, as a string is.
+    #[test]
+    fn a_host_id_shows_as_its_text() {
+        let host = HostId::new("build-7").unwrap();
+        assert_eq!(host.to_string(), "build-7");
+        assert_eq!(format!("{host:?}"), "\"build-7\"");
+    }
+
     /// §4.2: a host name that is none is refused, not shown to an operator.
     #[test]
     fn host_names_are_checked() {
