@@ -2190,3 +2190,41 @@ fn fuzz_seeds_sit_on_the_side_of_the_edge_they_name() {
     }
     assert!(checked >= 20, "only {checked} edge seeds");
 }
+
+/// §3.3: a `reason` is 1 to `MAX_REASON_BYTES` bytes, so any error message
+/// is made one: cut back to the last character that ends within the bound,
+/// never into one, and a placeholder for none.
+#[test]
+fn s3_3_any_text_is_a_reason() {
+    let short = "etcd refused \"ci\"";
+    assert_eq!(Reason::lossy(short).as_str(), short);
+    // A two-byte character across the bound is left out whole.
+    let across = format!("{}é and more", "a".repeat(MAX_REASON_BYTES - 1));
+    assert_eq!(
+        Reason::lossy(&across).as_str(),
+        "a".repeat(MAX_REASON_BYTES - 1)
+    );
+    let within = format!("{}é", "a".repeat(MAX_REASON_BYTES - 2));
+    assert_eq!(Reason::lossy(&within).as_str(), within);
+    assert_eq!(Reason::lossy("").as_str(), "no reason was given");
+}
+
+/// §3.4: a leader's failure as a caller's error shows its name, message
+/// and code.
+#[test]
+fn s3_4_a_failure_shows_its_name_message_and_code() {
+    let failure = |code| Failure {
+        name: "IoError".into(),
+        message: "disk full".into(),
+        code,
+    };
+    assert_eq!(failure(None).to_string(), "IoError: disk full");
+    assert_eq!(
+        failure(Some(FailureCode::Text("ENOSPC".into()))).to_string(),
+        "IoError: disk full (ENOSPC)"
+    );
+    assert_eq!(
+        failure(Some(FailureCode::Number(28))).to_string(),
+        "IoError: disk full (code 28)"
+    );
+}
