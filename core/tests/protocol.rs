@@ -2228,3 +2228,22 @@ fn s3_4_a_failure_shows_its_name_message_and_code() {
         "IoError: disk full (code 28)"
     );
 }
+
+/// §16.1: a reuse window from a duration is rounded up to a whole
+/// millisecond, within 1 to `MAX_REUSE_WINDOW_MS`, and is on the wire in
+/// milliseconds.
+#[test]
+fn s16_1_a_reuse_window_from_a_duration() {
+    use std::time::Duration;
+    let millis = |duration| ReuseWindow::from_duration(duration).map(ReuseWindow::as_millis);
+    assert_eq!(millis(Duration::from_millis(250)), Some(250));
+    assert_eq!(millis(Duration::from_nanos(1)), Some(1));
+    assert_eq!(millis(Duration::from_micros(1_500)), Some(2));
+    let longest = Duration::from_millis(u64::from(MAX_REUSE_WINDOW_MS));
+    assert_eq!(millis(longest), Some(MAX_REUSE_WINDOW_MS));
+    assert_eq!(millis(Duration::ZERO), None);
+    assert_eq!(millis(longest + Duration::from_nanos(1)), None);
+    assert_eq!(millis(Duration::MAX), None);
+    let window = ReuseWindow::from_millis(250).unwrap();
+    assert_eq!(window.as_duration(), Duration::from_millis(250));
+}
