@@ -2247,3 +2247,21 @@ fn s16_1_a_reuse_window_from_a_duration() {
     let window = ReuseWindow::from_millis(250).unwrap();
     assert_eq!(window.as_duration(), Duration::from_millis(250));
 }
+
+/// §3.5: the dedupe ratio is joins ÷ the runs answered `lead` or `joined`,
+/// none before the first.
+#[test]
+fn s3_5_the_dedupe_ratio_is_joins_over_answered_runs() {
+    let stats = |flights_led, joins| CoordinatorStats {
+        flights_led,
+        joins,
+        ..CoordinatorStats::default()
+    };
+    assert_eq!(stats(0, 0).dedupe_ratio(), None);
+    assert_eq!(stats(1, 3).dedupe_ratio(), Some(0.75));
+    assert_eq!(stats(2, 0).dedupe_ratio(), Some(0.0));
+    assert_eq!(
+        stats(u64::MAX, 1).dedupe_ratio(),
+        Some(1.0 / u64::MAX as f64)
+    );
+}
