@@ -377,6 +377,31 @@ fn s18_2_a_flight_that_ends_after_the_window_is_not_remembered() {
     );
 }
 
+/// §18.2: one host's window ending forgets what it had joined, not what
+/// another host whose window is still open had joined of the same flight.
+#[test]
+fn s18_2_one_hosts_window_ending_keeps_anothers_joins() {
+    let mut co = relaying(1, Term::First, 1);
+    assert_eq!(co.step(run(1, "1", "a")), vec![lead(1, "1", token(1, 1))]);
+    open_relay(&mut co, 10, "build-7");
+    open_relay(&mut co, 11, "build-8");
+    for connection in [10, 11] {
+        assert_eq!(
+            co.step(run(connection, "r1", "a")),
+            vec![joined(connection, "r1", token(1, 1))]
+        );
+    }
+    assert_eq!(co.step(closed(10)), vec![window_opens("build-7", 10)]);
+    assert_eq!(co.step(closed(11)), vec![window_opens("build-8", 11)]);
+    assert_eq!(co.step(window_ends("build-7", 10)), vec![]);
+    assert_eq!(co.step(land(1, "1", value("v"))), vec![ack(1, "1")]);
+    open_relay(&mut co, 12, "build-8");
+    assert_eq!(
+        co.step(rejoin(12, "r1", "a", token(1, 1))),
+        vec![landed(12, "r1", value("v"))]
+    );
+}
+
 /// §18.2: a closed relay connection's waiting runs (§8.4) are withdrawn:
 /// when the grace window ends, none of them leads.
 #[test]
