@@ -15,10 +15,10 @@ use single_flight_core::protocol::limits::{
 use single_flight_core::protocol::{
     ClientHello, CoordinatorIdentity, CoordinatorStats, DecodeError, Epoch, Failure, FailureCode,
     FencingToken, FlightStatus, FrameError, GroupStatus, HandshakeError, HostId, HostStatus,
-    HostsStatus, Incoming, Key, LineEncoder, LineReader, Outcome, PROTOCOL_VERSION,
-    ProtocolVersionError, Reason, RelayStatus, Request, RequestId, Response, ReuseWindow,
-    TokenError, decode_client_hello, decode_coordinator_hello, decode_request, decode_response,
-    encode,
+    HostsStatus, Incoming, Key, LineEncoder, LineReader, MAX_SHARDS, Outcome, PROTOCOL_VERSION,
+    ProtocolVersionError, Reason, RelayStatus, Request, RequestId, Response, ReuseWindow, Shard,
+    ShardCount, ShardCountError, TokenError, decode_client_hello, decode_coordinator_hello,
+    decode_request, decode_response, encode,
 };
 
 fn id(text: &str) -> RequestId {
@@ -2264,4 +2264,60 @@ fn s3_5_the_dedupe_ratio_is_joins_over_answered_runs() {
         stats(u64::MAX, 1).dedupe_ratio(),
         Some(1.0 / u64::MAX as f64)
     );
+}
+
+/// §17.1: a `cycle` answer names 1 or more keys; none is no answer.
+#[test]
+fn s17_1_a_cycle_names_at_least_one_key() {
+    assert_eq!(
+        decode_response(br#"{"op":"cycle","id":"1","keys":[]}"#),
+        Err(DecodeError::Empty { field: "keys" })
+    );
+    assert_eq!(
+        decode_response(br#"{"op":"cycle","id":"1","keys":["a"]}"#),
+        Ok(Response::Cycle {
+            id: RequestId::new("1").unwrap(),
+            keys: vec![Key::new("a").unwrap()],
+        })
+    );
+}
+
+/// §19.1, §19.6: shards and shard counts as an operator reads them, and
+/// a count out of range named with its bounds.
+#[test]
+fn s19_shards_show_as_an_operator_reads_them() {
+    let count = ShardCount::new(4).unwrap();
+    assert_eq!(count.to_string(), "4");
+    let shards: Vec<String> = count
+        .shards()
+        .map(|shard: Shard| shard.to_string())
+        .collect();
+    assert_eq!(
+        shards,
+        [
+            "shard 0 of 4",
+            "shard 1 of 4",
+            "shard 2 of 4",
+            "shard 3 of 4"
+        ]
+    );
+    assert_eq!(
+        ShardCount::new(0).unwrap_err(),
+        ShardCountError(0),
+        "no cluster has no shard"
+    );
+    assert_eq!(
+        ShardCountError(0).to_string(),
+        format!("0 shards: a cluster has 1 to {MAX_SHARDS} shards (SPEC.md §19.1)")
+    );
+}
+
+/// §6: the term after one is the next number, up to `Epoch::MAX`; a token
+/// is debugged as its epoch and sequence.
+#[test]
+fn s6_the_next_term_and_a_tokens_debug_form() {
+    assert_eq!(Epoch::new(7).unwrap().next(), Epoch::new(8));
+    assert_eq!(Epoch::MAX.next(), None);
+    let token = FencingToken::new(Epoch::new(7).unwrap(), 3).unwrap();
+    assert_eq!(format!("{token:?}"), "FencingToken(7:3)");
 }

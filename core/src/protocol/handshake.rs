@@ -217,18 +217,11 @@ pub fn decode_client_hello(line: &[u8]) -> Result<ClientHello, HandshakeError> {
 pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, HandshakeError> {
     let hello: CoordinatorHello = parse(line)?;
     check(&hello.protocol, hello.version)?;
-    // Written like a token (SPEC.md §6): digits only, no sign or leading zero.
-    let canonical =
-        hello.epoch.bytes().all(|b| b.is_ascii_digit()) && !hello.epoch.starts_with('0');
-    canonical
-        .then(|| hello.epoch.parse::<u64>().ok())
-        .flatten()
-        .and_then(super::token::Epoch::new)
-        .ok_or_else(|| HandshakeError::NotAHello {
-            reason: format!("epoch {:?} is not a term number", hello.epoch),
-        })?;
+    term_number(&hello.epoch).ok_or_else(|| HandshakeError::NotAHello {
+        reason: format!("epoch {:?} is not a term number", hello.epoch),
+    })?;
     if let Some(host) = &hello.host
-        && (host.len() > MAX_HOST_BYTES || host.chars().any(char::is_control))
+        && !is_host_name(host)
     {
         return Err(HandshakeError::NotAHello {
             reason: format!(
@@ -238,6 +231,23 @@ pub fn decode_coordinator_hello(line: &[u8]) -> Result<CoordinatorHello, Handsha
         });
     }
     Ok(hello)
+}
+
+/// The epoch a coordinator names itself by (§4.2, and in a `relay` status,
+/// §3.5), written as a token's is (§6): digits only, no sign or leading
+/// zero, a term number.
+pub(super) fn term_number(text: &str) -> Option<super::token::Epoch> {
+    let canonical = text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0');
+    canonical
+        .then(|| text.parse::<u64>().ok())
+        .flatten()
+        .and_then(super::token::Epoch::new)
+}
+
+/// Whether a coordinator's `host` may be shown to an operator (§4.2): at
+/// most [`MAX_HOST_BYTES`] without control characters.
+pub(super) fn is_host_name(host: &str) -> bool {
+    host.len() <= MAX_HOST_BYTES && !host.chars().any(char::is_control)
 }
 
 /// An optional member that, when present, is a string: `null` is a value of

@@ -26,7 +26,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
-use super::handshake::{HostId, MAX_HOST_BYTES};
+use super::handshake::{HostId, is_host_name, term_number};
 use super::limits::{
     MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REASON_BYTES,
     MAX_REUSE_WINDOW_MS,
@@ -1411,10 +1411,9 @@ fn flight(item: Json<'_, FlightFields<'_>>) -> Result<FlightStatus, DecodeError>
 /// A count: a non-negative JSON integer.
 fn count(given: Json<'_>, field: &'static str) -> Result<u64, DecodeError> {
     match given {
+        // serde_json reads every non-negative integer as unsigned, so a
+        // signed one is negative.
         Json::Unsigned(number) => Some(number),
-        // serde_json reads every non-negative integer as unsigned; a signed
-        // one that is not negative would count the same.
-        Json::Signed(number) => u64::try_from(number).ok(),
         _ => None,
     }
     .ok_or(DecodeError::WrongType {
@@ -1585,9 +1584,7 @@ fn identity(
 ) -> Result<CoordinatorIdentity, DecodeError> {
     let epoch = required(members.get("epoch"), "epoch")?
         .as_str()
-        .filter(|text| text.bytes().all(|b| b.is_ascii_digit()) && !text.starts_with('0'))
-        .and_then(|text| text.parse::<u64>().ok())
-        .and_then(Epoch::new)
+        .and_then(term_number)
         .ok_or(wrong("epoch", "a term number as decimal text"))?;
     let pid = required(members.get("pid"), "pid")?
         .as_u64()
@@ -1597,7 +1594,7 @@ fn identity(
         None => None,
         Some(host) => {
             let text = host.as_str().ok_or(wrong("host", "a string"))?;
-            if text.len() > MAX_HOST_BYTES || text.chars().any(char::is_control) {
+            if !is_host_name(text) {
                 return Err(wrong(
                     "host",
                     "a host name of at most 255 bytes without control characters",
