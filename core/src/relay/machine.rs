@@ -263,11 +263,6 @@ impl Relay {
         self.handshaking.contains(&connection)
     }
 
-    /// Whether an upstream connection is ready.
-    pub fn is_upstream_ready(&self) -> bool {
-        self.upstream_ready
-    }
-
     /// The upstream parties open: groups sent upstream and not ended
     /// (SPEC.md §18.3's bound).
     pub fn upstream_parties(&self) -> usize {

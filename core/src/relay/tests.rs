@@ -195,21 +195,33 @@ fn runs_with_extensions_and_reasserts_go_upstream_as_they_are_18_3() {
         relay.step(request(1, nested("2"))),
         vec![upstream(nested("3"))]
     );
+    // A rejoin with a parent too (§17.2: its parent is checked upstream).
+    let nested_rejoin = |i: &str| Request::Run {
+        id: id(i),
+        key: key("k"),
+        flight: Some(token(1, 7)),
+        reuse: None,
+        parent: Some(token(2, 9)),
+    };
+    assert_eq!(
+        relay.step(request(2, nested_rejoin("2"))),
+        vec![upstream(nested_rejoin("4"))]
+    );
     let landed_reassert = reassert_request("3", "k", token(1, 4), Some(value("v")));
     assert_eq!(
         relay.step(request(2, landed_reassert)),
         vec![upstream(reassert_request(
-            "4",
+            "5",
             "k",
             token(1, 4),
             Some(value("v"))
         ))]
     );
-    assert_eq!(relay.upstream_parties(), 4);
+    assert_eq!(relay.upstream_parties(), 5);
     // A plain run of the key is not collapsed into any of them.
     assert_eq!(
         relay.step(run(1, "9", "k")),
-        vec![upstream(run_request("5", "k", None))]
+        vec![upstream(run_request("6", "k", None))]
     );
 }
 
@@ -1037,6 +1049,27 @@ fn local_connections_take_slots_as_at_a_coordinator_18_3() {
         relay.step(Event::ConnectionAccepted { connection: c(4) }),
         vec![]
     );
+}
+
+/// §11.3: an accept of a connection that already holds its slot, in its
+/// handshake or open, changes nothing: it is not refused, and takes no
+/// second slot.
+#[test]
+fn an_accept_of_a_connection_that_holds_a_slot_changes_nothing_11_3() {
+    let mut relay = Relay::new().with_connection_limit(1);
+    for _ in 0..2 {
+        assert_eq!(
+            relay.step(Event::ConnectionAccepted { connection: c(1) }),
+            vec![]
+        );
+        assert!(relay.in_handshake(c(1)));
+    }
+    relay.step(Event::ConnectionOpened { connection: c(1) });
+    assert_eq!(
+        relay.step(Event::ConnectionAccepted { connection: c(1) }),
+        vec![]
+    );
+    assert!(relay.is_open(c(1)) && !relay.in_handshake(c(1)));
 }
 
 /// §18.3 "Withdrawals", "Land": a leader that leaves after its land went
