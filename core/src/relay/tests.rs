@@ -362,6 +362,12 @@ fn a_leader_is_acknowledged_only_after_the_cluster_acknowledged_its_land_18_3() 
         relay.step(run(2, "2", "k")),
         vec![upstream(run_request("4", "k", None))]
     );
+    // Nor a rejoin of its flight: it rejoins upstream, as a group of its
+    // own.
+    assert_eq!(
+        relay.step(rejoin(3, "2", "k", t)),
+        vec![upstream(run_request("5", "k", Some(t)))]
+    );
     assert_eq!(
         relay.step(up(Response::Ack { id: id("1") })),
         vec![
@@ -370,7 +376,7 @@ fn a_leader_is_acknowledged_only_after_the_cluster_acknowledged_its_land_18_3() 
             send(1, Response::Ack { id: id("1") })
         ]
     );
-    assert_eq!(relay.upstream_parties(), 1);
+    assert_eq!(relay.upstream_parties(), 2);
 }
 
 /// §18.3 "Land": a land that upstream refuses interrupts the joiners and is
