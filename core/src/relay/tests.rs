@@ -377,6 +377,11 @@ fn a_leader_is_acknowledged_only_after_the_cluster_acknowledged_its_land_18_3() 
         ]
     );
     assert_eq!(relay.upstream_parties(), 2);
+    // The ended group's parties are free: their ids may be used again.
+    assert_eq!(
+        relay.step(run(3, "1", "j")),
+        vec![upstream(run_request("6", "j", None))]
+    );
 }
 
 /// §18.3 "Land": a land that upstream refuses interrupts the joiners and is
@@ -1123,6 +1128,22 @@ fn upstream_answers_that_fit_no_open_party_are_ignored_18_3() {
         Response::Interrupted { id: id("01") },
         Response::Interrupted { id: id("x") },
         Response::Interrupted { id: id("2") },
+    ] {
+        assert_eq!(relay.step(up(answer.clone())), vec![], "{answer:?}");
+    }
+    assert_eq!(relay, before);
+    // A group not led yet takes no answer meant for a leader: its run was
+    // neither a land nor a reassert (§8.5, §8.3), nor led to be stopped
+    // (§15.2).
+    let mut relay = connected(1);
+    assert_eq!(
+        relay.step(run(1, "1", "k")),
+        vec![upstream(run_request("1", "k", None))]
+    );
+    let before = relay.clone();
+    for answer in [
+        Response::Rejected { id: id("1") },
+        Response::Stop { id: id("1") },
     ] {
         assert_eq!(relay.step(up(answer.clone())), vec![], "{answer:?}");
     }
