@@ -760,77 +760,91 @@ fn a_status_too_long_for_one_line_through_the_relay_is_cut_groups_first_3_5() {
     assert!(listed.len() < fit, "then the flights");
 }
 
-/// §3.5: a status through the relay cut past its flights cuts the hosts,
-/// counting each, and no more than it must: one host more would not fit.
+/// §3.5: a status through the relay cut past its groups and flights cuts
+/// the hosts, counting each, and no more than it must: one host more would
+/// not fit. Whatever the bytes the cuts stop at, the counts they add fit.
 #[test]
 fn a_status_through_the_relay_cut_past_its_flights_cuts_the_hosts_3_5() {
     use crate::protocol::encoded_len;
     use crate::protocol::limits::MAX_FRAME_BYTES;
 
-    let mut relay = connected(1);
-    relay.step(request(1, Request::Status { id: id("s") }));
-    let flights: Vec<FlightStatus> = (1..=2)
-        .map(|n| FlightStatus {
-            key: key(&format!("k{n}")),
-            token: token(2, n),
-            joiners: 0,
-            detached: false,
-        })
-        .collect();
-    let host = |n: usize| HostStatus {
-        host: HostId::new(format!("host-{n:08}")).unwrap(),
+    let host = |n: usize, pad: usize| HostStatus {
+        host: HostId::new(format!("host-{n:08}{}", "h".repeat(pad))).unwrap(),
         connections: 1,
         parties: 0,
         window: false,
         orphans: 0,
     };
-    // Hosts past the frame by about 200 KB: thousands of cuts.
-    let mut relays = Vec::new();
-    let mut length = 0;
-    while length < MAX_FRAME_BYTES + 200_000 {
-        let next = host(relays.len());
-        length += encoded_len(&next) + 1;
-        relays.push(next);
+    // The first host's name longer by 0 to 63 bytes: the cuts stop at
+    // each alignment of the entries against the frame.
+    for pad in 0..64 {
+        let mut relay = connected(1);
+        let groups = 40;
+        for n in 0..groups {
+            relay.step(run(1, &n.to_string(), &format!("k{n}")));
+        }
+        relay.step(request(1, Request::Status { id: id("s") }));
+        let flights: Vec<FlightStatus> = (1..=2)
+            .map(|n| FlightStatus {
+                key: key(&format!("k{n}")),
+                token: token(2, n),
+                joiners: 0,
+                detached: false,
+            })
+            .collect();
+        // Hosts past the frame by about 200 KB: thousands of cuts.
+        let mut relays = vec![host(0, pad)];
+        let mut length = 0;
+        while length < MAX_FRAME_BYTES + 200_000 {
+            let next = host(relays.len(), 0);
+            length += encoded_len(&next) + 1;
+            relays.push(next);
+        }
+        let sent = relays.len();
+        let effects = relay.step(up(Response::Status {
+            id: id(&(groups + 1).to_string()),
+            flights,
+            waiting: None,
+            omitted: None,
+            stats: Some(Box::default()),
+            hosts: Some(Box::new(HostsStatus {
+                direct: 0,
+                relays,
+                omitted: 0,
+            })),
+            relay: None,
+        }));
+        let [Effect::Send { response, .. }] = effects.as_slice() else {
+            panic!("one answer: {effects:?}");
+        };
+        let line = encoded_len(response);
+        assert!(
+            line <= MAX_FRAME_BYTES,
+            "fits in one line: {line} bytes, pad {pad}"
+        );
+        let Response::Status {
+            flights,
+            omitted,
+            hosts: Some(hosts),
+            relay: Some(own),
+            ..
+        } = response
+        else {
+            panic!("a status with hosts: {response:?}");
+        };
+        assert_eq!(own.omitted, groups as u64, "the groups go first");
+        assert!(flights.is_empty(), "then the flights");
+        assert_eq!(*omitted, Some(2));
+        assert!(hosts.omitted > 0);
+        assert_eq!(hosts.relays.len() as u64 + hosts.omitted, sent as u64);
+        // One host more, with the room kept for the counts (four of the
+        // largest `"omitted"` members), would not have fitted.
+        let room = 4 * ",\"omitted\":18446744073709551615".len();
+        assert!(
+            line + encoded_len(&host(1, 0)) + 1 + room > MAX_FRAME_BYTES,
+            "cut no more than it must: {line} bytes, pad {pad}"
+        );
     }
-    let sent = relays.len();
-    let effects = relay.step(up(Response::Status {
-        id: id("1"),
-        flights,
-        waiting: None,
-        omitted: None,
-        stats: Some(Box::default()),
-        hosts: Some(Box::new(HostsStatus {
-            direct: 0,
-            relays,
-            omitted: 0,
-        })),
-        relay: None,
-    }));
-    let [Effect::Send { response, .. }] = effects.as_slice() else {
-        panic!("one answer: {effects:?}");
-    };
-    let line = encoded_len(response);
-    assert!(line <= MAX_FRAME_BYTES, "fits in one line");
-    let Response::Status {
-        flights,
-        omitted,
-        hosts: Some(hosts),
-        ..
-    } = response
-    else {
-        panic!("a status with hosts: {response:?}");
-    };
-    assert!(flights.is_empty(), "the flights go before the hosts");
-    assert_eq!(*omitted, Some(2));
-    assert!(hosts.omitted > 0);
-    assert_eq!(hosts.relays.len() as u64 + hosts.omitted, sent as u64);
-    // One host more, with the room kept for the counts (four of the
-    // largest `"omitted"` members), would not have fitted.
-    let room = 4 * ",\"omitted\":18446744073709551615".len();
-    assert!(
-        line + encoded_len(&host(0)) + 1 + room > MAX_FRAME_BYTES,
-        "cut no more than it must: {line} bytes"
-    );
 }
 
 /// §18.3 "`status`", §3.6: an unknown op is answered `unsupported` by the
