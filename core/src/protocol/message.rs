@@ -26,7 +26,7 @@ use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess
 use serde::{Serialize, Serializer};
 
 use super::error::DecodeError;
-use super::handshake::{HostId, is_host_name, term_number};
+use super::handshake::{HostId, MAX_HOST_BYTES, is_host_name, term_number};
 use super::limits::{
     MAX_CYCLE_KEYS, MAX_ID_BYTES, MAX_KEY_BYTES, MAX_OP_BYTES, MAX_OUTCOME_BYTES, MAX_REASON_BYTES,
     MAX_REUSE_WINDOW_MS,
@@ -1487,17 +1487,23 @@ fn array<'v>(
         .ok_or(wrong(field, "an array"))
 }
 
+/// What a host id and a coordinator's host name must be (SPEC.md §18.1,
+/// §3.5), for the decode errors below. Written out because a
+/// `DecodeError` holds static text; the assertion keeps the number
+/// `MAX_HOST_BYTES`.
+const HOST_ID_RULE: &str = "a host id: 1 to 255 bytes without control characters";
+const HOST_NAME_RULE: &str = "a host name of at most 255 bytes without control characters";
+const _: () = assert!(
+    MAX_HOST_BYTES == 255,
+    "HOST_ID_RULE and HOST_NAME_RULE name it"
+);
+
 /// A host id of a tier extension (the rules of SPEC.md §18.1).
 fn host_id(value: Option<&serde_json::Value>) -> Result<HostId, DecodeError> {
     let text = required(value, "host")?
         .as_str()
         .ok_or(wrong("host", "a string"))?;
-    HostId::new(text).map_err(|_| {
-        wrong(
-            "host",
-            "a host id: 1 to 255 bytes without control characters",
-        )
-    })
+    HostId::new(text).map_err(|_| wrong("host", HOST_ID_RULE))
 }
 
 /// A `status` answer's `hosts` (SPEC.md §3.5): `direct`, `relays` and
@@ -1595,10 +1601,7 @@ fn identity(
         Some(host) => {
             let text = host.as_str().ok_or(wrong("host", "a string"))?;
             if !is_host_name(text) {
-                return Err(wrong(
-                    "host",
-                    "a host name of at most 255 bytes without control characters",
-                ));
+                return Err(wrong("host", HOST_NAME_RULE));
             }
             Some(text.to_owned())
         }

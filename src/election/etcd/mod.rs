@@ -1105,12 +1105,6 @@ impl std::fmt::Debug for EtcdTerm {
     }
 }
 
-impl EtcdTerm {
-    fn lost(&self) -> Option<String> {
-        self.proof.lost()
-    }
-}
-
 impl Term for EtcdTerm {
     type Error = EtcdError;
 
@@ -1127,10 +1121,10 @@ impl Term for EtcdTerm {
     }
 
     fn check(&mut self) -> Result<(), EtcdError> {
-        if let Some(reason) = self.lost() {
+        if let Some(reason) = self.proof.lost() {
             return Err(EtcdError::LeaseLost {
                 key: self.keys.coordinator.clone(),
-                reason,
+                reason: reason.to_owned(),
             });
         }
         if !self.proof.holds(Instant::now()) {

@@ -43,8 +43,8 @@ impl Proof {
     }
 
     /// Why the lease is gone, once etcd said so.
-    pub(super) fn lost(&self) -> Option<String> {
-        self.lost.get().cloned()
+    pub(super) fn lost(&self) -> Option<&str> {
+        self.lost.get().map(String::as_str)
     }
 
     /// How much longer the lease is proven alive at `now`, or `None` once
