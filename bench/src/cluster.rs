@@ -521,7 +521,7 @@ fn report(shapes: Shapes, clients: usize, figures: &Figures) {
         ),
     ]);
     failover_rows(shapes.failover, &figures.kills, row);
-    host_failover_rows(&figures.host_kills, row);
+    host_failover_rows(&figures.host_kills, shapes.failover.grace, row);
     row(
         &format!(
             "coordinator's resident set per idle connected client, {clients} TLS clients (KiB)"
@@ -624,8 +624,12 @@ fn p50_and_max(values: Vec<f64>, scale: f64, digits: usize) -> Option<String> {
     })
 }
 
-/// The rows of a host coordinator's death: p50 and max over every kill.
-fn host_failover_rows(kills: &[HostKill], row: impl Fn(&str, Option<String>)) {
+/// The rows of a host coordinator's death: p50 and max over every kill, and
+/// how many kills' next lead waited out the relay window (`window`, the
+/// cluster's grace window's length, SPEC.md §18.2): those whose load's
+/// `lead` was on its way through the host coordinator when it died, so
+/// that its flight was orphaned with no leader (§18.4).
+fn host_failover_rows(kills: &[HostKill], window: Duration, row: impl Fn(&str, Option<String>)) {
     if kills.is_empty() {
         return;
     }
@@ -641,6 +645,15 @@ fn host_failover_rows(kills: &[HostKill], row: impl Fn(&str, Option<String>)) {
     row(
         "… kill → the next flight led on that host, p50 / max (ms)",
         spread(of(|k| k.next_lead)),
+    );
+    let window = window.as_nanos() as f64;
+    let waited = kills.iter().filter(|k| k.next_lead >= window).count();
+    row(
+        &format!(
+            "… of those, kills whose next lead waited out the relay window ({} ms: a `lead` lost with the host coordinator, SPEC.md §18.4)",
+            window / MILLIS
+        ),
+        Some(format!("{waited} of {}", kills.len())),
     );
     let lost: usize = kills.iter().map(|k| k.not_answered).sum();
     row(
