@@ -282,6 +282,10 @@ pub struct History {
     /// its host coordinator died, and was lost with it: its joiners there
     /// may be interrupted (SPEC.md §18.4, what does not hold).
     pub landed_lost: BTreeSet<(usize, FencingToken)>,
+    /// A `lead` was on its way to a host, or through it, when its host
+    /// coordinator died, and was lost with it: its flight was orphaned with
+    /// no process to reassert it (SPEC.md §18.4).
+    pub lead_lost: bool,
     /// A call ended `Unavailable`.
     pub unavailable: bool,
 }
@@ -520,6 +524,8 @@ pub const TIER_NOTHING_ON_CLOSED: &str = "nothing is sent on a closed connection
 pub const TIER_NO_CALL_LEFT_WAITING: &str = "no call is left waiting once the cluster is settled";
 pub const LANDED_THROUGH_NEW_HOST_COORDINATOR: &str =
     "sometimes: a joiner receives its outcome after a host coordinator died";
+pub const LEAD_LOST_THEN_SETTLED: &str =
+    "sometimes: a lead is lost with its host coordinator, and every call is answered after";
 pub const NO_LEADER_GIVEN_UP: &str =
     "no call whose work runs ends unavailable when its host cannot reach the cluster";
 pub const UNAVAILABLE_REACHED: &str =
@@ -570,6 +576,10 @@ pub fn properties(model: &Tier) -> Vec<Property<Tier>> {
         all.push(Property::sometimes(
             LANDED_THROUGH_NEW_HOST_COORDINATOR,
             |_, state: &TierState| state.history.landed_after_host_death,
+        ));
+        all.push(Property::sometimes(
+            LEAD_LOST_THEN_SETTLED,
+            |_, state: &TierState| state.history.lead_lost && settled(state),
         ));
     }
     if model.reach_failures > 0 {
@@ -762,6 +772,14 @@ impl Step<'_> {
             .collect();
         for token in lost {
             self.state.history.landed_lost.insert((host, token));
+        }
+        if link
+            .iter()
+            .chain(upstream.iter())
+            .flat_map(|queues| queues.responses.iter())
+            .any(|response| matches!(response, Response::Lead { .. }))
+        {
+            self.state.history.lead_lost = true;
         }
         if link.is_some() {
             self.client(host, client::Event::ConnectionLost);
