@@ -2,7 +2,9 @@
 //! `check` command.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
 use std::fmt::Write as _;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use stateright::{Checker, Expectation, HasDiscoveries, Model};
@@ -141,4 +143,90 @@ impl Report {
         }
         text
     }
+}
+
+/// A model whose paths can be told as a story: the tier's and the shards'
+/// ([`crate::tier::Tier`], [`crate::shards::Shards`]), which [`exhaust`]
+/// and [`first_broken`] check.
+pub trait Narrated: Model {
+    /// Applies `action` to a copy of `state`; with `log`, says what
+    /// happened.
+    fn apply(
+        &self,
+        state: &Self::State,
+        action: &Self::Action,
+        log: Option<&mut String>,
+    ) -> Self::State;
+
+    /// What the step into `state` broke, if anything.
+    fn broke(state: &Self::State) -> Option<String>;
+
+    /// The actions of the path, replayed with what happened in each.
+    fn narrate(&self, actions: &[Self::Action]) -> String
+    where
+        Self::Action: Debug,
+    {
+        let mut state = self.init_states().remove(0);
+        let mut text = String::new();
+        for (number, action) in actions.iter().enumerate() {
+            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
+            let mut log = String::new();
+            state = self.apply(&state, action, Some(&mut log));
+            text.push_str(&log);
+            if let Some(broken) = Self::broke(&state) {
+                let _ = writeln!(text, "       !! {broken}");
+            }
+        }
+        text
+    }
+}
+
+/// Checks `model` to the end (depth-first, [`THREADS`] threads); returns its
+/// unique states, or the path of every property broken and the name of every
+/// `sometimes` one never reached.
+pub fn exhaust<M>(model: &M) -> Result<usize, String>
+where
+    M: Narrated + Clone + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let checker = model.clone().checker().threads(THREADS).spawn_dfs().join();
+    let mut problems = String::new();
+    for property in model.properties() {
+        match (property.expectation, checker.discovery(property.name)) {
+            (Expectation::Sometimes, None) => {
+                let _ = writeln!(problems, "never reached: {:?}", property.name);
+            }
+            (Expectation::Always | Expectation::Eventually, Some(path)) => {
+                let _ = writeln!(problems, "violated: {:?}, by this path:", property.name);
+                problems.push_str(&model.narrate(&path.into_actions()));
+            }
+            _ => {}
+        }
+    }
+    if problems.is_empty() {
+        Ok(checker.unique_state_count())
+    } else {
+        Err(problems)
+    }
+}
+
+/// The first `always` property of `model` that a state breaks, and the path
+/// to it: for the seeded bugs.
+pub fn first_broken<M>(model: &M) -> Option<(&'static str, Vec<M::Action>)>
+where
+    M: Narrated + Clone + Send + Sync + 'static,
+    M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
+    M::Action: Debug + Clone + PartialEq,
+{
+    let checker = model.clone().checker().threads(THREADS).spawn_dfs().join();
+    model
+        .properties()
+        .into_iter()
+        .filter(|property| property.expectation == Expectation::Always)
+        .find_map(|property| {
+            checker
+                .discovery(property.name)
+                .map(|path| (property.name, path.into_actions()))
+        })
 }

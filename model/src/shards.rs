@@ -27,6 +27,8 @@ use single_flight_core::protocol::{
 };
 use stateright::{Model, Property};
 
+use crate::check::Narrated;
+
 use crate::directory::Ending;
 use crate::tier::Queues;
 
@@ -120,40 +122,6 @@ impl Shards {
     /// both, since two shards mint equal tokens (SPEC.md §19.3).
     pub fn outcome(key: usize, token: FencingToken) -> Outcome {
         Ending::of(token).named(format!("{} {token}", KEY_NAMES[key]))
-    }
-
-    /// Applies `action` to a copy of `state`; with `log`, says what happened.
-    pub fn apply(
-        &self,
-        state: &ShardsState,
-        action: &ShardsAction,
-        log: Option<&mut String>,
-    ) -> ShardsState {
-        let mut step = Step {
-            model: self,
-            state: state.clone(),
-            log,
-        };
-        step.state.violations = BTreeSet::new();
-        step.state.witnessed = BTreeSet::new();
-        step.act(action);
-        step.state
-    }
-
-    /// The actions of the path, replayed with what happened in each.
-    pub fn narrate(&self, actions: &[ShardsAction]) -> String {
-        let mut state = self.init_states().remove(0);
-        let mut text = String::new();
-        for (number, action) in actions.iter().enumerate() {
-            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
-            let mut log = String::new();
-            state = self.apply(&state, action, Some(&mut log));
-            text.push_str(&log);
-            if !state.violations.is_empty() {
-                let _ = writeln!(text, "       !! {:?}", state.violations);
-            }
-        }
-        text
     }
 }
 
@@ -310,6 +278,29 @@ pub enum ShardsAction {
     CoordinatorDies { shard: usize },
     /// The shard's grace window ends, only when the shard is [`calm`].
     GraceWindowEnds { shard: usize },
+}
+
+impl Narrated for Shards {
+    fn apply(
+        &self,
+        state: &ShardsState,
+        action: &ShardsAction,
+        log: Option<&mut String>,
+    ) -> ShardsState {
+        let mut step = Step {
+            model: self,
+            state: state.clone(),
+            log,
+        };
+        step.state.violations = BTreeSet::new();
+        step.state.witnessed = BTreeSet::new();
+        step.act(action);
+        step.state
+    }
+
+    fn broke(state: &ShardsState) -> Option<String> {
+        (!state.violations.is_empty()).then(|| format!("{:?}", state.violations))
+    }
 }
 
 impl Model for Shards {

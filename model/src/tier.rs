@@ -25,6 +25,8 @@ use single_flight_core::protocol::{
 use single_flight_core::relay::{self, Relay};
 use stateright::{Model, Property};
 
+use crate::check::Narrated;
+
 use crate::directory::Ending;
 
 /// The grace window and the relay window the cluster's terms are created
@@ -147,39 +149,6 @@ impl Tier {
 
     fn relay(&self) -> Relay {
         Relay::new().with_mutant(self.relay_mutant)
-    }
-
-    /// Applies `action` to a copy of `state`; with `log`, says what happened.
-    pub fn apply(
-        &self,
-        state: &TierState,
-        action: &TierAction,
-        log: Option<&mut String>,
-    ) -> TierState {
-        let mut step = Step {
-            model: self,
-            state: state.clone(),
-            log,
-        };
-        step.state.violations = BTreeSet::new();
-        step.act(action);
-        step.state
-    }
-
-    /// The actions of the path, replayed with what happened in each.
-    pub fn narrate(&self, actions: &[TierAction]) -> String {
-        let mut state = self.init_states().remove(0);
-        let mut text = String::new();
-        for (number, action) in actions.iter().enumerate() {
-            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
-            let mut log = String::new();
-            state = self.apply(&state, action, Some(&mut log));
-            text.push_str(&log);
-            if !state.violations.is_empty() {
-                let _ = writeln!(text, "       !! {:?}", state.violations);
-            }
-        }
-        text
     }
 }
 
@@ -380,6 +349,23 @@ pub enum TierAction {
     TimerFires {
         timer: Timer,
     },
+}
+
+impl Narrated for Tier {
+    fn apply(&self, state: &TierState, action: &TierAction, log: Option<&mut String>) -> TierState {
+        let mut step = Step {
+            model: self,
+            state: state.clone(),
+            log,
+        };
+        step.state.violations = BTreeSet::new();
+        step.act(action);
+        step.state
+    }
+
+    fn broke(state: &TierState) -> Option<String> {
+        (!state.violations.is_empty()).then(|| format!("{:?}", state.violations))
+    }
 }
 
 impl Model for Tier {

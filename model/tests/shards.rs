@@ -3,11 +3,9 @@
 //! reached, and the routing's seeded bug is caught.
 
 use single_flight_core::protocol::Mutant;
+use single_flight_model::check::{Narrated, THREADS, exhaust};
 use single_flight_model::shards::{self, Shards};
-use stateright::{Checker, Expectation, HasDiscoveries, Model};
-
-/// Threads of the checker: CI machines have two cores.
-const THREADS: usize = 2;
+use stateright::{Checker, HasDiscoveries, Model};
 
 /// Unique states of the configuration. A change means the explored space
 /// changed (a machine or the model gained or lost a behaviour): find out
@@ -17,23 +15,7 @@ const TWO_SHARDS_UNIQUE_STATES: usize = 1_488_895;
 /// Checks `shards` to the end; returns the unique states, and fails with the
 /// path of every property broken or never reached.
 fn keeps_every_property(shards: Shards) -> usize {
-    let checker = shards.clone().checker().threads(THREADS).spawn_dfs().join();
-    let mut problems = String::new();
-    for property in shards.properties() {
-        let found = checker.discovery(property.name);
-        match (property.expectation, found) {
-            (Expectation::Sometimes, None) => {
-                problems.push_str(&format!("never reached: {:?}\n", property.name));
-            }
-            (Expectation::Always | Expectation::Eventually, Some(path)) => {
-                problems.push_str(&format!("violated: {:?}, by this path:\n", property.name));
-                problems.push_str(&shards.narrate(&path.into_actions()));
-            }
-            _ => {}
-        }
-    }
-    assert!(problems.is_empty(), "{problems}");
-    checker.unique_state_count()
+    exhaust(&shards).unwrap_or_else(|problems| panic!("{problems}"))
 }
 
 #[test]

@@ -2,11 +2,8 @@
 //! property holds in every state the bounds allow, every `sometimes` one is
 //! reached, and each seeded bug of the tier is caught.
 
-use single_flight_model::tier::{self, Tier, TierAction};
-use stateright::{Checker, Expectation, Model};
-
-/// Threads of the checker: CI machines have two cores.
-const THREADS: usize = 2;
+use single_flight_model::check::{Narrated, exhaust, first_broken};
+use single_flight_model::tier::{self, Tier};
 
 /// Unique states of each configuration. A change means the explored space
 /// changed (a machine or the model gained or lost a behaviour): find out
@@ -19,37 +16,7 @@ const UNREACHABLE_UNIQUE_STATES: usize = 245_833;
 /// Checks `tier` to the end; returns the unique states, and fails with the
 /// path of every property broken or never reached.
 fn keeps_every_property(tier: Tier) -> usize {
-    let checker = tier.clone().checker().threads(THREADS).spawn_dfs().join();
-    let mut problems = String::new();
-    for property in tier.properties() {
-        let found = checker.discovery(property.name);
-        match (property.expectation, found) {
-            (Expectation::Sometimes, None) => {
-                problems.push_str(&format!("never reached: {:?}\n", property.name));
-            }
-            (Expectation::Always | Expectation::Eventually, Some(path)) => {
-                problems.push_str(&format!("violated: {:?}, by this path:\n", property.name));
-                problems.push_str(&tier.narrate(&path.into_actions()));
-            }
-            _ => {}
-        }
-    }
-    assert!(problems.is_empty(), "{problems}");
-    checker.unique_state_count()
-}
-
-/// The path to the first state that breaks one of `tier`'s `always`
-/// properties, and its name.
-fn hunt(tier: Tier) -> Option<(&'static str, Vec<TierAction>)> {
-    let checker = tier.clone().checker().threads(THREADS).spawn_dfs().join();
-    tier.properties()
-        .into_iter()
-        .filter(|property| property.expectation == Expectation::Always)
-        .find_map(|property| {
-            checker
-                .discovery(property.name)
-                .map(|path| (property.name, path.into_actions()))
-        })
+    exhaust(&tier).unwrap_or_else(|problems| panic!("{problems}"))
 }
 
 #[test]
@@ -82,7 +49,7 @@ fn a_relay_that_gives_up_reasserting_leaders_when_unreachable_is_caught() {
         None,
         Some(single_flight_core::relay::Mutant::UnavailableEndsReasserts),
     );
-    let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
+    let (name, path) = first_broken(&tier).expect("the seeded bug is caught");
     eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
     // The reassert never reaches the cluster: the window's end lets the key
     // be led again while the work runs (caught as that), or interrupts the
@@ -99,7 +66,7 @@ fn a_relay_that_acks_before_the_cluster_is_caught() {
         None,
         Some(single_flight_core::relay::Mutant::AcksBeforeUpstream),
     );
-    let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
+    let (name, path) = first_broken(&tier).expect("the seeded bug is caught");
     eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
     assert_eq!(name, tier::ACKED_LAND_REACHES_JOINERS);
 }
@@ -110,7 +77,7 @@ fn a_coordinator_that_interrupts_relayed_flights_at_once_is_caught() {
         Some(single_flight_core::coordinator::Mutant::InterruptsRelayedAtOnce),
         None,
     );
-    let (name, path) = hunt(tier.clone()).expect("the seeded bug is caught");
+    let (name, path) = first_broken(&tier).expect("the seeded bug is caught");
     eprintln!("caught by {name:?}:\n{}", tier.narrate(&path));
     // The window's end interrupts the joiners of a leader that lives
     // (caught as that), and lets the key be led again while its work runs
