@@ -15,6 +15,7 @@ use single_flight_core::protocol::{
 };
 use stateright::{Model, Property};
 
+use crate::check::Narrated;
 use crate::properties;
 use crate::state::{
     CallRecord, Deposed, History, Link, Process, Rejoin, State, StepFacts, Used, Violation, Witness,
@@ -518,10 +519,12 @@ impl Directory {
     fn coordinator(&self, epoch: Epoch, term: Term) -> Coordinator {
         Coordinator::new(epoch, term).with_mutant(self.mutant)
     }
+}
 
+impl Narrated for Directory {
     /// Applies `action` to a copy of `state`; with `log`, says what happened
     /// in it, message by message (for counterexamples and the explorer).
-    pub fn apply(&self, state: &State, action: &Action, log: Option<&mut String>) -> State {
+    fn apply(&self, state: &State, action: &Action, log: Option<&mut String>) -> State {
         let mut step = Step {
             model: self,
             state: state.clone(),
@@ -534,22 +537,11 @@ impl Directory {
         step.state
     }
 
-    /// The actions of the path, replayed from the initial state with what
-    /// happened in each: the text printed for a counterexample.
-    pub fn narrate(&self, actions: &[Action]) -> String {
-        let mut state = self.init_states().remove(0);
-        let mut text = String::new();
-        for (number, action) in actions.iter().enumerate() {
-            let _ = writeln!(text, "{:>3}. {action:?}", number + 1);
-            let mut log = String::new();
-            state = self.apply(&state, action, Some(&mut log));
-            text.push_str(&log);
-            let facts = properties::describe(&state.last_step);
-            if !facts.is_empty() {
-                let _ = writeln!(text, "       !! {facts}");
-            }
-        }
-        text
+    /// The facts of the step into `state` that break a property (the
+    /// text printed for a counterexample).
+    fn broke(state: &State) -> Option<String> {
+        let facts = properties::describe(&state.last_step);
+        (!facts.is_empty()).then_some(facts)
     }
 }
 

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use single_flight_core::coordinator::Mutant;
 use single_flight_model::Directory;
+use single_flight_model::check::Narrated;
 use single_flight_model::simulate::{self, Budget, DEFAULT_SECONDS, Simulation};
 use stateright::Model;
 

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use single_flight_core::coordinator::Mutant;
 use stateright::{Expectation, Model, Property};
 
-use crate::check::THREADS;
+use crate::check::{Narrated, THREADS};
 use crate::directory::{Action, Choice, Directory};
 use crate::properties::KNOWN_VIOLATIONS;
 

@@ -4,7 +4,7 @@
 
 use single_flight_core::coordinator::Mutant;
 use single_flight_model::Directory;
-use single_flight_model::check::{hunt, must_hold};
+use single_flight_model::check::{Narrated, hunt, must_hold};
 use single_flight_model::slots::Slots;
 use stateright::{Checker, Expectation, Model};
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use single_flight_core::protocol::{Epoch, FencingToken};
+use single_flight_model::check::Narrated;
 use single_flight_model::{Action, Directory, State};
 use stateright::Model;
 
