@@ -31,7 +31,7 @@ impl World {
     /// with authentication on once README's lines ran; with mutual TLS for
     /// its clients when `tls`.
     fn new(name: &str, tls: bool) -> Option<World> {
-        if !etcd::available() {
+        if !etcd::available() || !etcd::ctl_available() {
             return None;
         }
         let scratch = std::env::temp_dir().join(format!("sf-access-{name}-{}", std::process::id()));

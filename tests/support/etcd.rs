@@ -25,6 +25,18 @@ pub fn available() -> bool {
     )
 }
 
+/// Whether etcdctl can run here, for the tests that set etcd up or look into
+/// it as an operator would (README's least-privilege lines). Without it they
+/// skip as without etcd, unless `SINGLE_FLIGHT_REQUIRE_ETCD` is set.
+pub fn ctl_available() -> bool {
+    super::tools::needed(
+        super::tools::runs("etcdctl", &["version"]),
+        "etcdctl",
+        "SINGLE_FLIGHT_REQUIRE_ETCD",
+        "install it (Debian: apt-get install etcd-client)",
+    )
+}
+
 /// A free TCP port on `ip`, found by binding port 0.
 pub fn free_port(ip: IpAddr) -> u16 {
     TcpListener::bind((ip, 0))

@@ -4,8 +4,14 @@
 
 /// Whether `program --version` runs here.
 pub fn installed(program: &str) -> bool {
+    runs(program, &["--version"])
+}
+
+/// Whether `program ARGS` runs here and succeeds: for a program that takes
+/// no `--version` (etcdctl: `etcdctl version`).
+pub fn runs(program: &str, args: &[&str]) -> bool {
     std::process::Command::new(program)
-        .arg("--version")
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
