@@ -145,9 +145,10 @@ impl Report {
     }
 }
 
-/// A model whose paths can be told as a story: the tier's and the shards'
-/// ([`crate::tier::Tier`], [`crate::shards::Shards`]), which [`exhaust`]
-/// and [`first_broken`] check.
+/// A model whose paths can be told as a story: the directory's, the tier's
+/// and the shards'. [`exhaust`] and [`first_broken`] check the last two;
+/// the directory's has its own [`Report`], which knows its known
+/// violations.
 pub trait Narrated: Model {
     /// Applies `action` to a copy of `state`; with `log`, says what
     /// happened.

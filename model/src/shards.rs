@@ -28,7 +28,6 @@ use single_flight_core::protocol::{
 use stateright::{Model, Property};
 
 use crate::check::Narrated;
-
 use crate::directory::Ending;
 use crate::tier::Queues;
 

@@ -26,7 +26,6 @@ use single_flight_core::relay::{self, Relay};
 use stateright::{Model, Property};
 
 use crate::check::Narrated;
-
 use crate::directory::Ending;
 
 /// The grace window and the relay window the cluster's terms are created
@@ -750,22 +749,18 @@ impl Step<'_> {
         self.state.hosts[host].relay = self.model.relay();
         let link = self.state.hosts[host].link.take();
         let upstream = self.state.hosts[host].upstream.take();
-        let lost: Vec<FencingToken> = link
+        // What was on its way to or through the dead host coordinator.
+        for response in link
             .iter()
             .chain(upstream.iter())
             .flat_map(|queues| queues.responses.iter())
-            .filter_map(landed_flight)
-            .collect();
-        for token in lost {
-            self.state.history.landed_lost.insert((host, token));
-        }
-        if link
-            .iter()
-            .chain(upstream.iter())
-            .flat_map(|queues| queues.responses.iter())
-            .any(|response| matches!(response, Response::Lead { .. }))
         {
-            self.state.history.lead_lost = true;
+            if let Some(token) = landed_flight(response) {
+                self.state.history.landed_lost.insert((host, token));
+            }
+            if matches!(response, Response::Lead { .. }) {
+                self.state.history.lead_lost = true;
+            }
         }
         if link.is_some() {
             self.client(host, client::Event::ConnectionLost);
